@@ -1,0 +1,60 @@
+/* The `luaprov` Lua module: the only API scripts see (SPEC §4.1). One C source per sub-module
+ * (http.c, json.c, crypto.c, time.c, log.c, cache.c, env.c), assembled by luaprov.c.
+ *
+ * Conventions (as Lua's own lauxlib): misuse (a wrong argument type) raises; an operational failure
+ * returns `nil, message, code` where code is a stable string scripts can branch on ("Timeout",
+ * "NotFound", "Throttled", "InvalidJSON", ...). Each binding documents its stack effect
+ * [-o, +p, x] like the Lua manual.
+ *
+ * The same objects are linked into the engine and into luaprov.so. Inside the engine the script host
+ * registers an lp_lua_host on each Lua state; under plain lua5.4 (busted) there is none, and the
+ * bindings fall back to synchronous behaviour (http.request blocks, time is the system clock). */
+#ifndef LUAPROV_BINDINGS_H
+#define LUAPROV_BINDINGS_H
+
+#include <lua.h>
+#include <lauxlib.h>
+
+#include "http/client.h"
+
+/* What a host offers the bindings. All function pointers may be NULL except where noted. */
+typedef struct lp_lua_host {
+  /* Starts req for the coroutine L and yields it; the host later resumes L with the results of
+   * luaprov.http.request ({status, headers, body} or nil, message, code). Called only when L is a
+   * task coroutine the host can resume (the binding checks lp_lua_host.can_yield first). Returns
+   * the value of lua_yield. */
+  int (*http_request)(lua_State *L, const lp_http_request_opts *req, void *ud);
+  /* Non-zero when L may yield to the host (a task coroutine, not module load or a C boundary). */
+  int (*can_yield)(lua_State *L, void *ud);
+  /* Seconds since the epoch; the simulated clock in `luaprov demo`. NULL = the system clock. */
+  double (*now)(void *ud);
+  /* Logger name for log lines written by the script running on L, e.g. "script.drift"; NULL =
+   * "script". The returned string must live until the next call. */
+  const char *(*logger_name)(lua_State *L, void *ud);
+  void *ud;
+} lp_lua_host;
+
+/* Registers host on L's registry (the struct is referenced, not copied: it must outlive L). */
+void lp_bindings_set_host(lua_State *L, const lp_lua_host *host);
+/* The registered host, or NULL under plain lua5.4. */
+const lp_lua_host *lp_bindings_host(lua_State *L);
+
+/* Opens the whole module: pushes the `luaprov` table.   [-0, +1, m] */
+int luaopen_luaprov(lua_State *L);
+
+/* Sub-module openers, each pushes its table.           [-0, +1, m] */
+int lp_open_http(lua_State *L);
+int lp_open_json(lua_State *L);
+int lp_open_crypto(lua_State *L);
+int lp_open_time(lua_State *L);
+int lp_open_log(lua_State *L);
+int lp_open_cache(lua_State *L);
+int lp_open_env(lua_State *L);
+
+/* Pushes nil, message, code and returns 3: the operational-failure convention. [-0, +3, m] */
+int lp_push_fail(lua_State *L, const char *message, const char *code);
+
+/* Seconds since the epoch from the host clock, or the system clock. */
+double lp_bindings_now(lua_State *L);
+
+#endif

@@ -1,0 +1,49 @@
+/* A TTL cache with string keys and owned byte values, bounded in entries (least recently used entry
+ * evicted first), with hit/miss/eviction counters and an entries gauge labelled by cache name:
+ *   luaprov_cache_hits_total{cache}, luaprov_cache_misses_total{cache},
+ *   luaprov_cache_evictions_total{cache}, luaprov_cache_entries{cache}.
+ * Expired entries count as misses and are dropped lazily on access and when the cache is full.
+ * Loop thread only. Keys and values are binary-safe. */
+#ifndef LUAPROV_CORE_CACHE_H
+#define LUAPROV_CORE_CACHE_H
+
+#include <stddef.h>
+
+#include "core/metrics.h"
+
+typedef struct lp_cache lp_cache;
+
+/* Monotonic seconds; the default reads CLOCK_MONOTONIC. Tests and the simulated clock replace it. */
+typedef double (*lp_clock_fn)(void *ud);
+
+/* Creates a cache. ttl_s > 0 is the default lifetime of an entry; max_entries > 0 bounds the size.
+ * metrics may be NULL (no metrics). name is copied and labels the metrics. Caller owns the cache. */
+lp_cache *lp_cache_new(const char *name, double ttl_s, size_t max_entries, lp_metrics *metrics);
+void lp_cache_free(lp_cache *c);
+
+void lp_cache_set_clock(lp_cache *c, lp_clock_fn clock, void *ud);
+
+/* Stores a copy of value under a copy of key, replacing any previous value. ttl_s <= 0 uses the
+ * cache's default. Evicts the least recently used entry when full. */
+void lp_cache_set(lp_cache *c, const char *key, size_t key_len, const void *value, size_t value_len, double ttl_s);
+
+/* Looks key up. Returns a pointer to the cached bytes and stores their length in *value_len, or NULL
+ * on a miss or an expired entry. The pointer stays valid until the next set/delete/free on this
+ * cache; copy it before calling anything that may change the cache. */
+const void *lp_cache_get(lp_cache *c, const char *key, size_t key_len, size_t *value_len);
+
+/* Removes key; returns 1 when it was present (expired or not), 0 otherwise. */
+int lp_cache_delete(lp_cache *c, const char *key, size_t key_len);
+
+/* Number of entries held, expired ones included until they are dropped. */
+size_t lp_cache_size(const lp_cache *c);
+const char *lp_cache_name(const lp_cache *c);
+double lp_cache_ttl(const lp_cache *c);
+
+/* Named caches that outlive Lua generations: the first call creates the cache with ttl_s and
+ * max_entries (both > 0), later calls with the same name return it (their ttl/max are ignored).
+ * Owned by the process; lp_cache_registry_clear frees all of them (at exit, and in tests). */
+lp_cache *lp_cache_registry_get(const char *name, double ttl_s, size_t max_entries);
+void lp_cache_registry_clear(void);
+
+#endif
