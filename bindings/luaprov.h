@@ -54,6 +54,11 @@ int lp_open_env(lua_State *L);
 /* Pushes nil, message, code and returns 3: the operational-failure convention. [-0, +3, m] */
 int lp_push_fail(lua_State *L, const char *message, const char *code);
 
+/* Pushes what luaprov.http.request returns for res: {status, headers, body}, or nil, message, code
+ * when res->error is set. Returns the number of values pushed. res stays owned by the caller.
+ *                                                                       [-0, +(1|3), m] */
+int lp_push_http_result(lua_State *L, const lp_http_result *res);
+
 /* Seconds since the epoch from the host clock, or the system clock. */
 double lp_bindings_now(lua_State *L);
 

@@ -5,6 +5,7 @@
 #define LUAPROV_CORE_ERROR_H
 
 #include <stdarg.h>
+#include <stddef.h>
 
 typedef struct lp_error {
   char *code;    /* stable identifier: "NotFound", "Timeout", "Throttled", "Syntax", ... */

@@ -1,0 +1,50 @@
+# Thin wrapper over CMake for the README's two commands. Every target installs what is missing
+# (tools/install-deps.sh) before it configures and builds.
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+BENCH_BUILD ?= build-bench
+JOBS       ?= $(shell nproc)
+CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
+
+.PHONY: all build run test test-asan bench clean
+
+all: build
+
+build:
+	@tools/install-deps.sh build
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DLUAPROV_WERROR=ON >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+# The engine's main job. Until `luaprov demo` lands (it needs the controllers and simulators), this
+# runs tools/preview.sh: the engine core, its hot reload and its endpoints, narrated.
+run:
+	@tools/install-deps.sh build
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DLUAPROV_WERROR=ON >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target luaprov
+	@tools/preview.sh $(BUILD)/luaprov
+
+# Every test under ctest: C unit tests, busted specs, integration tests, luacheck and clang-format;
+# the C and integration tests also run under AddressSanitizer + UndefinedBehaviorSanitizer.
+# The sanitizer pass runs first so that the last summary line is the full suite's.
+test:
+	@tools/install-deps.sh test
+	@$(MAKE) --no-print-directory test-asan
+	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DLUAPROV_WERROR=ON >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-asan:
+	@tools/install-deps.sh test
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DLUAPROV_WERROR=ON -DLUAPROV_SANITIZE=ON >/dev/null
+	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+		ctest --output-on-failure -j $(JOBS) -L 'c|integration'
+
+bench:
+	@tools/install-deps.sh bench
+	@cmake -S . -B $(BENCH_BUILD) -DCMAKE_BUILD_TYPE=Release -DLUAPROV_WERROR=ON >/dev/null
+	@cmake --build $(BENCH_BUILD) -j $(JOBS)
+	@spec/bench/run.sh $(BENCH_BUILD)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(BENCH_BUILD)

@@ -1,0 +1,188 @@
+#include "cli/engine.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "contract/contracts.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "core/metrics.h"
+#include "http/client.h"
+#include "http/server.h"
+#include "luaprov_version.h"
+#include "script/host.h"
+#include "script/tree.h"
+
+#define LOGGER "engine"
+
+typedef struct engine {
+  uv_loop_t loop;
+  uv_signal_t sigterm, sigint, sighup;
+  uv_timer_t drain;
+  lp_http_client *http;
+  lp_http_server *server;
+  lp_script_host *scripts;
+  int shutting_down;
+  double shutdown_deadline;
+} engine;
+
+/* ---- health and metrics ------------------------------------------------------------------ */
+
+static void serve_healthz(const lp_http_request *req, lp_http_response *res, void *ud) {
+  lp_http_respond(res, 200, "text/plain; charset=utf-8", "ok\n", 3);
+}
+
+static void serve_readyz(const lp_http_request *req, lp_http_response *res, void *ud) {
+  engine *e = ud;
+  int scripts_ok = e->scripts != NULL;
+  int ready = scripts_ok && !e->shutting_down;
+  char body[256];
+  int n;
+  if (strstr(req->query, "verbose")) {
+    n = snprintf(body, sizeof body, "[%c]scripts %s\n[%c]shutdown %s\nreadyz check %s\n", scripts_ok ? '+' : '-',
+                 scripts_ok ? "ok" : "failed", e->shutting_down ? '-' : '+',
+                 e->shutting_down ? "in progress" : "ok", ready ? "passed" : "failed");
+  } else {
+    n = snprintf(body, sizeof body, "%s\n", ready ? "ok" : "not ready");
+  }
+  lp_http_respond(res, ready ? 200 : 503, "text/plain; charset=utf-8", body, (size_t)n);
+}
+
+static void serve_metrics(const lp_http_request *req, lp_http_response *res, void *ud) {
+  size_t len;
+  char *text = lp_metrics_render(lp_metrics_default(), &len);
+  lp_http_respond(res, 200, LP_METRICS_CONTENT_TYPE, text, len);
+  free(text);
+}
+
+/* ---- shutdown ---------------------------------------------------------------------------- */
+
+static void closed_handle(uv_handle_t *h) {}
+
+static void http_client_closed(void *ud) {
+  engine *e = ud;
+  uv_close((uv_handle_t *)&e->sigterm, closed_handle);
+  uv_close((uv_handle_t *)&e->sigint, closed_handle);
+  uv_close((uv_handle_t *)&e->sighup, closed_handle);
+  uv_close((uv_handle_t *)&e->drain, closed_handle);
+  lp_info(LOGGER, "shutdown complete");
+}
+
+static void scripts_closed(void *ud) {
+  engine *e = ud;
+  e->scripts = NULL;
+  lp_http_client_close(e->http, http_client_closed, e);
+}
+
+static void drain_tick(uv_timer_t *t) {
+  engine *e = t->data;
+  size_t in_flight = lp_script_host_tasks_in_flight(e->scripts);
+  if (in_flight > 0 && lp_clock_monotonic() < e->shutdown_deadline) return;
+  uv_timer_stop(t);
+  if (in_flight > 0)
+    lp_warn(LOGGER, "shutdown deadline reached, cancelling script calls", LPF_INT("in_flight", (long long)in_flight));
+  lp_script_host_close(e->scripts, scripts_closed, e);
+}
+
+static void server_closed(void *ud) {
+  engine *e = ud;
+  e->server = NULL;
+  uv_timer_start(&e->drain, drain_tick, 0, 50);
+}
+
+static void begin_shutdown(engine *e, const char *signal_name, unsigned timeout_ms) {
+  if (e->shutting_down) {
+    lp_warn(LOGGER, "second signal, exiting now", LPF_STR("signal", signal_name));
+    lp_log_flush();
+    _exit(1);
+  }
+  e->shutting_down = 1;
+  e->shutdown_deadline = lp_clock_monotonic() + timeout_ms / 1000.0;
+  lp_info(LOGGER, "shutting down", LPF_STR("signal", signal_name),
+          LPF_INT("in_flight", (long long)lp_script_host_tasks_in_flight(e->scripts)), LPF_INT("timeout_ms", timeout_ms));
+  lp_http_server_close(e->server, server_closed, e);
+}
+
+static unsigned shutdown_timeout_ms;
+
+static void on_signal(uv_signal_t *handle, int signum) {
+  engine *e = handle->data;
+  if (signum == SIGHUP) {
+    if (!e->shutting_down) lp_script_host_reload(e->scripts, "SIGHUP", 1, NULL);
+    return;
+  }
+  begin_shutdown(e, signum == SIGTERM ? "SIGTERM" : "SIGINT", shutdown_timeout_ms);
+}
+
+/* ---- start ------------------------------------------------------------------------------- */
+
+int lp_engine_run(const lp_engine_options *opts) {
+  engine e;
+  memset(&e, 0, sizeof e);
+  shutdown_timeout_ms = opts->shutdown_timeout_ms ? opts->shutdown_timeout_ms : 10000;
+  uv_loop_init(&e.loop);
+  lp_gauge_set(lp_metrics_gauge(lp_metrics_default(), "luaprov_build_info", "Build information; always 1.",
+                                LP_LABELS("version")),
+               LP_LABELS(LUAPROV_VERSION), 1);
+
+  lp_error *err = NULL;
+  lp_http_client_options http_opts = {.ca_file = opts->ca_file};
+  e.http = lp_http_client_new(&e.loop, &http_opts, &err);
+  if (!e.http) {
+    lp_errorlog(LOGGER, "cannot create the HTTP client", LPF_STR("error", err->message));
+    lp_error_free(err);
+    return 1;
+  }
+
+  lp_script_host_config cfg = {
+      .loop = &e.loop, .scripts_dir = opts->scripts_dir, .defaults_dir = lp_default_scripts_dir(),
+      .modules = lp_contract_modules, .http = e.http, .watch = 1,
+  };
+  lp_problems problems = {0};
+  e.scripts = lp_script_host_new(&cfg, &problems);
+  if (!e.scripts) {
+    for (size_t i = 0; i < problems.count; i++)
+      lp_errorlog(LOGGER, "scripts failed to load", LPF_STR("file", problems.items[i].file),
+                  LPF_INT("line", problems.items[i].line), LPF_STR("error", problems.items[i].message));
+    lp_problems_free(&problems);
+    lp_http_client_close(e.http, NULL, NULL);
+    uv_run(&e.loop, UV_RUN_DEFAULT);
+    uv_loop_close(&e.loop);
+    return 1;
+  }
+
+  e.server = lp_http_server_new(&e.loop, NULL);
+  lp_http_server_route(e.server, "GET", "/healthz", serve_healthz, &e);
+  lp_http_server_route(e.server, "GET", "/livez", serve_healthz, &e);
+  lp_http_server_route(e.server, "GET", "/readyz", serve_readyz, &e);
+  lp_http_server_route(e.server, "GET", "/metrics", serve_metrics, &e);
+  const char *host = opts->metrics_host ? opts->metrics_host : "127.0.0.1";
+  if (lp_http_server_listen(e.server, host, opts->metrics_port, &err) != 0) {
+    lp_errorlog(LOGGER, "cannot serve metrics and health", LPF_STR("error", err->message));
+    lp_error_free(err);
+    return 1;
+  }
+
+  uv_timer_init(&e.loop, &e.drain);
+  e.drain.data = &e;
+  uv_signal_t *signals[] = {&e.sigterm, &e.sigint, &e.sighup};
+  int signums[] = {SIGTERM, SIGINT, SIGHUP};
+  for (int i = 0; i < 3; i++) {
+    uv_signal_init(&e.loop, signals[i]);
+    signals[i]->data = &e;
+    uv_signal_start(signals[i], on_signal, signums[i]);
+  }
+  char addr[300];
+  snprintf(addr, sizeof addr, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, lp_http_server_port(e.server));
+  lp_info(LOGGER, "engine started", LPF_STR("version", LUAPROV_VERSION), LPF_STR("metrics_addr", addr),
+          LPF_INT("generation", (long long)lp_script_host_generation_id(e.scripts)), LPF_INT("pid", getpid()));
+
+  uv_run(&e.loop, UV_RUN_DEFAULT);
+  int rc = uv_loop_close(&e.loop);
+  if (rc != 0) lp_warn(LOGGER, "event loop closed with handles still open", LPF_STR("error", uv_strerror(rc)));
+  lp_log_flush();
+  return 0;
+}

@@ -1,0 +1,20 @@
+/* The engine process: one libuv loop owning the HTTP client, the script host, the health and
+ * metrics server and the signal handlers. SIGTERM/SIGINT shut down gracefully: stop accepting work,
+ * let script calls in flight finish until the shutdown deadline, cancel the rest, close everything,
+ * flush logs. A second SIGINT/SIGTERM exits at once. SIGHUP reloads the scripts. */
+#ifndef LUAPROV_CLI_ENGINE_H
+#define LUAPROV_CLI_ENGINE_H
+
+typedef struct lp_engine_options {
+  const char *scripts_dir;      /* operator tree; NULL = defaults only */
+  const char *metrics_host;     /* NULL = 127.0.0.1 */
+  int metrics_port;             /* 0 = pick a free port (logged) */
+  unsigned shutdown_timeout_ms; /* 0 = 10 s */
+  const char *ca_file;          /* TLS trust for luaprov.http.request; NULL = system bundle */
+} lp_engine_options;
+
+/* Runs until shut down. Returns the process exit status: 0 after a clean shutdown, 1 when the
+ * engine could not start (the reason is logged). */
+int lp_engine_run(const lp_engine_options *opts);
+
+#endif

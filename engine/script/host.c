@@ -1,0 +1,204 @@
+/* The script host: the generation in service, reload (validate then swap), and file watching. */
+#include "script/host.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/clock.h"
+#include "core/log.h"
+#include "script/host_internal.h"
+#include "script/tree.h"
+
+static void register_metrics(lp_script_host *h) {
+  lp_metrics *m = lp_metrics_default();
+  h->calls_total = lp_metrics_counter(m, "luaprov_script_calls_total", "Script function calls by outcome.",
+                                      LP_LABELS("module", "function", "result"));
+  h->call_seconds = lp_metrics_histogram(m, "luaprov_script_call_duration_seconds",
+                                         "Wall time of script calls, awaits included.", LP_LABELS("module"), NULL, 0);
+  h->reloads_total = lp_metrics_counter(m, "luaprov_script_reload_total", "Script reloads by result.",
+                                        LP_LABELS("result"));
+  h->generation_gauge =
+      lp_metrics_gauge(m, "luaprov_script_generation", "Number of the script generation in service.", LP_NO_LABELS);
+  h->memory_gauge = lp_metrics_gauge(m, "luaprov_script_memory_bytes",
+                                     "Lua heap of the script generation in service.", LP_NO_LABELS);
+  h->tasks_gauge = lp_metrics_gauge(m, "luaprov_script_tasks_in_flight", "Script calls running or awaiting I/O.",
+                                    LP_NO_LABELS);
+}
+
+static lp_generation *load_generation(lp_script_host *h, lp_problems *problems) {
+  const char *layers[4] = {NULL};
+  for (size_t i = 0; i < h->nlayers; i++) layers[i] = h->layers[i];
+  lp_generation_config cfg = {
+      .layers = layers, .modules = h->modules, .limits = &h->limits, .host = &h->lua_host, .id = h->next_id,
+  };
+  lp_generation *g = lp_generation_load(&cfg, problems);
+  if (g) h->next_id++;
+  return g;
+}
+
+static void log_problems(const char *msg, const lp_problems *problems, const char *trigger) {
+  for (size_t i = 0; i < problems->count; i++) {
+    const lp_problem *p = &problems->items[i];
+    lp_errorlog("engine.script", msg, LPF_STR("trigger", trigger), LPF_STR("file", p->file),
+                LPF_INT("line", p->line), LPF_STR("error", p->message));
+  }
+}
+
+static void start_watching(lp_script_host *h);
+static void stop_watching(lp_script_host *h);
+
+int lp_script_host_reload(lp_script_host *h, const char *trigger, int force, lp_problems *problems) {
+  const char *layers[4] = {NULL};
+  for (size_t i = 0; i < h->nlayers; i++) layers[i] = h->layers[i];
+  if (!force && lp_layers_digest(layers) == lp_generation_digest(h->current)) {
+    lp_counter_inc(h->reloads_total, LP_LABELS("unchanged"));
+    lp_debug("engine.script", "scripts unchanged, reload skipped", LPF_STR("trigger", trigger));
+    return 0;
+  }
+  double started = lp_clock_monotonic();
+  lp_problems local = {0};
+  lp_problems *found = problems ? problems : &local;
+  lp_generation *g = load_generation(h, found);
+  if (!g) {
+    lp_counter_inc(h->reloads_total, LP_LABELS("error"));
+    log_problems("script reload rejected, previous generation stays in service", found, trigger);
+    lp_problems_free(&local);
+    return -1;
+  }
+  lp_generation *old = h->current;
+  h->current = g;
+  lp_counter_inc(h->reloads_total, LP_LABELS("ok"));
+  lp_gauge_set(h->generation_gauge, LP_NO_LABELS, (double)lp_generation_id(g));
+  lp_gauge_set(h->memory_gauge, LP_NO_LABELS, (double)lp_generation_memory(g));
+  lp_info("engine.script", "scripts reloaded", LPF_STR("trigger", trigger), LPF_INT("generation", (long long)lp_generation_id(g)),
+          LPF_INT("previous", (long long)lp_generation_id(old)),
+          LPF_NUM("load_ms", (lp_clock_monotonic() - started) * 1000.0));
+  lp_generation_unref(old); /* tasks still running on it hold their own references */
+  if (h->watch) {
+    stop_watching(h); /* folders may have appeared or gone */
+    start_watching(h);
+  }
+  return 1;
+}
+
+/* ---- watching ---------------------------------------------------------------------------- */
+
+static void handle_closed(uv_handle_t *handle) {
+  lp_script_host *h = handle->data;
+  if (handle->type == UV_FS_EVENT) free(handle);
+  if (--h->open_handles == 0 && h->closing) {
+    void (*cb)(void *) = h->on_closed;
+    void *ud = h->on_closed_ud;
+    for (size_t i = 0; i < h->nlayers; i++) free(h->layers[i]);
+    free(h);
+    if (cb) cb(ud);
+  }
+}
+
+static void debounce_fired(uv_timer_t *timer) {
+  lp_script_host *h = timer->data;
+  lp_script_host_reload(h, "file", 0, NULL);
+}
+
+static void fs_changed(uv_fs_event_t *handle, const char *filename, int events, int status) {
+  lp_script_host *h = handle->data;
+  if (h->closing) return;
+  if (status < 0) {
+    lp_warn("engine.script", "file watch error", LPF_STR("error", uv_strerror(status)));
+    return;
+  }
+  /* Editors write through temporary files and ConfigMaps swap symlinks: wait for quiet. */
+  uv_timer_start(&h->debounce, debounce_fired, h->debounce_ms, 0);
+}
+
+static void start_watching(lp_script_host *h) {
+  for (size_t l = 0; l < h->nlayers; l++) {
+    char **dirs = lp_script_tree_dirs(h->layers[l]);
+    for (char **d = dirs; *d; d++) {
+      uv_fs_event_t *w = lp_xmalloc(sizeof *w);
+      uv_fs_event_init(h->loop, w);
+      w->data = h;
+      h->open_handles++;
+      int rc = uv_fs_event_start(w, fs_changed, *d, 0);
+      if (rc < 0) {
+        lp_warn("engine.script", "cannot watch folder", LPF_STR("dir", *d), LPF_STR("error", uv_strerror(rc)));
+        uv_close((uv_handle_t *)w, handle_closed);
+        continue;
+      }
+      h->watchers = lp_xrealloc(h->watchers, (h->nwatchers + 1) * sizeof *h->watchers);
+      h->watchers[h->nwatchers++] = w;
+    }
+    lp_script_tree_free_dirs(dirs);
+  }
+}
+
+static void stop_watching(lp_script_host *h) {
+  for (size_t i = 0; i < h->nwatchers; i++) uv_close((uv_handle_t *)h->watchers[i], handle_closed);
+  free(h->watchers);
+  h->watchers = NULL;
+  h->nwatchers = 0;
+}
+
+/* ---- lifecycle --------------------------------------------------------------------------- */
+
+lp_script_host *lp_script_host_new(const lp_script_host_config *cfg, lp_problems *problems) {
+  lp_script_host *h = lp_xcalloc(1, sizeof *h);
+  h->loop = cfg->loop;
+  if (cfg->scripts_dir && (!cfg->defaults_dir || strcmp(cfg->scripts_dir, cfg->defaults_dir) != 0))
+    h->layers[h->nlayers++] = lp_xstrdup(cfg->scripts_dir);
+  h->layers[h->nlayers++] = lp_xstrdup(cfg->defaults_dir);
+  h->modules = cfg->modules;
+  h->limits = cfg->limits;
+  lp_script_limits_resolve(&h->limits);
+  h->http = cfg->http;
+  h->now = cfg->now;
+  h->now_ud = cfg->now_ud;
+  h->watch = cfg->watch;
+  h->debounce_ms = cfg->debounce_ms ? cfg->debounce_ms : 20;
+  h->next_id = 1;
+  lp_task_host_bindings(&h->lua_host);
+  h->lua_host.ud = h;
+  register_metrics(h);
+
+  h->current = load_generation(h, problems);
+  if (!h->current) {
+    for (size_t i = 0; i < h->nlayers; i++) free(h->layers[i]);
+    free(h);
+    return NULL;
+  }
+  lp_gauge_set(h->generation_gauge, LP_NO_LABELS, (double)lp_generation_id(h->current));
+  lp_gauge_set(h->memory_gauge, LP_NO_LABELS, (double)lp_generation_memory(h->current));
+
+  uv_idle_init(h->loop, &h->completions);
+  h->completions.data = h;
+  uv_timer_init(h->loop, &h->debounce);
+  h->debounce.data = h;
+  h->open_handles = 2;
+  if (h->watch) start_watching(h);
+  lp_info("engine.script", "scripts loaded", LPF_INT("generation", (long long)lp_generation_id(h->current)),
+          LPF_STR("scripts", h->layers[0]), LPF_STR("defaults", h->layers[h->nlayers - 1]));
+  return h;
+}
+
+lp_generation *lp_script_host_current(lp_script_host *h) { return h->current; }
+
+uint64_t lp_script_host_generation_id(const lp_script_host *h) { return lp_generation_id(h->current); }
+
+void lp_host_maybe_finish_close(lp_script_host *h) {
+  if (!h->closing || h->ntasks > 0 || h->completions_closed) return;
+  h->completions_closed = 1;
+  lp_task_deliver_completions(h);
+  lp_generation_unref(h->current);
+  h->current = NULL;
+  uv_close((uv_handle_t *)&h->completions, handle_closed);
+}
+
+void lp_script_host_close(lp_script_host *h, void (*on_closed)(void *ud), void *ud) {
+  h->closing = 1;
+  h->on_closed = on_closed;
+  h->on_closed_ud = ud;
+  lp_script_host_cancel_all(h); /* parked tasks end through their HTTP callbacks */
+  stop_watching(h);
+  uv_close((uv_handle_t *)&h->debounce, handle_closed);
+  lp_host_maybe_finish_close(h);
+}

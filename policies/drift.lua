@@ -1,0 +1,86 @@
+-- Drift policy: decides whether a running node no longer matches its ECSNodeClass (SPEC §5.5).
+-- The engine calls it about every five minutes per node, so it must be cheap and must not call the
+-- cloud: everything it needs is in the NodeClaim, the ECSNodeClass (spec and resolved status) and the
+-- instance the engine already holds.
+--
+-- Returns a DriftReason ("NodeClassDrift", "ImageDrift", "SecurityGroupDrift", "VSwitchDrift"),
+-- "" when the node is not drifted, or nil plus a message when the answer is not known yet (the
+-- engine then leaves the Drifted condition as it is and asks again later).
+local M = {}
+
+M.HASH_ANNOTATION = "karpenter.k8s.alibabacloud/ecsnodeclass-hash"
+M.HASH_VERSION_ANNOTATION = "karpenter.k8s.alibabacloud/ecsnodeclass-hash-version"
+
+local function annotation(object, key)
+  local metadata = object and object.metadata
+  local annotations = metadata and metadata.annotations
+  return annotations and annotations[key]
+end
+
+-- Set of the `field` values of a status list; nil when the list is missing or empty.
+local function id_set(list, field)
+  if type(list) ~= "table" or #list == 0 then return nil end
+  local set = {}
+  for _, item in ipairs(list) do
+    if type(item) == "table" and item[field] then set[item[field]] = true end
+  end
+  return set
+end
+
+-- NodeClassDrift needs no API call: both objects carry the hash of the hashed NodeClass fields. A
+-- hash-version mismatch means the hash algorithm changed, not the class, so it is not drift.
+function M.static_drift(nodeclaim, nodeclass)
+  local claim_hash = annotation(nodeclaim, M.HASH_ANNOTATION)
+  local class_hash = annotation(nodeclass, M.HASH_ANNOTATION)
+  local claim_version = annotation(nodeclaim, M.HASH_VERSION_ANNOTATION)
+  local class_version = annotation(nodeclass, M.HASH_VERSION_ANNOTATION)
+  if claim_hash and class_hash and claim_version and claim_version == class_version and claim_hash ~= class_hash then
+    return "NodeClassDrift"
+  end
+  return ""
+end
+
+function M.image_drift(nodeclass, instance)
+  local images = id_set(nodeclass.status and nodeclass.status.images, "id")
+  if not images then return nil, "no images are resolved in the ECSNodeClass status yet" end
+  if not images[instance.image_id] then return "ImageDrift" end
+  return ""
+end
+
+-- Exact set equality: an extra group on either side is drift.
+function M.security_group_drift(nodeclass, instance)
+  local wanted = id_set(nodeclass.status and nodeclass.status.securityGroups, "id")
+  if not wanted then return nil, "no security groups are resolved in the ECSNodeClass status yet" end
+  local actual = {}
+  for _, id in ipairs(instance.security_group_ids or {}) do
+    if not wanted[id] then return "SecurityGroupDrift" end
+    actual[id] = true
+  end
+  for id in pairs(wanted) do
+    if not actual[id] then return "SecurityGroupDrift" end
+  end
+  return ""
+end
+
+function M.vswitch_drift(nodeclass, instance)
+  local vswitches = id_set(nodeclass.status and nodeclass.status.vSwitches, "id")
+  if not vswitches then return nil, "no vSwitches are resolved in the ECSNodeClass status yet" end
+  if not vswitches[instance.vswitch_id] then return "VSwitchDrift" end
+  return ""
+end
+
+-- The checks in the order of SPEC §5.5; the first reason found wins.
+M.checks = { M.image_drift, M.security_group_drift, M.vswitch_drift }
+
+function M.is_drifted(nodeclaim, nodeclass, instance, _ctx)
+  local reason = M.static_drift(nodeclaim, nodeclass)
+  if reason ~= "" then return reason end
+  for _, check in ipairs(M.checks) do
+    local found, err = check(nodeclass, instance)
+    if found == nil then return nil, err end
+    if found ~= "" then return found end
+  end
+  return ""
+end
+
+return M

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages luaprov needs (SPEC §2), only those missing.
+# usage: tools/install-deps.sh [build|test|bench]
+#   build  compile and run the engine
+#   test   also the test tools (busted, luacheck, clang-format)
+#   bench  also the load generator used as the reference (wrk)
+# As root it runs apt-get; otherwise it prints the exact command to run and fails.
+set -euo pipefail
+
+profile="${1:-build}"
+packages=(cmake make gcc pkg-config curl ca-certificates
+  liblua5.4-dev lua5.4 lua-cjson libuv1-dev libcurl4-openssl-dev libssl-dev
+  libhttp-parser-dev libjansson-dev)
+case "$profile" in
+  build) ;;
+  test) packages+=(lua-busted lua-check clang-format) ;;
+  bench) packages+=(lua-busted lua-check clang-format wrk) ;;
+  *) echo "install-deps: unknown profile '$profile' (build, test or bench)" >&2; exit 2 ;;
+esac
+
+missing=()
+for p in "${packages[@]}"; do
+  status="$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)"
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+
+command="apt-get install -y --no-install-recommends ${missing[*]}"
+if [[ "$(id -u)" -ne 0 ]]; then
+  echo "luaprov needs these Debian packages: ${missing[*]}" >&2
+  echo "run as root:  apt-get update && $command" >&2
+  exit 1
+fi
+echo "installing: ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086
+$command >/dev/null
