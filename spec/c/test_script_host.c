@@ -1,0 +1,378 @@
+/* The script host against real Lua states, a real loop, a real HTTP server and client: sandbox
+ * escapes, budgets, memory caps, reload (keep-old-on-failure, swap latency, generations of calls in
+ * flight), and tasks awaiting HTTP while others run. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "core/cache.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "http/client.h"
+#include "http/server.h"
+#include "script/host.h"
+
+static char tree[256];
+static uv_loop_t loop;
+static lp_http_server *server;
+static lp_http_client *client;
+static int server_port;
+
+static const lp_module_spec modules[] = {
+    {"policies.probe", "probe", 1, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static void write_file(const char *rel, const char *text) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/%s", tree, rel);
+  char tmp[520];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  fputs(text, f);
+  fclose(f);
+  rename(tmp, path); /* atomic, as editors and ConfigMaps do it */
+}
+
+static const char probe_v1[] =
+    "local luaprov = require 'luaprov'\n"
+    "local M = { version = 1 }\n"
+    "function M.try(code)\n"
+    "  local f, err = load(code)\n"
+    "  if not f then return 'load failed: ' .. err end\n"
+    "  local ok, res = pcall(f)\n"
+    "  if ok then return 'ok: ' .. tostring(res) end\n"
+    "  return 'error: ' .. tostring(res)\n"
+    "end\n"
+    "function M.spin() while true do end end\n"                                                  /* line 10 */
+    "function M.spin_pcall() while true do pcall(function() while true do end end) end end\n" /* line 11 */
+    "function M.hog() local t = {} for i = 1, 1e8 do t[i] = {i} end return #t end\n"
+    "function M.pattern() return string.find(('a'):rep(28), ('a?'):rep(28) .. ('a'):rep(28)) end\n"
+    "function M.version_of() return M.version end\n"
+    "function M.echo(a, b) return a, b end\n"
+    "function M.fetch(url)\n"
+    "  local res, err, code = luaprov.http.request{ url = url, timeout_ms = 5000 }\n"
+    "  if not res then return nil, code end\n"
+    "  return res.status, res.body, res.headers['x-probe']\n"
+    "end\n"
+    "function M.bare_yield() coroutine.yield() end\n"
+    "return M\n";
+
+static lp_script_host *new_host(int watch) {
+  lp_script_host_config cfg = {
+      .loop = &loop, .defaults_dir = tree, .modules = modules, .http = client, .watch = watch,
+      .limits = {.memory_bytes = 16u << 20, .call_instructions = 5000000},
+  };
+  lp_problems problems = {0};
+  lp_script_host *h = lp_script_host_new(&cfg, &problems);
+  if (!h) {
+    char *text = lp_problems_render(&problems);
+    fprintf(stderr, "host failed to load:\n%s", text);
+    free(text);
+  }
+  lp_problems_free(&problems);
+  return h;
+}
+
+static int host_closed;
+static void on_host_closed(void *ud) { host_closed = 1; }
+
+static void close_host(lp_script_host *h) {
+  host_closed = 0;
+  lp_script_host_close(h, on_host_closed, NULL);
+  while (!host_closed) uv_run(&loop, UV_RUN_ONCE);
+}
+
+static lp_task_result *call(lp_script_host *h, const char *function, json_t *args) {
+  return lp_script_host_call_sync(h, "policies.probe", function, args);
+}
+
+static char *try_code(lp_script_host *h, const char *code) {
+  lp_task_result *r = call(h, "try", json_pack("[s]", code));
+  char *out = NULL;
+  if (r->json) {
+    json_t *v = json_loads(r->json, 0, NULL);
+    out = strdup(json_string_value(json_array_get(v, 0)));
+    json_decref(v);
+  } else {
+    out = strdup(r->error->message);
+  }
+  lp_task_result_free(r);
+  return out;
+}
+
+static void test_sandbox_escapes(void) {
+  lp_script_host *h = new_host(0);
+  CHECK(h != NULL);
+  if (!h) return;
+  static const struct {
+    const char *code;
+    const char *expect;
+  } cases[] = {
+      {"return io.open('/etc/passwd')", "global 'io'"},
+      {"return os.execute('true')", "field 'execute'"},
+      {"return os.getenv('HOME')", "field 'getenv'"},
+      {"return require('io')", "module 'io' not found"},
+      {"return require('cjson')", "module 'cjson' not found"},
+      {"return require('../../etc/passwd')", "invalid module name"},
+      {"return load(string.dump(function() end))", "field 'dump'"},
+      {"return load('\\27Lua\\84\\0', 'x', 'b')", "mode 'b' is not allowed"},
+      {"local f, err = load('\\27Lua\\84\\0'); return err", "attempt to load a binary chunk"},
+      {"return debug.getinfo(1)", "global 'debug'"},
+      {"return getmetatable('').__index", "getmetatable on strings is not allowed"},
+      {"return collectgarbage('stop')", "global 'collectgarbage'"},
+      {"return dofile('/etc/passwd')", "global 'dofile'"},
+      {"return loadfile('/etc/passwd')", "global 'loadfile'"},
+      {"return package.loaded", "global 'package'"},
+      {"string.upper = nil; return 'x'", "ok: x"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char *out = try_code(h, cases[i].code);
+    CHECK_CONTAINS(out, cases[i].expect);
+    free(out);
+  }
+  /* The library tables are per script copies, and the string metatable still points at the real
+   * string table: method calls keep working after a script tampered with its own copy. */
+  char *out = try_code(h, "return ('abc'):upper()");
+  CHECK_STR(out, "ok: ABC");
+  free(out);
+  close_host(h);
+}
+
+static void test_budget(void) {
+  lp_script_host *h = new_host(0);
+  if (!h) return;
+  double t0 = lp_clock_monotonic();
+  lp_task_result *r = call(h, "spin", NULL);
+  CHECK(r->error != NULL);
+  if (r->error) {
+    CHECK_STR(r->error->code, "Budget");
+    CHECK_CONTAINS(r->error->message, "policies/probe.lua:10: instruction budget of 5000000 exceeded");
+  }
+  CHECK(lp_clock_monotonic() - t0 < 2.0);
+  lp_task_result_free(r);
+
+  r = call(h, "spin_pcall", NULL); /* the script's own pcall cannot absorb the budget error */
+  CHECK(r->error && strcmp(r->error->code, "Budget") == 0);
+  if (r->error) CHECK_CONTAINS(r->error->message, "probe.lua:11:");
+  lp_task_result_free(r);
+
+  r = call(h, "echo", json_pack("[si]", "still", 42)); /* the engine stays up */
+  CHECK(r->error == NULL);
+  CHECK_STR(r->json, "[\"still\",42]");
+  lp_task_result_free(r);
+  close_host(h);
+}
+
+static void test_memory_and_patterns(void) {
+  lp_script_host *h = new_host(0);
+  if (!h) return;
+  lp_task_result *r = call(h, "hog", NULL);
+  CHECK(r->error && strcmp(r->error->code, "Memory") == 0);
+  if (r->error) CHECK_CONTAINS(r->error->message, "memory limit of 16384 KiB");
+  lp_task_result_free(r);
+  CHECK(lp_generation_memory(lp_script_host_current(h)) < (4u << 20)); /* the garbage was collected */
+
+  double t0 = lp_clock_monotonic();
+  r = call(h, "pattern", NULL);
+  CHECK(r->error != NULL);
+  if (r->error) CHECK_CONTAINS(r->error->message, "pattern too complex");
+  CHECK(lp_clock_monotonic() - t0 < 1.0);
+  lp_task_result_free(r);
+
+  r = call(h, "echo", json_pack("[s]", "alive"));
+  CHECK_STR(r->json, "[\"alive\",null]");
+  lp_task_result_free(r);
+
+  r = call(h, "bare_yield", NULL);
+  CHECK(r->error && strstr(r->error->message, "yielded outside luaprov.http.request"));
+  lp_task_result_free(r);
+  r = call(h, "missing_function", NULL);
+  CHECK(r->error && strcmp(r->error->code, "Contract") == 0);
+  lp_task_result_free(r);
+  close_host(h);
+}
+
+/* ---- HTTP ------------------------------------------------------------------------------------ */
+
+typedef struct delayed {
+  uv_timer_t timer;
+  lp_http_response *res;
+} delayed;
+
+static void delayed_closed(uv_handle_t *h) { free(h->data); }
+
+static void answer_later(uv_timer_t *t) {
+  delayed *d = t->data;
+  lp_http_response_header(d->res, "X-Probe", "slow");
+  lp_http_respond(d->res, 200, "text/plain", "late answer", 11);
+  uv_close((uv_handle_t *)&d->timer, delayed_closed);
+}
+
+static void serve_slow(const lp_http_request *req, lp_http_response *res, void *ud) {
+  delayed *d = calloc(1, sizeof *d);
+  d->res = res;
+  uv_timer_init(&loop, &d->timer);
+  d->timer.data = d;
+  uv_timer_start(&d->timer, answer_later, 150, 0);
+}
+
+typedef struct outcome {
+  int done;
+  double at;
+  char *json;
+  uint64_t generation;
+  char *error;
+} outcome;
+
+static void record(const lp_task_result *r, void *ud) {
+  outcome *o = ud;
+  o->done = 1;
+  o->at = lp_clock_monotonic();
+  o->json = r->json ? strdup(r->json) : NULL;
+  o->error = r->error ? strdup(r->error->message) : NULL;
+  o->generation = r->generation;
+}
+
+static void test_http_await(void) {
+  lp_script_host *h = new_host(0);
+  if (!h) return;
+  char url[128];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/slow", server_port);
+  outcome slow = {0}, quick = {0};
+  lp_script_host_call(h, "policies.probe", "fetch", json_pack("[s]", url), record, &slow);
+  lp_script_host_call(h, "policies.probe", "echo", json_pack("[i]", 7), record, &quick);
+  CHECK(!slow.done && !quick.done); /* never called back from inside lp_script_host_call */
+  CHECK_INT(lp_script_host_tasks_in_flight(h), 1);
+  while (!slow.done) uv_run(&loop, UV_RUN_ONCE);
+  CHECK(quick.done && quick.at < slow.at); /* the quick task ran while the slow one awaited */
+  CHECK_STR(slow.json, "[200,\"late answer\",\"slow\"]");
+  CHECK_STR(quick.json, "[7,null]");
+  free(slow.json);
+  free(quick.json);
+
+  /* Connection refused comes back as nil, code. */
+  outcome refused = {0};
+  lp_script_host_call(h, "policies.probe", "fetch", json_pack("[s]", "http://127.0.0.1:1/"), record, &refused);
+  while (!refused.done) uv_run(&loop, UV_RUN_ONCE);
+  CHECK_STR(refused.json, "[null,\"ConnectFailed\"]");
+  free(refused.json);
+  close_host(h);
+}
+
+/* ---- reload ---------------------------------------------------------------------------------- */
+
+static void run_for_ms(unsigned ms) {
+  double end = lp_clock_monotonic() + ms / 1000.0;
+  while (lp_clock_monotonic() < end) uv_run(&loop, UV_RUN_NOWAIT), usleep(1000);
+}
+
+static void test_reload(void) {
+  lp_script_host *h = new_host(1);
+  if (!h) return;
+  CHECK_INT(lp_script_host_generation_id(h), 1);
+
+  /* A call in flight when the reload happens finishes on generation 1. */
+  char url[128];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/slow", server_port);
+  outcome in_flight = {0};
+  lp_script_host_call(h, "policies.probe", "fetch", json_pack("[s]", url), record, &in_flight);
+
+  /* A syntax error is rejected with file:line and generation 1 stays in service. */
+  write_file("policies/probe.lua", "local M = {\nreturn M\n");
+  lp_problems problems = {0};
+  CHECK_INT(lp_script_host_reload(h, "test", 0, &problems), -1);
+  char *text = lp_problems_render(&problems);
+  CHECK_CONTAINS(text, "policies/probe.lua:2:");
+  free(text);
+  lp_problems_free(&problems);
+  CHECK_INT(lp_script_host_generation_id(h), 1);
+  lp_task_result *r = call(h, "version_of", NULL);
+  CHECK_STR(r->json, "[1]");
+  lp_task_result_free(r);
+
+  /* A good file swaps in through the file watcher within 100 ms of the write. */
+  char v2[sizeof probe_v1 + 16];
+  snprintf(v2, sizeof v2, "%s", probe_v1);
+  char *version = strstr(v2, "version = 1");
+  version[10] = '2';
+  double written = lp_clock_monotonic();
+  write_file("policies/probe.lua", v2);
+  while (lp_script_host_generation_id(h) == 1 && lp_clock_monotonic() - written < 2.0) uv_run(&loop, UV_RUN_ONCE);
+  double swap_ms = (lp_clock_monotonic() - written) * 1000.0;
+  CHECK(lp_script_host_generation_id(h) == 2);
+  CHECK(swap_ms < 100.0);
+  fprintf(stderr, "reload swapped %.1f ms after the write\n", swap_ms);
+  r = call(h, "version_of", NULL);
+  CHECK_STR(r->json, "[2]");
+  CHECK_INT(r->generation, 2);
+  lp_task_result_free(r);
+
+  while (!in_flight.done) uv_run(&loop, UV_RUN_ONCE);
+  CHECK_INT(in_flight.generation, 1);
+  CHECK_STR(in_flight.json, "[200,\"late answer\",\"slow\"]");
+  free(in_flight.json);
+
+  /* Unchanged files are not reloaded. */
+  CHECK_INT(lp_script_host_reload(h, "test", 0, NULL), 0);
+  run_for_ms(50);
+  CHECK_INT(lp_script_host_generation_id(h), 2);
+  write_file("policies/probe.lua", probe_v1);
+  close_host(h);
+}
+
+static void test_load_time_http_refused(void) {
+  write_file("policies/probe.lua", "local luaprov = require 'luaprov'\n"
+                                   "luaprov.http.request{ url = 'http://127.0.0.1:1/' }\nreturn {}\n");
+  lp_script_host_config cfg = {.loop = &loop, .defaults_dir = tree, .modules = modules, .http = client};
+  lp_problems problems = {0};
+  lp_script_host *h = lp_script_host_new(&cfg, &problems);
+  CHECK(h == NULL);
+  char *text = lp_problems_render(&problems);
+  CHECK_CONTAINS(text, "policies/probe.lua:2: luaprov.http.request cannot run here");
+  free(text);
+  lp_problems_free(&problems);
+  write_file("policies/probe.lua", probe_v1);
+}
+
+int main(void) {
+  lp_log_configure(LP_LOG_ERROR, LP_LOG_FORMAT_JSON, 2);
+  snprintf(tree, sizeof tree, "/tmp/luaprov-host-XXXXXX");
+  if (!mkdtemp(tree)) return 1;
+  char dir[300];
+  snprintf(dir, sizeof dir, "%s/policies", tree);
+  mkdir(dir, 0755);
+  write_file("policies/probe.lua", probe_v1);
+
+  uv_loop_init(&loop);
+  server = lp_http_server_new(&loop, NULL);
+  lp_http_server_route(server, "GET", "/slow", serve_slow, NULL);
+  lp_error *err = NULL;
+  if (lp_http_server_listen(server, "127.0.0.1", 0, &err) != 0) {
+    fprintf(stderr, "listen: %s\n", err->message);
+    return 1;
+  }
+  server_port = lp_http_server_port(server);
+  client = lp_http_client_new(&loop, NULL, &err);
+
+  RUN(test_sandbox_escapes);
+  RUN(test_budget);
+  RUN(test_memory_and_patterns);
+  RUN(test_http_await);
+  RUN(test_reload);
+  RUN(test_load_time_http_refused);
+
+  lp_http_client_close(client, NULL, NULL);
+  lp_http_server_close(server, NULL, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tree);
+  if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tree);
+  lp_cache_registry_clear();
+  return check_summary();
+}
