@@ -7,11 +7,18 @@
 #include "json.h"
 #include "luaprov.h"
 
-#define CACHE_MT "luaprov.cache"
+#define CACHE_MT            "luaprov.cache"
 #define DEFAULT_MAX_ENTRIES 10000
 
 /* A tag byte before the payload says how to rebuild the value. */
-enum { TAG_STRING = 's', TAG_INTEGER = 'i', TAG_FLOAT = 'f', TAG_TRUE = 't', TAG_FALSE = 'F', TAG_JSON = 'j' };
+enum {
+  TAG_STRING = 's',
+  TAG_INTEGER = 'i',
+  TAG_FLOAT = 'f',
+  TAG_TRUE = 't',
+  TAG_FALSE = 'F',
+  TAG_JSON = 'j'
+};
 
 static lp_cache *check_cache(lua_State *L, int idx) {
   lp_cache **ud = luaL_checkudata(L, idx, CACHE_MT);
@@ -48,7 +55,9 @@ static int cache_get(lua_State *L) {
   const char *payload = v + 1;
   size_t payload_len = len - 1;
   switch (v[0]) {
-  case TAG_STRING: lua_pushlstring(L, payload, payload_len); break;
+  case TAG_STRING:
+    lua_pushlstring(L, payload, payload_len);
+    break;
   case TAG_INTEGER: {
     lua_Integer i; /* the payload follows a tag byte: unaligned, so copy it out */
     memcpy(&i, payload, sizeof i);
@@ -61,8 +70,12 @@ static int cache_get(lua_State *L) {
     lua_pushnumber(L, d);
     break;
   }
-  case TAG_TRUE: lua_pushboolean(L, 1); break;
-  case TAG_FALSE: lua_pushboolean(L, 0); break;
+  case TAG_TRUE:
+    lua_pushboolean(L, 1);
+    break;
+  case TAG_FALSE:
+    lua_pushboolean(L, 0);
+    break;
   case TAG_JSON: {
     /* copy first: decoding allocates Lua memory, which must not race the cache's pointer */
     luaL_Buffer b;
@@ -78,7 +91,8 @@ static int cache_get(lua_State *L) {
     }
     break;
   }
-  default: lua_pushnil(L);
+  default:
+    lua_pushnil(L);
   }
   return 1;
 }
@@ -115,7 +129,9 @@ static int cache_set(lua_State *L) {
       lp_buf_append(&value, &d, sizeof d);
     }
     break;
-  case LUA_TBOOLEAN: lp_buf_putc(&value, lua_toboolean(L, 3) ? TAG_TRUE : TAG_FALSE); break;
+  case LUA_TBOOLEAN:
+    lp_buf_putc(&value, lua_toboolean(L, 3) ? TAG_TRUE : TAG_FALSE);
+    break;
   case LUA_TTABLE: {
     lp_buf_putc(&value, TAG_JSON);
     lp_error *err = NULL;
@@ -127,7 +143,8 @@ static int cache_set(lua_State *L) {
     }
     break;
   }
-  default: return luaL_argerror(L, 3, "cache values must be strings, numbers, booleans or plain tables");
+  default:
+    return luaL_argerror(L, 3, "cache values must be strings, numbers, booleans or plain tables");
   }
   lp_cache_set(c, key, key_len, value.data, value.len, (double)ttl);
   lp_buf_free(&value);
@@ -152,7 +169,10 @@ static int cache_tostring(lua_State *L) {
 
 int lp_open_cache(lua_State *L) {
   static const luaL_Reg methods[] = {
-      {"get", cache_get}, {"set", cache_set}, {"delete", cache_delete}, {NULL, NULL},
+      {"get", cache_get},
+      {"set", cache_set},
+      {"delete", cache_delete},
+      {NULL, NULL},
   };
   if (luaL_newmetatable(L, CACHE_MT)) {
     luaL_newlib(L, methods);

@@ -78,7 +78,8 @@ static int http_request(lua_State *L) {
   size_t body_len = 0;
   lua_getfield(L, 1, "body");
   if (!lua_isnil(L, -1)) {
-    if (lua_type(L, -1) != LUA_TSTRING) return luaL_error(L, "luaprov.http.request: field 'body' must be a string");
+    if (lua_type(L, -1) != LUA_TSTRING)
+      return luaL_error(L, "luaprov.http.request: field 'body' must be a string");
     req.body = lua_tolstring(L, -1, &body_len);
   }
   req.body_len = body_len;

@@ -22,11 +22,16 @@ static size_t read_fields(lua_State *L, int idx, lp_field *fields) {
     if (n == MAX_FIELDS) luaL_error(L, "luaprov.log: more than %d fields", MAX_FIELDS);
     const char *key = lua_tostring(L, -2);
     switch (lua_type(L, -1)) {
-    case LUA_TSTRING: fields[n] = LPF_STR(key, lua_tostring(L, -1)); break;
-    case LUA_TNUMBER:
-      fields[n] = lua_isinteger(L, -1) ? LPF_INT(key, lua_tointeger(L, -1)) : LPF_NUM(key, lua_tonumber(L, -1));
+    case LUA_TSTRING:
+      fields[n] = LPF_STR(key, lua_tostring(L, -1));
       break;
-    case LUA_TBOOLEAN: fields[n] = LPF_BOOL(key, lua_toboolean(L, -1)); break;
+    case LUA_TNUMBER:
+      fields[n] =
+          lua_isinteger(L, -1) ? LPF_INT(key, lua_tointeger(L, -1)) : LPF_NUM(key, lua_tonumber(L, -1));
+      break;
+    case LUA_TBOOLEAN:
+      fields[n] = LPF_BOOL(key, lua_toboolean(L, -1));
+      break;
     case LUA_TTABLE: {
       lp_buf json = LP_BUF_INIT;
       lp_error *err = NULL;
@@ -38,7 +43,8 @@ static size_t read_fields(lua_State *L, int idx, lp_field *fields) {
       fields[n] = LPF_JSON(key, lua_tostring(L, idx + 1));
       break;
     }
-    default: fields[n] = LPF_STR(key, luaL_typename(L, -1)); /* static type names */
+    default:
+      fields[n] = LPF_STR(key, luaL_typename(L, -1)); /* static type names */
     }
     n++;
     lua_pop(L, 1);
@@ -63,10 +69,18 @@ static int log_at(lua_State *L, lp_log_level level) {
 /* luaprov.log.debug|info|warn|error(msg, fields?)                         [-(1|2), +0, e]
  * msg is a constant text; variable parts go in fields (string keys; string, number, boolean or
  * table values — tables are written as JSON). Keys naming credentials are redacted by the logger. */
-static int log_debug(lua_State *L) { return log_at(L, LP_LOG_DEBUG); }
-static int log_info(lua_State *L) { return log_at(L, LP_LOG_INFO); }
-static int log_warn(lua_State *L) { return log_at(L, LP_LOG_WARN); }
-static int log_error(lua_State *L) { return log_at(L, LP_LOG_ERROR); }
+static int log_debug(lua_State *L) {
+  return log_at(L, LP_LOG_DEBUG);
+}
+static int log_info(lua_State *L) {
+  return log_at(L, LP_LOG_INFO);
+}
+static int log_warn(lua_State *L) {
+  return log_at(L, LP_LOG_WARN);
+}
+static int log_error(lua_State *L) {
+  return log_at(L, LP_LOG_ERROR);
+}
 
 int lp_open_log(lua_State *L) {
   static const luaL_Reg functions[] = {

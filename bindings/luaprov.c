@@ -24,7 +24,7 @@ int luaopen_luaprov(lua_State *L) {
     const char *name;
     lua_CFunction open;
   } parts[] = {
-      {"http", lp_open_http}, {"json", lp_open_json}, {"crypto", lp_open_crypto}, {"time", lp_open_time},
+      {"http", lp_open_http}, {"json", lp_open_json},   {"crypto", lp_open_crypto}, {"time", lp_open_time},
       {"log", lp_open_log},   {"cache", lp_open_cache}, {"env", lp_open_env},
   };
   lua_createtable(L, 0, (int)(sizeof parts / sizeof parts[0]) + 1);

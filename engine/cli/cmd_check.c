@@ -22,8 +22,12 @@ static const char usage[] =
 
 /* At load time scripts must not do I/O: a host that can never yield makes luaprov.http.request
  * raise the same error it raises in the engine. */
-static int never_yield(lua_State *L, void *ud) { return 0; }
-static int no_http(lua_State *L, const lp_http_request_opts *req, void *ud) { return 0; }
+static int never_yield(lua_State *L, void *ud) {
+  return 0;
+}
+static int no_http(lua_State *L, const lp_http_request_opts *req, void *ud) {
+  return 0;
+}
 
 static int check_tree(const char *dir, const char *defaults) {
   struct stat st;
@@ -35,7 +39,11 @@ static int check_tree(const char *dir, const char *defaults) {
   if (strcmp(dir, defaults) != 0) layers[1] = defaults;
   static const lp_lua_host load_only_host = {.http_request = no_http, .can_yield = never_yield};
   lp_generation_config cfg = {
-      .layers = layers, .modules = lp_contract_modules, .host = &load_only_host, .id = 1, .load_all = 1,
+      .layers = layers,
+      .modules = lp_contract_modules,
+      .host = &load_only_host,
+      .id = 1,
+      .load_all = 1,
   };
   lp_problems problems = {0};
   lp_generation *g = lp_generation_load(&cfg, &problems);

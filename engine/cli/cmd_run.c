@@ -31,21 +31,28 @@ int lp_cmd_run(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     const char *value = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(arg, "--scripts") == 0 && value) opts.scripts_dir = value;
-    else if (strcmp(arg, "--metrics-addr") == 0 && value) metrics_addr = value;
-    else if (strcmp(arg, "--shutdown-timeout") == 0 && value) opts.shutdown_timeout_ms = (unsigned)(atof(value) * 1000);
-    else if (strcmp(arg, "--ca-file") == 0 && value) opts.ca_file = value;
-    else if (strcmp(arg, "--log-level") == 0 && value) level = value;
-    else if (strcmp(arg, "--log-format") == 0 && value) format = value;
+    if (strcmp(arg, "--scripts") == 0 && value)
+      opts.scripts_dir = value;
+    else if (strcmp(arg, "--metrics-addr") == 0 && value)
+      metrics_addr = value;
+    else if (strcmp(arg, "--shutdown-timeout") == 0 && value)
+      opts.shutdown_timeout_ms = (unsigned)(atof(value) * 1000);
+    else if (strcmp(arg, "--ca-file") == 0 && value)
+      opts.ca_file = value;
+    else if (strcmp(arg, "--log-level") == 0 && value)
+      level = value;
+    else if (strcmp(arg, "--log-format") == 0 && value)
+      format = value;
     else {
-      fprintf(stderr, "luaprov run: %s '%s'\n\n%s", value || arg[0] != '-' ? "unknown option" : "missing value for",
-              arg, usage);
+      fprintf(stderr, "luaprov run: %s '%s'\n\n%s",
+              value || arg[0] != '-' ? "unknown option" : "missing value for", arg, usage);
       return 2;
     }
     i++;
   }
   if (lp_cli_configure_logging(level, format) != 0) return 2;
-  if (metrics_addr && lp_cli_parse_addr("--metrics-addr", metrics_addr, &metrics_host, &opts.metrics_port) != 0)
+  if (metrics_addr &&
+      lp_cli_parse_addr("--metrics-addr", metrics_addr, &metrics_host, &opts.metrics_port) != 0)
     return 2;
   opts.metrics_host = metrics_host;
   int status = lp_engine_run(&opts);

@@ -9,9 +9,11 @@
 
 int lp_cmd_version(int argc, char **argv) {
   if (lp_cli_wants_help(argc, argv)) {
-    puts("usage: luaprov version\n\nPrints the luaprov version and the versions of Lua, libuv and libcurl it runs on.");
+    puts("usage: luaprov version\n\nPrints the luaprov version and the versions of Lua, libuv and libcurl it "
+         "runs on.");
     return 0;
   }
-  printf("luaprov %s (%s, libuv %s, %s)\n", LUAPROV_VERSION, LUA_RELEASE, uv_version_string(), curl_version());
+  printf("luaprov %s (%s, libuv %s, %s)\n", LUAPROV_VERSION, LUA_RELEASE, uv_version_string(),
+         curl_version());
   return 0;
 }

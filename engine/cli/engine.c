@@ -42,8 +42,8 @@ static void serve_readyz(const lp_http_request *req, lp_http_response *res, void
   char body[256];
   int n;
   if (strstr(req->query, "verbose")) {
-    n = snprintf(body, sizeof body, "[%c]scripts %s\n[%c]shutdown %s\nreadyz check %s\n", scripts_ok ? '+' : '-',
-                 scripts_ok ? "ok" : "failed", e->shutting_down ? '-' : '+',
+    n = snprintf(body, sizeof body, "[%c]scripts %s\n[%c]shutdown %s\nreadyz check %s\n",
+                 scripts_ok ? '+' : '-', scripts_ok ? "ok" : "failed", e->shutting_down ? '-' : '+',
                  e->shutting_down ? "in progress" : "ok", ready ? "passed" : "failed");
   } else {
     n = snprintf(body, sizeof body, "%s\n", ready ? "ok" : "not ready");
@@ -83,7 +83,8 @@ static void drain_tick(uv_timer_t *t) {
   if (in_flight > 0 && lp_clock_monotonic() < e->shutdown_deadline) return;
   uv_timer_stop(t);
   if (in_flight > 0)
-    lp_warn(LOGGER, "shutdown deadline reached, cancelling script calls", LPF_INT("in_flight", (long long)in_flight));
+    lp_warn(LOGGER, "shutdown deadline reached, cancelling script calls",
+            LPF_INT("in_flight", (long long)in_flight));
   lp_script_host_close(e->scripts, scripts_closed, e);
 }
 
@@ -102,7 +103,8 @@ static void begin_shutdown(engine *e, const char *signal_name, unsigned timeout_
   e->shutting_down = 1;
   e->shutdown_deadline = lp_clock_monotonic() + timeout_ms / 1000.0;
   lp_info(LOGGER, "shutting down", LPF_STR("signal", signal_name),
-          LPF_INT("in_flight", (long long)lp_script_host_tasks_in_flight(e->scripts)), LPF_INT("timeout_ms", timeout_ms));
+          LPF_INT("in_flight", (long long)lp_script_host_tasks_in_flight(e->scripts)),
+          LPF_INT("timeout_ms", timeout_ms));
   lp_http_server_close(e->server, server_closed, e);
 }
 
@@ -138,8 +140,12 @@ int lp_engine_run(const lp_engine_options *opts) {
   }
 
   lp_script_host_config cfg = {
-      .loop = &e.loop, .scripts_dir = opts->scripts_dir, .defaults_dir = lp_default_scripts_dir(),
-      .modules = lp_contract_modules, .http = e.http, .watch = 1,
+      .loop = &e.loop,
+      .scripts_dir = opts->scripts_dir,
+      .defaults_dir = lp_default_scripts_dir(),
+      .modules = lp_contract_modules,
+      .http = e.http,
+      .watch = 1,
   };
   lp_problems problems = {0};
   e.scripts = lp_script_host_new(&cfg, &problems);
@@ -178,11 +184,13 @@ int lp_engine_run(const lp_engine_options *opts) {
   char addr[300];
   snprintf(addr, sizeof addr, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, lp_http_server_port(e.server));
   lp_info(LOGGER, "engine started", LPF_STR("version", LUAPROV_VERSION), LPF_STR("metrics_addr", addr),
-          LPF_INT("generation", (long long)lp_script_host_generation_id(e.scripts)), LPF_INT("pid", getpid()));
+          LPF_INT("generation", (long long)lp_script_host_generation_id(e.scripts)),
+          LPF_INT("pid", getpid()));
 
   uv_run(&e.loop, UV_RUN_DEFAULT);
   int rc = uv_loop_close(&e.loop);
-  if (rc != 0) lp_warn(LOGGER, "event loop closed with handles still open", LPF_STR("error", uv_strerror(rc)));
+  if (rc != 0)
+    lp_warn(LOGGER, "event loop closed with handles still open", LPF_STR("error", uv_strerror(rc)));
   lp_log_flush();
   return 0;
 }

@@ -38,8 +38,10 @@ int lp_cli_configure_logging(const char *level, const char *format) {
     return -1;
   }
   if (format && *format) {
-    if (strcmp(format, "json") == 0) fmt = LP_LOG_FORMAT_JSON;
-    else if (strcmp(format, "text") == 0) fmt = LP_LOG_FORMAT_TEXT;
+    if (strcmp(format, "json") == 0)
+      fmt = LP_LOG_FORMAT_JSON;
+    else if (strcmp(format, "text") == 0)
+      fmt = LP_LOG_FORMAT_TEXT;
     else {
       fprintf(stderr, "luaprov: %s: unknown format '%s' (use json or text)\n", format_src, format);
       return -1;
@@ -65,7 +67,8 @@ int lp_cli_parse_addr(const char *flag, const char *value, char **host_out, int 
   *port_out = (int)port;
   return 0;
 bad:
-  fprintf(stderr, "luaprov: %s: expected HOST:PORT (e.g. 127.0.0.1:8080 or [::1]:8080), got '%s'\n", flag, value);
+  fprintf(stderr, "luaprov: %s: expected HOST:PORT (e.g. 127.0.0.1:8080 or [::1]:8080), got '%s'\n", flag,
+          value);
   return -1;
 }
 
@@ -74,7 +77,8 @@ int main(int argc, char **argv) {
     const char *name;
     int (*run)(int, char **);
   } commands[] = {{"run", lp_cmd_run}, {"check", lp_cmd_check}, {"version", lp_cmd_version}};
-  if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+  if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+      strcmp(argv[1], "help") == 0) {
     fputs(usage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }

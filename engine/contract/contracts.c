@@ -90,8 +90,10 @@ static void validate_repair(lua_State *L, int idx, const char *file, lp_problems
   lua_call(L, 1, 1);
   int list = lua_gettop(L);
   if (!lua_istable(L, list)) {
-    lp_problems_add(problems, file, line, "policies(ctx) must return a list of {condition_type, condition_status, "
-                    "toleration_seconds}, not a %s", luaL_typename(L, list));
+    lp_problems_add(problems, file, line,
+                    "policies(ctx) must return a list of {condition_type, condition_status, "
+                    "toleration_seconds}, not a %s",
+                    luaL_typename(L, list));
     return;
   }
   lua_Integer n = (lua_Integer)lua_rawlen(L, list);
@@ -106,34 +108,45 @@ static void validate_repair(lua_State *L, int idx, const char *file, lp_problems
     }
     lua_getfield(L, entry, "condition_type");
     if (lua_type(L, -1) != LUA_TSTRING || lua_rawlen(L, -1) == 0)
-      lp_problems_add(problems, file, line, "policies(ctx)[%d].condition_type must be a non-empty string", (int)i);
+      lp_problems_add(problems, file, line, "policies(ctx)[%d].condition_type must be a non-empty string",
+                      (int)i);
     lua_getfield(L, entry, "condition_status");
     if (lua_type(L, -1) != LUA_TSTRING || !valid_condition_status(lua_tostring(L, -1)))
       lp_problems_add(problems, file, line,
-                      "policies(ctx)[%d].condition_status must be \"True\", \"False\" or \"Unknown\"", (int)i);
+                      "policies(ctx)[%d].condition_status must be \"True\", \"False\" or \"Unknown\"",
+                      (int)i);
     lua_getfield(L, entry, "toleration_seconds");
     if (!lua_isnumber(L, -1) || lua_tonumber(L, -1) < 0)
-      lp_problems_add(problems, file, line, "policies(ctx)[%d].toleration_seconds must be a number >= 0", (int)i);
+      lp_problems_add(problems, file, line, "policies(ctx)[%d].toleration_seconds must be a number >= 0",
+                      (int)i);
     lua_settop(L, list);
   }
 }
 
 static void validate_cloudprovider(lua_State *L, int idx, const char *file, lp_problems *problems) {
   static const field_rule rules[] = {
-      {"name", LUA_TSTRING, 1},          {"instance_types", LUA_TFUNCTION, 1},
-      {"create", LUA_TFUNCTION, 1},      {"delete", LUA_TFUNCTION, 1},
-      {"get", LUA_TFUNCTION, 1},         {"list", LUA_TFUNCTION, 1},
-      {"resolve_nodeclass", LUA_TFUNCTION, 1}, {"provider_id", LUA_TFUNCTION, 1},
-      {"parse_provider_id", LUA_TFUNCTION, 1}, {NULL, 0, 0},
+      {"name", LUA_TSTRING, 1},
+      {"instance_types", LUA_TFUNCTION, 1},
+      {"create", LUA_TFUNCTION, 1},
+      {"delete", LUA_TFUNCTION, 1},
+      {"get", LUA_TFUNCTION, 1},
+      {"list", LUA_TFUNCTION, 1},
+      {"resolve_nodeclass", LUA_TFUNCTION, 1},
+      {"provider_id", LUA_TFUNCTION, 1},
+      {"parse_provider_id", LUA_TFUNCTION, 1},
+      {NULL, 0, 0},
   };
   check_fields(L, idx, file, problems, "CloudProvider mapping", rules);
 }
 
 static void validate_nodegroup(lua_State *L, int idx, const char *file, lp_problems *problems) {
   static const field_rule rules[] = {
-      {"name", LUA_TSTRING, 1},        {"gpu_label", LUA_TSTRING, 1},
-      {"refresh", LUA_TFUNCTION, 1},   {"set_target_size", LUA_TFUNCTION, 1},
-      {"delete_node", LUA_TFUNCTION, 1}, {"template_node", LUA_TFUNCTION, 0},
+      {"name", LUA_TSTRING, 1},
+      {"gpu_label", LUA_TSTRING, 1},
+      {"refresh", LUA_TFUNCTION, 1},
+      {"set_target_size", LUA_TFUNCTION, 1},
+      {"delete_node", LUA_TFUNCTION, 1},
+      {"template_node", LUA_TFUNCTION, 0},
       {NULL, 0, 0},
   };
   check_fields(L, idx, file, problems, "NodeGroup mapping", rules);

@@ -10,11 +10,13 @@
 
 void lp_buf_reserve(lp_buf *b, size_t extra) {
   size_t need = b->len + extra + 1;
-  if (need <= b->cap) return;
-  size_t cap = b->cap ? b->cap : 64;
-  while (cap < need) cap *= 2;
-  b->data = lp_xrealloc(b->data, cap);
-  b->cap = cap;
+  if (need > b->cap) {
+    size_t cap = b->cap ? b->cap : 64;
+    while (cap < need) cap *= 2;
+    b->data = lp_xrealloc(b->data, cap);
+    b->cap = cap;
+  }
+  b->data[b->len] = '\0'; /* an empty buffer reads as "" too */
 }
 
 void lp_buf_append(lp_buf *b, const void *data, size_t n) {
@@ -24,9 +26,13 @@ void lp_buf_append(lp_buf *b, const void *data, size_t n) {
   b->data[b->len] = '\0';
 }
 
-void lp_buf_puts(lp_buf *b, const char *s) { lp_buf_append(b, s, strlen(s)); }
+void lp_buf_puts(lp_buf *b, const char *s) {
+  lp_buf_append(b, s, strlen(s));
+}
 
-void lp_buf_putc(lp_buf *b, char c) { lp_buf_append(b, &c, 1); }
+void lp_buf_putc(lp_buf *b, char c) {
+  lp_buf_append(b, &c, 1);
+}
 
 void lp_buf_printf(lp_buf *b, const char *fmt, ...) {
   va_list ap;
@@ -49,10 +55,14 @@ static size_t utf8_sequence(const unsigned char *s, size_t n) {
   size_t len;
   unsigned int cp;
   if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) len = 2, cp = c & 0x1F;
-  else if (c >= 0xE0 && c <= 0xEF) len = 3, cp = c & 0x0F;
-  else if (c >= 0xF0 && c <= 0xF4) len = 4, cp = c & 0x07;
-  else return 0;
+  if (c >= 0xC2 && c <= 0xDF)
+    len = 2, cp = c & 0x1F;
+  else if (c >= 0xE0 && c <= 0xEF)
+    len = 3, cp = c & 0x0F;
+  else if (c >= 0xF0 && c <= 0xF4)
+    len = 4, cp = c & 0x07;
+  else
+    return 0;
   if (len > n) return 0;
   for (size_t i = 1; i < len; i++) {
     if ((s[i] & 0xC0) != 0x80) return 0;
@@ -84,13 +94,27 @@ void lp_buf_json_string(lp_buf *b, const char *s, size_t n) {
       continue;
     }
     switch (c) {
-    case '"': lp_buf_puts(b, "\\\""); break;
-    case '\\': lp_buf_puts(b, "\\\\"); break;
-    case '\n': lp_buf_puts(b, "\\n"); break;
-    case '\r': lp_buf_puts(b, "\\r"); break;
-    case '\t': lp_buf_puts(b, "\\t"); break;
-    case '\b': lp_buf_puts(b, "\\b"); break;
-    case '\f': lp_buf_puts(b, "\\f"); break;
+    case '"':
+      lp_buf_puts(b, "\\\"");
+      break;
+    case '\\':
+      lp_buf_puts(b, "\\\\");
+      break;
+    case '\n':
+      lp_buf_puts(b, "\\n");
+      break;
+    case '\r':
+      lp_buf_puts(b, "\\r");
+      break;
+    case '\t':
+      lp_buf_puts(b, "\\t");
+      break;
+    case '\b':
+      lp_buf_puts(b, "\\b");
+      break;
+    case '\f':
+      lp_buf_puts(b, "\\f");
+      break;
     default:
       if (c < 0x20 || c == 0x7F) {
         char esc[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};

@@ -11,7 +11,8 @@ typedef struct lp_buf {
   size_t cap;
 } lp_buf;
 
-#define LP_BUF_INIT {NULL, 0, 0}
+#define LP_BUF_INIT                                                                                          \
+  { NULL, 0, 0 }
 
 void lp_buf_reserve(lp_buf *b, size_t extra);
 void lp_buf_append(lp_buf *b, const void *data, size_t n);

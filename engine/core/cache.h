@@ -2,8 +2,11 @@
  * evicted first), with hit/miss/eviction counters and an entries gauge labelled by cache name:
  *   luaprov_cache_hits_total{cache}, luaprov_cache_misses_total{cache},
  *   luaprov_cache_evictions_total{cache}, luaprov_cache_entries{cache}.
- * Expired entries count as misses and are dropped lazily on access and when the cache is full.
- * Loop thread only. Keys and values are binary-safe. */
+ * Expired entries count as misses and are dropped lazily on access and when the cache is full (the
+ * least recently used entry goes; evictions_total counts it only when it was still live, since that
+ * is the signal that the bound is too small).
+ * Loop thread only. Keys and values are binary-safe. A cache with metrics must be freed before its
+ * registry; freeing it sets its entries gauge to 0 and leaves its counters. */
 #ifndef LUAPROV_CORE_CACHE_H
 #define LUAPROV_CORE_CACHE_H
 
@@ -17,18 +20,23 @@ typedef struct lp_cache lp_cache;
 typedef double (*lp_clock_fn)(void *ud);
 
 /* Creates a cache. ttl_s > 0 is the default lifetime of an entry; max_entries > 0 bounds the size.
- * metrics may be NULL (no metrics). name is copied and labels the metrics. Caller owns the cache. */
+ * metrics may be NULL (no metrics). name is copied and labels the metrics. Caller owns the cache.
+ * Other ttl_s or max_entries values abort: the bindings validate what scripts pass. */
 lp_cache *lp_cache_new(const char *name, double ttl_s, size_t max_entries, lp_metrics *metrics);
 void lp_cache_free(lp_cache *c);
 
+/* clock NULL restores the default. Expiry deadlines already set were computed on the old clock. */
 void lp_cache_set_clock(lp_cache *c, lp_clock_fn clock, void *ud);
 
 /* Stores a copy of value under a copy of key, replacing any previous value. ttl_s <= 0 uses the
  * cache's default. Evicts the least recently used entry when full. */
-void lp_cache_set(lp_cache *c, const char *key, size_t key_len, const void *value, size_t value_len, double ttl_s);
+void lp_cache_set(lp_cache *c, const char *key, size_t key_len, const void *value, size_t value_len,
+                  double ttl_s);
 
 /* Looks key up. Returns a pointer to the cached bytes and stores their length in *value_len, or NULL
- * on a miss or an expired entry. The pointer stays valid until the next set/delete/free on this
+ * on a miss or an expired entry (value_len may be NULL). The bytes are followed by a NUL that is not
+ * counted, so text values can be used as C strings. A hit makes the entry the most recently used;
+ * it does not extend its lifetime. The pointer stays valid until the next set/delete/free on this
  * cache; copy it before calling anything that may change the cache. */
 const void *lp_cache_get(lp_cache *c, const char *key, size_t key_len, size_t *value_len);
 
@@ -42,7 +50,8 @@ double lp_cache_ttl(const lp_cache *c);
 
 /* Named caches that outlive Lua generations: the first call creates the cache with ttl_s and
  * max_entries (both > 0), later calls with the same name return it (their ttl/max are ignored).
- * Owned by the process; lp_cache_registry_clear frees all of them (at exit, and in tests). */
+ * Owned by the process and registered on lp_metrics_default(); lp_cache_registry_clear frees all of
+ * them (tests call it; an atexit handler installed with the first cache calls it at exit). */
 lp_cache *lp_cache_registry_get(const char *name, double ttl_s, size_t max_entries);
 void lp_cache_registry_clear(void);
 

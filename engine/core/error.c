@@ -27,7 +27,9 @@ void *lp_xrealloc(void *p, size_t n) {
   return q;
 }
 
-char *lp_xstrdup(const char *s) { return lp_xstrndup(s, strlen(s)); }
+char *lp_xstrdup(const char *s) {
+  return lp_xstrndup(s, strlen(s));
+}
 
 char *lp_xstrndup(const char *s, size_t n) {
   char *d = lp_xmalloc(n + 1);

@@ -18,7 +18,8 @@ lp_error *lp_error_new(const char *code, const char *fmt, ...) __attribute__((fo
 lp_error *lp_error_newv(const char *code, const char *fmt, va_list ap);
 
 /* Stores a new error in *out when out is not NULL and *out is empty; a first error wins. */
-void lp_error_set(lp_error **out, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void lp_error_set(lp_error **out, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* Frees e and its strings; NULL is a no-op. */
 void lp_error_free(lp_error *e);

@@ -11,7 +11,9 @@
  * microseconds, rarely enough to cost well under 1% of a call. */
 #define HOOK_PERIOD 1000
 
-lp_thread_ctx *lp_thread_ctx_get(lua_State *L) { return *(lp_thread_ctx **)lua_getextraspace(L); }
+lp_thread_ctx *lp_thread_ctx_get(lua_State *L) {
+  return *(lp_thread_ctx **)lua_getextraspace(L);
+}
 
 static void budget_hook(lua_State *L, lua_Debug *ar) {
   lp_thread_ctx *ctx = lp_thread_ctx_get(L);
@@ -125,7 +127,8 @@ static int describe_coroutine_error(lua_State *L) {
   return 0;
 }
 
-int lp_script_resume(lua_State *L, lua_State *co, int nargs, int *nresults, lp_error **err, char **traceback) {
+int lp_script_resume(lua_State *L, lua_State *co, int nargs, int *nresults, lp_error **err,
+                     char **traceback) {
   if (traceback) *traceback = NULL;
   int status = lua_resume(co, L, nargs, nresults);
   if (status == LUA_OK || status == LUA_YIELD) return status;
@@ -145,8 +148,10 @@ int lp_script_resume(lua_State *L, lua_State *co, int nargs, int *nresults, lp_e
   }
   lp_error_set(err, code, "%s", ce.message);
   free(ce.message);
-  if (traceback) *traceback = ce.traceback;
-  else free(ce.traceback);
+  if (traceback)
+    *traceback = ce.traceback;
+  else
+    free(ce.traceback);
   return -1;
 }
 

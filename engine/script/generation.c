@@ -16,10 +16,10 @@
 #include "script/sandbox.h"
 #include "script/tree.h"
 
-#define LOADED_KEY "luaprov.loaded"   /* module name -> value (or LOADING sentinel) */
-#define FILES_KEY "luaprov.files"     /* module name -> file it came from */
-#define BINDINGS_KEY "luaprov.module" /* the luaprov table */
-#define DEFAULTS_PREFIX "defaults."   /* require "defaults.policies.drift": the shipped version */
+#define LOADED_KEY      "luaprov.loaded" /* module name -> value (or LOADING sentinel) */
+#define FILES_KEY       "luaprov.files"  /* module name -> file it came from */
+#define BINDINGS_KEY    "luaprov.module" /* the luaprov table */
+#define DEFAULTS_PREFIX "defaults."      /* require "defaults.policies.drift": the shipped version */
 
 typedef struct entry_module {
   char *name;
@@ -85,8 +85,10 @@ char *lp_problems_render(const lp_problems *p) {
   lp_buf out = LP_BUF_INIT;
   for (size_t i = 0; i < p->count; i++) {
     const lp_problem *item = &p->items[i];
-    if (item->file && item->line > 0) lp_buf_printf(&out, "%s:%d: ", item->file, item->line);
-    else if (item->file) lp_buf_printf(&out, "%s: ", item->file);
+    if (item->file && item->line > 0)
+      lp_buf_printf(&out, "%s:%d: ", item->file, item->line);
+    else if (item->file)
+      lp_buf_printf(&out, "%s: ", item->file);
     lp_buf_printf(&out, "%s\n", item->message);
   }
   return lp_buf_take(&out, NULL);
@@ -152,8 +154,10 @@ static char *resolve_in(char *const *layers, size_t first, size_t last, const ch
     for (size_t k = 0; k < 2 && !found; k++) {
       char *path = lp_xasprintf(patterns[k], layers[i], rel);
       struct stat st;
-      if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) found = path;
-      else free(path);
+      if (stat(path, &st) == 0 && S_ISREG(st.st_mode))
+        found = path;
+      else
+        free(path);
     }
   }
   free(rel);
@@ -223,8 +227,10 @@ static int sandbox_require(lua_State *L) {
   char *path = resolve_module(g, name);
   if (!path) {
     lp_buf searched = LP_BUF_INIT;
-    for (char **layer = g->layers; *layer; layer++) lp_buf_printf(&searched, "%s%s", layer == g->layers ? "" : ", ", *layer);
-    lua_pushfstring(L, "module '%s' not found in the script tree (searched %s)", name, lp_buf_cstr(&searched));
+    for (char **layer = g->layers; *layer; layer++)
+      lp_buf_printf(&searched, "%s%s", layer == g->layers ? "" : ", ", *layer);
+    lua_pushfstring(L, "module '%s' not found in the script tree (searched %s)", name,
+                    lp_buf_cstr(&searched));
     lp_buf_free(&searched);
     return lua_error(L);
   }
@@ -331,12 +337,15 @@ static void load_module(lp_generation *g, const char *name, int *ref_out, lp_pro
   if (lp_script_pcall(g->L, 1, 0, &err, &traceback) != 0) {
     char file[4096];
     lp_problems_add_lua_message(problems, module_file(g->L, name, file, sizeof file), err->message);
-    lp_debug("engine.script", "module failed to load", LPF_STR("module", name), LPF_STR("traceback", traceback));
+    lp_debug("engine.script", "module failed to load", LPF_STR("module", name),
+             LPF_STR("traceback", traceback));
     lp_error_free(err);
   }
   free(traceback);
-  if (ref_out) *ref_out = a.ref;
-  else if (a.ref != LUA_NOREF) luaL_unref(g->L, LUA_REGISTRYINDEX, a.ref);
+  if (ref_out)
+    *ref_out = a.ref;
+  else if (a.ref != LUA_NOREF)
+    luaL_unref(g->L, LUA_REGISTRYINDEX, a.ref);
 }
 
 static void load_entries(lp_generation *g, const lp_module_spec *specs, lp_problems *problems) {
@@ -396,7 +405,8 @@ lp_generation *lp_generation_load(const lp_generation_config *cfg, lp_problems *
 
   g->L = lua_newstate(capped_alloc, g);
   if (!g->L) {
-    lp_problems_add(problems, NULL, 0, "cannot create a Lua state (memory limit %zu bytes)", g->limits.memory_bytes);
+    lp_problems_add(problems, NULL, 0, "cannot create a Lua state (memory limit %zu bytes)",
+                    g->limits.memory_bytes);
     lp_generation_unref(g);
     return NULL;
   }
@@ -440,11 +450,21 @@ void lp_generation_unref(lp_generation *g) {
   free(g);
 }
 
-uint64_t lp_generation_id(const lp_generation *g) { return g->id; }
-lua_State *lp_generation_state(lp_generation *g) { return g->L; }
-const lp_script_limits *lp_generation_limits(const lp_generation *g) { return &g->limits; }
-size_t lp_generation_memory(const lp_generation *g) { return g->memory_used; }
-uint64_t lp_generation_digest(const lp_generation *g) { return g->digest; }
+uint64_t lp_generation_id(const lp_generation *g) {
+  return g->id;
+}
+lua_State *lp_generation_state(lp_generation *g) {
+  return g->L;
+}
+const lp_script_limits *lp_generation_limits(const lp_generation *g) {
+  return &g->limits;
+}
+size_t lp_generation_memory(const lp_generation *g) {
+  return g->memory_used;
+}
+uint64_t lp_generation_digest(const lp_generation *g) {
+  return g->digest;
+}
 
 static const entry_module *find_entry(const lp_generation *g, const char *module) {
   for (size_t i = 0; i < g->nentries; i++)

@@ -23,10 +23,10 @@ typedef struct lp_generation lp_generation;
 typedef struct lp_lua_host lp_lua_host;
 
 typedef struct lp_script_limits {
-  size_t memory_bytes;         /* cap on the generation's Lua heap; 0 = 64 MiB */
-  long call_instructions;      /* VM instructions per call (all resumes of a task); 0 = 20 million */
-  long load_instructions;      /* top-level code of one module; 0 = 50 million */
-  unsigned call_timeout_ms;    /* wall time of a task, awaits included; 0 = 60 s */
+  size_t memory_bytes;      /* cap on the generation's Lua heap; 0 = 64 MiB */
+  long call_instructions;   /* VM instructions per call (all resumes of a task); 0 = 20 million */
+  long load_instructions;   /* top-level code of one module; 0 = 50 million */
+  unsigned call_timeout_ms; /* wall time of a task, awaits included; 0 = 60 s */
 } lp_script_limits;
 
 /* Fills zero fields with the defaults above. */
@@ -60,19 +60,19 @@ void lp_problems_free(lp_problems *p);
 typedef void (*lp_module_validate_fn)(lua_State *L, int idx, const char *file, lp_problems *problems);
 
 typedef struct lp_module_spec {
-  const char *module;   /* "policies.drift" -> policies/drift.lua or policies/drift/init.lua */
-  const char *contract; /* for messages: "drift policy (SPEC §4.4)" */
-  int required;         /* a missing file is a problem (otherwise the module is simply absent) */
+  const char *module;             /* "policies.drift" -> policies/drift.lua or policies/drift/init.lua */
+  const char *contract;           /* for messages: "drift policy (SPEC §4.4)" */
+  int required;                   /* a missing file is a problem (otherwise the module is simply absent) */
   lp_module_validate_fn validate; /* may be NULL */
 } lp_module_spec;
 
 typedef struct lp_generation_config {
-  const char *const *layers;  /* NULL-terminated directories, searched in order */
+  const char *const *layers;     /* NULL-terminated directories, searched in order */
   const lp_module_spec *modules; /* entry modules, terminated by {NULL} */
   const lp_script_limits *limits;
-  const lp_lua_host *host;    /* registered for the bindings; may be NULL (synchronous bindings) */
-  uint64_t id;                /* generation number shown in logs and metrics */
-  int load_all;               /* also load every other *.lua under policies/ and providers/ (check) */
+  const lp_lua_host *host; /* registered for the bindings; may be NULL (synchronous bindings) */
+  uint64_t id;             /* generation number shown in logs and metrics */
+  int load_all;            /* also load every other *.lua under policies/ and providers/ (check) */
 } lp_generation_config;
 
 /* Loads and validates a generation. Returns it with one reference held by the caller, or NULL with

@@ -13,23 +13,28 @@ static void register_metrics(lp_script_host *h) {
   lp_metrics *m = lp_metrics_default();
   h->calls_total = lp_metrics_counter(m, "luaprov_script_calls_total", "Script function calls by outcome.",
                                       LP_LABELS("module", "function", "result"));
-  h->call_seconds = lp_metrics_histogram(m, "luaprov_script_call_duration_seconds",
-                                         "Wall time of script calls, awaits included.", LP_LABELS("module"), NULL, 0);
-  h->reloads_total = lp_metrics_counter(m, "luaprov_script_reload_total", "Script reloads by result.",
-                                        LP_LABELS("result"));
-  h->generation_gauge =
-      lp_metrics_gauge(m, "luaprov_script_generation", "Number of the script generation in service.", LP_NO_LABELS);
+  h->call_seconds =
+      lp_metrics_histogram(m, "luaprov_script_call_duration_seconds",
+                           "Wall time of script calls, awaits included.", LP_LABELS("module"), NULL, 0);
+  h->reloads_total =
+      lp_metrics_counter(m, "luaprov_script_reload_total", "Script reloads by result.", LP_LABELS("result"));
+  h->generation_gauge = lp_metrics_gauge(m, "luaprov_script_generation",
+                                         "Number of the script generation in service.", LP_NO_LABELS);
   h->memory_gauge = lp_metrics_gauge(m, "luaprov_script_memory_bytes",
                                      "Lua heap of the script generation in service.", LP_NO_LABELS);
-  h->tasks_gauge = lp_metrics_gauge(m, "luaprov_script_tasks_in_flight", "Script calls running or awaiting I/O.",
-                                    LP_NO_LABELS);
+  h->tasks_gauge = lp_metrics_gauge(m, "luaprov_script_tasks_in_flight",
+                                    "Script calls running or awaiting I/O.", LP_NO_LABELS);
 }
 
 static lp_generation *load_generation(lp_script_host *h, lp_problems *problems) {
   const char *layers[4] = {NULL};
   for (size_t i = 0; i < h->nlayers; i++) layers[i] = h->layers[i];
   lp_generation_config cfg = {
-      .layers = layers, .modules = h->modules, .limits = &h->limits, .host = &h->lua_host, .id = h->next_id,
+      .layers = layers,
+      .modules = h->modules,
+      .limits = &h->limits,
+      .host = &h->lua_host,
+      .id = h->next_id,
   };
   lp_generation *g = lp_generation_load(&cfg, problems);
   if (g) h->next_id++;
@@ -70,7 +75,8 @@ int lp_script_host_reload(lp_script_host *h, const char *trigger, int force, lp_
   lp_counter_inc(h->reloads_total, LP_LABELS("ok"));
   lp_gauge_set(h->generation_gauge, LP_NO_LABELS, (double)lp_generation_id(g));
   lp_gauge_set(h->memory_gauge, LP_NO_LABELS, (double)lp_generation_memory(g));
-  lp_info("engine.script", "scripts reloaded", LPF_STR("trigger", trigger), LPF_INT("generation", (long long)lp_generation_id(g)),
+  lp_info("engine.script", "scripts reloaded", LPF_STR("trigger", trigger),
+          LPF_INT("generation", (long long)lp_generation_id(g)),
           LPF_INT("previous", (long long)lp_generation_id(old)),
           LPF_NUM("load_ms", (lp_clock_monotonic() - started) * 1000.0));
   lp_generation_unref(old); /* tasks still running on it hold their own references */
@@ -121,7 +127,8 @@ static void start_watching(lp_script_host *h) {
       h->open_handles++;
       int rc = uv_fs_event_start(w, fs_changed, *d, 0);
       if (rc < 0) {
-        lp_warn("engine.script", "cannot watch folder", LPF_STR("dir", *d), LPF_STR("error", uv_strerror(rc)));
+        lp_warn("engine.script", "cannot watch folder", LPF_STR("dir", *d),
+                LPF_STR("error", uv_strerror(rc)));
         uv_close((uv_handle_t *)w, handle_closed);
         continue;
       }
@@ -180,9 +187,13 @@ lp_script_host *lp_script_host_new(const lp_script_host_config *cfg, lp_problems
   return h;
 }
 
-lp_generation *lp_script_host_current(lp_script_host *h) { return h->current; }
+lp_generation *lp_script_host_current(lp_script_host *h) {
+  return h->current;
+}
 
-uint64_t lp_script_host_generation_id(const lp_script_host *h) { return lp_generation_id(h->current); }
+uint64_t lp_script_host_generation_id(const lp_script_host *h) {
+  return lp_generation_id(h->current);
+}
 
 void lp_host_maybe_finish_close(lp_script_host *h) {
   if (!h->closing || h->ntasks > 0 || h->completions_closed) return;

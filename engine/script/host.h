@@ -26,24 +26,24 @@ typedef struct lp_task lp_task;
 
 typedef struct lp_script_host_config {
   uv_loop_t *loop;
-  const char *scripts_dir;  /* the operator's tree (may hold only some files); NULL = defaults only */
-  const char *defaults_dir; /* the shipped tree; required */
+  const char *scripts_dir;       /* the operator's tree (may hold only some files); NULL = defaults only */
+  const char *defaults_dir;      /* the shipped tree; required */
   const lp_module_spec *modules; /* entry modules and their contracts, terminated by {NULL} */
   lp_script_limits limits;
-  lp_http_client *http; /* serves luaprov.http.request; NULL = requests fail with "Unavailable" */
-  int watch;            /* reload when files under the trees change */
-  unsigned debounce_ms; /* quiet time after the last file event before reloading; 0 = 20 ms */
+  lp_http_client *http;    /* serves luaprov.http.request; NULL = requests fail with "Unavailable" */
+  int watch;               /* reload when files under the trees change */
+  unsigned debounce_ms;    /* quiet time after the last file event before reloading; 0 = 20 ms */
   double (*now)(void *ud); /* luaprov.time.now; NULL = system clock */
   void *now_ud;
 } lp_script_host_config;
 
 typedef struct lp_task_result {
-  char *json;       /* JSON array of the function's return values (nil -> null); NULL on error */
+  char *json; /* JSON array of the function's return values (nil -> null); NULL on error */
   size_t json_len;
-  lp_error *error;  /* codes: ScriptError, Budget, Memory, Timeout, Cancelled, NotFound, Contract */
-  char *traceback;  /* of a script error; may be NULL */
+  lp_error *error; /* codes: ScriptError, Budget, Memory, Timeout, Cancelled, NotFound, Contract */
+  char *traceback; /* of a script error; may be NULL */
   uint64_t generation;
-  const char *module;   /* valid during the done callback */
+  const char *module; /* valid during the done callback */
   const char *function;
   double elapsed_s;
 } lp_task_result;
@@ -68,7 +68,8 @@ lp_task *lp_script_host_call(lp_script_host *h, const char *module, const char *
 
 /* Runs a call to completion by running the loop. Not from inside a loop callback (the CLI and tests
  * use it). The caller frees the result with lp_task_result_free. */
-lp_task_result *lp_script_host_call_sync(lp_script_host *h, const char *module, const char *function, json_t *args);
+lp_task_result *lp_script_host_call_sync(lp_script_host *h, const char *module, const char *function,
+                                         json_t *args);
 void lp_task_result_free(lp_task_result *r);
 
 /* Cancels a task: its pending HTTP request is cancelled and done reports "Cancelled". */

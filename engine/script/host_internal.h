@@ -23,8 +23,8 @@ struct lp_task {
   const char *cancel_code;
   double started;
   lp_task_result result;
-  lp_task *next_done;      /* completion queue */
-  lp_task *prev, *next;    /* in-flight list */
+  lp_task *next_done;   /* completion queue */
+  lp_task *prev, *next; /* in-flight list */
 };
 
 struct lp_script_host {

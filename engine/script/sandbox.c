@@ -13,8 +13,8 @@
 /* Base functions a script may use. Missing on purpose: dofile, loadfile, collectgarbage (a script
  * could stop the collector), print/load/getmetatable/require (replaced below). */
 static const char *const safe_base_functions[] = {
-    "assert", "error",  "ipairs",   "next",     "pairs",    "pcall",  "rawequal", "rawget",
-    "rawlen", "rawset", "select",   "setmetatable", "tonumber", "tostring", "type", "xpcall", NULL,
+    "assert", "error",  "ipairs",       "next",     "pairs",    "pcall", "rawequal", "rawget", "rawlen",
+    "rawset", "select", "setmetatable", "tonumber", "tostring", "type",  "xpcall",   NULL,
 };
 
 /* Libraries copied per script; the copy is what the script sees, so assigning string.upper in one
@@ -40,9 +40,10 @@ static void copy_table_shallow(lua_State *L, int src, const char *skip) {
 
 void lp_sandbox_prepare(lua_State *L) {
   static const luaL_Reg libs[] = {
-      {LUA_GNAME, luaopen_base},          {LUA_STRLIBNAME, luaopen_string}, {LUA_TABLIBNAME, luaopen_table},
-      {LUA_MATHLIBNAME, luaopen_math},    {LUA_UTF8LIBNAME, luaopen_utf8},  {LUA_COLIBNAME, luaopen_coroutine},
-      {LUA_OSLIBNAME, luaopen_os},        {NULL, NULL},
+      {LUA_GNAME, luaopen_base},       {LUA_STRLIBNAME, luaopen_string},
+      {LUA_TABLIBNAME, luaopen_table}, {LUA_MATHLIBNAME, luaopen_math},
+      {LUA_UTF8LIBNAME, luaopen_utf8}, {LUA_COLIBNAME, luaopen_coroutine},
+      {LUA_OSLIBNAME, luaopen_os},     {NULL, NULL},
   };
   lua_newtable(L); /* registry copy of the pristine libraries */
   for (const luaL_Reg *lib = libs; lib->func; lib++) {
@@ -70,7 +71,8 @@ void lp_sandbox_prepare(lua_State *L) {
 /* getmetatable(v) -> metatable | __metatable field | nil; refuses strings.   [-1, +1, e] */
 static int sandbox_getmetatable(lua_State *L) {
   luaL_checkany(L, 1);
-  if (lua_type(L, 1) == LUA_TSTRING) return luaL_error(L, "getmetatable on strings is not allowed in the sandbox");
+  if (lua_type(L, 1) == LUA_TSTRING)
+    return luaL_error(L, "getmetatable on strings is not allowed in the sandbox");
   if (!lua_getmetatable(L, 1)) {
     lua_pushnil(L);
     return 1;
@@ -83,7 +85,8 @@ static int sandbox_getmetatable(lua_State *L) {
  * Text chunks only; env defaults to the calling script's own environment (upvalue 1). [-(1..4), +(1|2), e] */
 static int sandbox_load(lua_State *L) {
   const char *mode = luaL_optstring(L, 3, "t");
-  if (strcmp(mode, "t") != 0) return luaL_error(L, "load: mode '%s' is not allowed in the sandbox (text only)", mode);
+  if (strcmp(mode, "t") != 0)
+    return luaL_error(L, "load: mode '%s' is not allowed in the sandbox (text only)", mode);
   int nargs = lua_gettop(L);
   lua_settop(L, 4);
   if (nargs < 4) {

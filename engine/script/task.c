@@ -18,12 +18,16 @@ static lp_task *task_of(lua_State *L) {
 
 /* ---- finishing ----------------------------------------------------------------------------- */
 
-static void deadline_closed(uv_handle_t *handle) { free(handle); }
+static void deadline_closed(uv_handle_t *handle) {
+  free(handle);
+}
 
 static void release_task(lp_task *t) {
   lp_script_host *h = t->host;
-  if (t->prev) t->prev->next = t->next;
-  else h->in_flight = t->next;
+  if (t->prev)
+    t->prev->next = t->next;
+  else
+    h->in_flight = t->next;
   if (t->next) t->next->prev = t->prev;
   h->ntasks--;
   lp_gauge_set(h->tasks_gauge, LP_NO_LABELS, (double)h->ntasks);
@@ -58,14 +62,16 @@ static void task_finish(lp_task *t, lp_error *err, char *traceback) {
   lp_counter_inc(h->calls_total, LP_LABELS(t->module, t->function, result_label(err)));
   lp_histogram_observe(h->call_seconds, LP_LABELS(t->module), t->result.elapsed_s);
   if (err) {
-    lp_warn("engine.script", "script call failed", LPF_STR("module", t->module), LPF_STR("function", t->function),
-            LPF_INT("generation", (long long)t->result.generation), LPF_STR("code", err->code),
-            LPF_STR("error", err->message), LPF_STR("traceback", traceback));
+    lp_warn("engine.script", "script call failed", LPF_STR("module", t->module),
+            LPF_STR("function", t->function), LPF_INT("generation", (long long)t->result.generation),
+            LPF_STR("code", err->code), LPF_STR("error", err->message), LPF_STR("traceback", traceback));
   }
   release_task(t);
   t->next_done = NULL;
-  if (h->done_tail) h->done_tail->next_done = t;
-  else h->done_head = t;
+  if (h->done_tail)
+    h->done_tail->next_done = t;
+  else
+    h->done_head = t;
   h->done_tail = t;
   if (h->closing) {
     lp_host_maybe_finish_close(h);
@@ -133,8 +139,8 @@ static void task_complete(lp_task *t, int nresults) {
   lp_error *err = NULL;
   if (lp_script_cpcall(L, encode_results, &a, &err) != 0 || a.err) {
     lp_error *cause = a.err ? a.err : err;
-    lp_error *contract = lp_error_new("Contract", "%s.%s returned a value that is not plain data: %s", t->module,
-                                      t->function, cause->message);
+    lp_error *contract = lp_error_new("Contract", "%s.%s returned a value that is not plain data: %s",
+                                      t->module, t->function, cause->message);
     lp_error_free(a.err);
     lp_error_free(err);
     lp_buf_free(&a.out);
@@ -158,8 +164,9 @@ static void task_resume(lp_task *t, int nargs) {
       /* Only the host's own awaits may suspend a task; a bare coroutine.yield would park it forever. */
       lua_settop(t->co, 0);
       task_finish(t,
-                  lp_error_new(LP_ERR_SCRIPT, "%s.%s yielded outside luaprov.http.request (coroutine.yield is only for "
-                                              "coroutines the script creates itself)",
+                  lp_error_new(LP_ERR_SCRIPT,
+                               "%s.%s yielded outside luaprov.http.request (coroutine.yield is only for "
+                               "coroutines the script creates itself)",
                                t->module, t->function),
                   NULL);
     }
@@ -189,9 +196,10 @@ static void task_http_done(lp_http_result *res, void *ud) {
   t->http_call = NULL;
   if (t->cancelled) {
     lp_http_result_free(res);
-    task_finish(t, lp_error_new(t->cancel_code, "%s.%s %s", t->module, t->function,
-                                strcmp(t->cancel_code, "Timeout") == 0 ? "exceeded its wall-clock timeout"
-                                                                       : "was cancelled"),
+    task_finish(t,
+                lp_error_new(t->cancel_code, "%s.%s %s", t->module, t->function,
+                             strcmp(t->cancel_code, "Timeout") == 0 ? "exceeded its wall-clock timeout"
+                                                                    : "was cancelled"),
                 NULL);
     return;
   }
@@ -335,7 +343,9 @@ void lp_script_host_cancel_all(lp_script_host *h) {
   for (lp_task *t = h->in_flight; t; t = t->next) lp_task_cancel(t);
 }
 
-size_t lp_script_host_tasks_in_flight(const lp_script_host *h) { return h->ntasks; }
+size_t lp_script_host_tasks_in_flight(const lp_script_host *h) {
+  return h->ntasks;
+}
 
 /* ---- synchronous calls ------------------------------------------------------------------- */
 
@@ -350,7 +360,8 @@ static void store_result(const lp_task_result *r, void *ud) {
   *out = copy;
 }
 
-lp_task_result *lp_script_host_call_sync(lp_script_host *h, const char *module, const char *function, json_t *args) {
+lp_task_result *lp_script_host_call_sync(lp_script_host *h, const char *module, const char *function,
+                                         json_t *args) {
   lp_task_result *result = NULL;
   lp_script_host_call(h, module, function, args, store_result, &result);
   while (!result) uv_run(h->loop, UV_RUN_ONCE);

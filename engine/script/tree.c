@@ -150,9 +150,11 @@ const char *lp_default_scripts_dir(void) {
   if (n > 0) {
     exe[n] = '\0';
     size_t build_len = strlen(LUAPROV_BUILD_DIR);
-    if (strncmp(exe, LUAPROV_BUILD_DIR, build_len) == 0 && exe[build_len] == '/') return LUAPROV_SOURCE_SCRIPTS;
+    if (strncmp(exe, LUAPROV_BUILD_DIR, build_len) == 0 && exe[build_len] == '/')
+      return LUAPROV_SOURCE_SCRIPTS;
   }
   struct stat st;
-  if (stat(LUAPROV_INSTALLED_SCRIPTS "/policies", &st) == 0 && S_ISDIR(st.st_mode)) return LUAPROV_INSTALLED_SCRIPTS;
+  if (stat(LUAPROV_INSTALLED_SCRIPTS "/policies", &st) == 0 && S_ISDIR(st.st_mode))
+    return LUAPROV_INSTALLED_SCRIPTS;
   return LUAPROV_SOURCE_SCRIPTS;
 }

@@ -34,7 +34,6 @@ void lp_script_tree_free_dirs(char **dirs);
  * Layers is NULL-terminated. Files that cannot be read contribute their path only. */
 uint64_t lp_layers_digest(const char *const *layers);
 
-
 /* The default script tree: $LUAPROV_DEFAULT_SCRIPTS when set; the source tree when this binary runs
  * from its build directory; else the tree installed with the binary (<datadir>/luaprov), falling
  * back to the source tree when that is missing. The returned string is static. */

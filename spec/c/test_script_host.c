@@ -48,7 +48,7 @@ static const char probe_v1[] =
     "  if ok then return 'ok: ' .. tostring(res) end\n"
     "  return 'error: ' .. tostring(res)\n"
     "end\n"
-    "function M.spin() while true do end end\n"                                                  /* line 10 */
+    "function M.spin() while true do end end\n"                                               /* line 10 */
     "function M.spin_pcall() while true do pcall(function() while true do end end) end end\n" /* line 11 */
     "function M.hog() local t = {} for i = 1, 1e8 do t[i] = {i} end return #t end\n"
     "function M.pattern() return string.find(('a'):rep(28), ('a?'):rep(28) .. ('a'):rep(28)) end\n"
@@ -64,7 +64,11 @@ static const char probe_v1[] =
 
 static lp_script_host *new_host(int watch) {
   lp_script_host_config cfg = {
-      .loop = &loop, .defaults_dir = tree, .modules = modules, .http = client, .watch = watch,
+      .loop = &loop,
+      .defaults_dir = tree,
+      .modules = modules,
+      .http = client,
+      .watch = watch,
       .limits = {.memory_bytes = 16u << 20, .call_instructions = 5000000},
   };
   lp_problems problems = {0};
@@ -79,7 +83,9 @@ static lp_script_host *new_host(int watch) {
 }
 
 static int host_closed;
-static void on_host_closed(void *ud) { host_closed = 1; }
+static void on_host_closed(void *ud) {
+  host_closed = 1;
+}
 
 static void close_host(lp_script_host *h) {
   host_closed = 0;
@@ -204,7 +210,9 @@ typedef struct delayed {
   lp_http_response *res;
 } delayed;
 
-static void delayed_closed(uv_handle_t *h) { free(h->data); }
+static void delayed_closed(uv_handle_t *h) {
+  free(h->data);
+}
 
 static void answer_later(uv_timer_t *t) {
   delayed *d = t->data;
@@ -257,7 +265,8 @@ static void test_http_await(void) {
 
   /* Connection refused comes back as nil, code. */
   outcome refused = {0};
-  lp_script_host_call(h, "policies.probe", "fetch", json_pack("[s]", "http://127.0.0.1:1/"), record, &refused);
+  lp_script_host_call(h, "policies.probe", "fetch", json_pack("[s]", "http://127.0.0.1:1/"), record,
+                      &refused);
   while (!refused.done) uv_run(&loop, UV_RUN_ONCE);
   CHECK_STR(refused.json, "[null,\"ConnectFailed\"]");
   free(refused.json);
@@ -302,7 +311,8 @@ static void test_reload(void) {
   version[10] = '2';
   double written = lp_clock_monotonic();
   write_file("policies/probe.lua", v2);
-  while (lp_script_host_generation_id(h) == 1 && lp_clock_monotonic() - written < 2.0) uv_run(&loop, UV_RUN_ONCE);
+  while (lp_script_host_generation_id(h) == 1 && lp_clock_monotonic() - written < 2.0)
+    uv_run(&loop, UV_RUN_ONCE);
   double swap_ms = (lp_clock_monotonic() - written) * 1000.0;
   CHECK(lp_script_host_generation_id(h) == 2);
   CHECK(swap_ms < 100.0);

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# `make run`: the engine's main job as far as it is built today. `luaprov demo` (provisioning,
+# drift, repair and Bizfly scaling against the built-in simulators) replaces this once the
+# controllers and simulators land; until then this shows the engine core working for real: the
+# script sandbox and contract checks, the engine process with its health and metrics endpoints, a
+# hot reload, a rejected broken script, and a graceful shutdown. Exits 0 only if every step checked out.
+set -euo pipefail
+
+LUAPROV="$(readlink -f "${1:-build/luaprov}")"
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+WORK="$(mktemp -d /tmp/luaprov-preview-XXXXXX)"
+ENGINE_LOG="$WORK/engine.log"
+# shellcheck source=engine.sh
+source "$ROOT/tools/engine.sh"
+trap '[[ -n "$ENGINE_PID" ]] && kill -KILL "$ENGINE_PID" 2>/dev/null; rm -rf "$WORK"' EXIT
+
+step=0
+step() { step=$((step + 1)); printf '\n\033[1m[%d] %s\033[0m\n' "$step" "$*"; }
+ok() { printf '    \033[32mok\033[0m %s\n' "$*"; }
+fail() { printf '    \033[31mFAILED\033[0m %s\n' "$*"; [[ -f "$ENGINE_LOG" ]] && tail -20 "$ENGINE_LOG"; exit 1; }
+
+echo "luaprov preview: the engine core (the full 'luaprov demo' arrives with the controllers and simulators)"
+"$LUAPROV" version
+
+step "luaprov check: every default script loads in the sandbox and meets its contract"
+"$LUAPROV" check "$ROOT" | sed 's/^/    /'
+
+step "an operator tree with one changed policy: policies/repair.lua (the rest falls back to the defaults)"
+mkdir -p "$WORK/scripts/policies"
+cp "$ROOT/policies/repair.lua" "$WORK/scripts/policies/repair.lua"
+ok "$WORK/scripts/policies/repair.lua"
+
+step "luaprov run --scripts $WORK/scripts"
+start_engine --scripts "$WORK/scripts"
+ok "serving health and metrics on http://$ADDR (pid $ENGINE_PID)"
+printf '    GET /healthz -> %s\n' "$(curl -sf "http://$ADDR/healthz")"
+curl -sf "http://$ADDR/readyz?verbose" | sed 's/^/    GET \/readyz?verbose -> /'
+printf '    luaprov_script_generation %s\n' "$(metric luaprov_script_generation)"
+
+step "edit the repair policy: tolerate NotReady for 20 minutes instead of 30"
+before=$(date +%s%N)
+sed -i 's/30 \* 60/20 * 60/' "$WORK/scripts/policies/repair.lua"
+wait_for "the reload" metric_is luaprov_script_generation 2
+ok "generation 2 in service $(( ($(date +%s%N) - before) / 1000000 )) ms after the write (the watcher saw the change)"
+
+step "break the policy: a syntax error is rejected and generation 2 keeps serving"
+printf 'local M = {}\nfunction M.policies(\nreturn M\n' > "$WORK/scripts/policies/repair.lua"
+wait_for "the rejection" metric_is 'luaprov_script_reload_total{result="error"}' 1
+grep '"script reload rejected' "$ENGINE_LOG" | tail -1 | sed 's/^/    /'
+metric_is luaprov_script_generation 2 || fail "the old generation should still serve"
+ok "still generation $(metric luaprov_script_generation), /readyz says $(curl -sf "http://$ADDR/readyz")"
+
+step "fix it and reload on SIGHUP"
+cp "$ROOT/policies/repair.lua" "$WORK/scripts/policies/repair.lua"
+wait_for "the fixed file" metric_is luaprov_script_generation 3
+kill -HUP "$ENGINE_PID"
+wait_for "the SIGHUP reload" metric_is luaprov_script_generation 4
+ok "generation 4; reloads: $(curl -sf "http://$ADDR/metrics" | grep '^luaprov_script_reload_total' | tr '\n' ' ')"
+
+step "SIGTERM: graceful shutdown"
+kill -TERM "$ENGINE_PID"
+wait "$ENGINE_PID" || fail "exit status $?"
+ENGINE_PID=""
+grep -q '"msg":"shutdown complete"' "$ENGINE_LOG" || fail "no 'shutdown complete' in the log"
+ok "exited 0 after 'shutdown complete'"
+
+printf '\n\033[1msummary\033[0m: sandboxed scripts loaded and checked, 4 generations served, 1 broken script rejected\n'
+printf 'with file:line, health and metrics answered, clean shutdown. Every step checked out.\n'
