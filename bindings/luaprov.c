@@ -1,6 +1,10 @@
 /* Assembles the `luaprov` module from its sub-modules and keeps the host pointer. */
 #include "luaprov.h"
 
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
 #include "luaprov_version.h"
 
 /* The registry slot is keyed by this variable's address: no string to intern, so reading it cannot
@@ -19,7 +23,22 @@ const lp_lua_host *lp_bindings_host(lua_State *L) {
   return host;
 }
 
+/* Under plain lua5.4 nobody configures the logger: take the engine's environment variables so that
+ * LUAPROV_LOG_LEVEL=debug busted shows a policy's debug lines. Inside the engine the CLI has already
+ * done this and the host is registered before the module opens. */
+static void configure_standalone_logging(void) {
+  lp_log_level level = LP_LOG_INFO;
+  const char *level_name = getenv("LUAPROV_LOG_LEVEL");
+  if (level_name) lp_log_parse_level(level_name, &level);
+  const char *format = getenv("LUAPROV_LOG_FORMAT");
+  lp_log_format fmt = format && strcmp(format, "text") == 0   ? LP_LOG_FORMAT_TEXT
+                      : format && strcmp(format, "json") == 0 ? LP_LOG_FORMAT_JSON
+                                                              : LP_LOG_FORMAT_AUTO;
+  lp_log_configure(level, fmt, 2);
+}
+
 int luaopen_luaprov(lua_State *L) {
+  if (!lp_bindings_host(L)) configure_standalone_logging();
   static const struct {
     const char *name;
     lua_CFunction open;

@@ -220,9 +220,25 @@ static int host_can_yield(lua_State *L, void *ud) {
   return t && t->co == L && lua_isyieldable(L);
 }
 
+static void deadline_expired(uv_timer_t *timer);
+
+/* The wall-clock deadline only matters once a task waits on I/O (the instruction budget bounds its
+ * CPU time), so the timer is armed at the first await: calls that never wait cost no timer. */
+static void arm_deadline(lp_task *t) {
+  if (t->deadline) return;
+  double budget_ms = lp_generation_limits(t->generation)->call_timeout_ms;
+  double spent_ms = (lp_clock_monotonic() - t->started) * 1000.0;
+  t->deadline = lp_xmalloc(sizeof *t->deadline);
+  uv_timer_init(t->host->loop, t->deadline);
+  t->deadline->data = t;
+  uv_timer_start(t->deadline, deadline_expired, spent_ms < budget_ms ? (uint64_t)(budget_ms - spent_ms) : 0,
+                 0);
+}
+
 static int host_http_request(lua_State *L, const lp_http_request_opts *req, void *ud) {
   lp_task *t = task_of(L);
   if (!t->host->http) return lp_push_fail(L, "this engine has no HTTP client", "Unavailable");
+  arm_deadline(t);
   t->http_call = lp_http_client_request(t->host->http, req, task_http_done, t);
   return lua_yield(L, 0);
 }
@@ -324,10 +340,6 @@ lp_task *lp_script_host_call(lp_script_host *h, const char *module, const char *
   t->ctx.task = t;
   lp_thread_ctx_attach(t->co, &t->ctx);
   lp_thread_ctx_reset(t->co, lp_generation_limits(t->generation)->call_instructions);
-  t->deadline = lp_xmalloc(sizeof *t->deadline);
-  uv_timer_init(h->loop, t->deadline);
-  t->deadline->data = t;
-  uv_timer_start(t->deadline, deadline_expired, lp_generation_limits(t->generation)->call_timeout_ms, 0);
   task_resume(t, a.nargs);
   return t;
 }
