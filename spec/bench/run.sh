@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# `make bench`: runs every benchmark and prints its figures. Benchmarks never fail on time.
+set -euo pipefail
+BUILD="${1:-build-bench}"
+echo "== machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r)"
+echo
+echo "== C -> Lua policy call"
+"$BUILD/spec/bench_script_call" 200000
+echo
+echo "== HTTP client"
+"$BUILD/spec/bench_http_client" 20000
+echo
+echo "== hot reload"
+"$BUILD/spec/bench_reload" 30
