@@ -221,12 +221,19 @@ static void answer_later(uv_timer_t *t) {
   uv_close((uv_handle_t *)&d->timer, delayed_closed);
 }
 
+/* The client gave up (a cancelled task): nothing left to answer. */
+static void client_gone(lp_http_response *res, void *ud) {
+  delayed *d = ud;
+  uv_close((uv_handle_t *)&d->timer, delayed_closed);
+}
+
 static void serve_slow(const lp_http_request *req, lp_http_response *res, void *ud) {
   delayed *d = calloc(1, sizeof *d);
   d->res = res;
   uv_timer_init(&loop, &d->timer);
   d->timer.data = d;
   uv_timer_start(&d->timer, answer_later, 150, 0);
+  lp_http_response_on_close(res, client_gone, d);
 }
 
 typedef struct outcome {
@@ -273,12 +280,39 @@ static void test_http_await(void) {
   close_host(h);
 }
 
-/* ---- reload ---------------------------------------------------------------------------------- */
-
 static void run_for_ms(unsigned ms) {
   double end = lp_clock_monotonic() + ms / 1000.0;
   while (lp_clock_monotonic() < end) uv_run(&loop, UV_RUN_NOWAIT), usleep(1000);
 }
+
+/* A task parked on a request longer than its wall-clock budget is stopped with "Timeout". */
+static void test_call_timeout(void) {
+  lp_script_host_config cfg = {
+      .loop = &loop,
+      .defaults_dir = tree,
+      .modules = modules,
+      .http = client,
+      .limits = {.call_timeout_ms = 50},
+  };
+  lp_problems problems = {0};
+  lp_script_host *h = lp_script_host_new(&cfg, &problems);
+  CHECK(h != NULL);
+  if (!h) return;
+  char url[128];
+  snprintf(url, sizeof url, "http://127.0.0.1:%d/slow", server_port); /* answers after 150 ms */
+  double t0 = lp_clock_monotonic();
+  lp_task_result *r = call(h, "fetch", json_pack("[s]", url));
+  double elapsed = lp_clock_monotonic() - t0;
+  CHECK(r->error && strcmp(r->error->code, "Timeout") == 0);
+  if (r->error) CHECK_CONTAINS(r->error->message, "policies.probe.fetch exceeded its wall-clock timeout");
+  CHECK(elapsed >= 0.045 && elapsed < 0.140);
+  lp_task_result_free(r);
+  CHECK_INT(lp_script_host_tasks_in_flight(h), 0);
+  run_for_ms(200); /* let the server answer the abandoned request */
+  close_host(h);
+}
+
+/* ---- reload ---------------------------------------------------------------------------------- */
 
 static void test_reload(void) {
   lp_script_host *h = new_host(1);
@@ -373,6 +407,7 @@ int main(void) {
   RUN(test_budget);
   RUN(test_memory_and_patterns);
   RUN(test_http_await);
+  RUN(test_call_timeout);
   RUN(test_reload);
   RUN(test_load_time_http_refused);
 
