@@ -24,6 +24,9 @@ typedef struct lp_lua_host {
    * task coroutine the host can resume (the binding checks lp_lua_host.can_yield first). Returns
    * the value of lua_yield. */
   int (*http_request)(lua_State *L, const lp_http_request_opts *req, void *ud);
+  /* Parks the coroutine L for seconds (>= 0) and yields; the host resumes it with no values.
+   * Called only when can_yield(L). Returns the value of lua_yield. */
+  int (*sleep)(lua_State *L, double seconds, void *ud);
   /* Non-zero when L may yield to the host (a task coroutine, not module load or a C boundary). */
   int (*can_yield)(lua_State *L, void *ud);
   /* Seconds since the epoch; the simulated clock in `luaprov demo`. NULL = the system clock. */

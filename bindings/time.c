@@ -54,6 +54,26 @@ static int days_in_month(int64_t y, int m) {
   return m == 2 && leap ? 29 : days[m - 1];
 }
 
+/* luaprov.time.sleep(seconds)                                               [-1, +0, e]
+ * Inside the engine the calling task yields to the loop (other tasks run meanwhile); under plain
+ * lua5.4 the process sleeps. 0 <= seconds <= 3600. For backoff between retries. */
+static int time_sleep(lua_State *L) {
+  lua_Number seconds = luaL_checknumber(L, 1);
+  luaL_argcheck(L, seconds >= 0 && seconds <= 3600, 1, "seconds must be between 0 and 3600");
+  const lp_lua_host *host = lp_bindings_host(L);
+  if (host && host->sleep) {
+    if (!host->can_yield(L, host->ud))
+      return luaL_error(L,
+                        "luaprov.time.sleep cannot run here: call it from a contract function (not at module "
+                        "load, inside a coroutine the script created, or a sort/gsub callback)");
+    return host->sleep(L, (double)seconds, host->ud);
+  }
+  struct timespec ts = {(time_t)seconds, (long)((seconds - floor(seconds)) * 1e9)};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+  return 0;
+}
+
 /* luaprov.time.now() -> seconds since the epoch (float)                      [-0, +1, -] */
 static int time_now(lua_State *L) {
   lua_pushnumber(L, lp_bindings_now(L));
@@ -164,6 +184,7 @@ static int time_parse_iso8601(lua_State *L) {
 
 static const luaL_Reg time_funcs[] = {
     {"now", time_now},
+    {"sleep", time_sleep},
     {"monotonic", time_monotonic},
     {"iso8601", time_iso8601},
     {"parse_iso8601", time_parse_iso8601},

@@ -40,11 +40,16 @@ function M.static_drift(nodeclaim, nodeclass)
   return ""
 end
 
-function M.image_drift(nodeclass, instance)
-  local images = id_set(nodeclass.status and nodeclass.status.images, "id")
-  if not images then return nil, "no images are resolved in the ECSNodeClass status yet" end
-  if not images[instance.image_id] then return "ImageDrift" end
+-- Drift when the instance's value is not among the ids the class resolved into status[field].
+local function membership_drift(nodeclass, field, value, reason, what)
+  local ids = id_set(nodeclass.status and nodeclass.status[field], "id")
+  if not ids then return nil, "no " .. what .. " are resolved in the ECSNodeClass status yet" end
+  if not ids[value] then return reason end
   return ""
+end
+
+function M.image_drift(nodeclass, instance)
+  return membership_drift(nodeclass, "images", instance.image_id, "ImageDrift", "images")
 end
 
 -- Exact set equality: an extra group on either side is drift.
@@ -63,10 +68,7 @@ function M.security_group_drift(nodeclass, instance)
 end
 
 function M.vswitch_drift(nodeclass, instance)
-  local vswitches = id_set(nodeclass.status and nodeclass.status.vSwitches, "id")
-  if not vswitches then return nil, "no vSwitches are resolved in the ECSNodeClass status yet" end
-  if not vswitches[instance.vswitch_id] then return "VSwitchDrift" end
-  return ""
+  return membership_drift(nodeclass, "vSwitches", instance.vswitch_id, "VSwitchDrift", "vSwitches")
 end
 
 -- The checks in the order of SPEC §5.5; the first reason found wins.

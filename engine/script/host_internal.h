@@ -18,6 +18,7 @@ struct lp_task {
   lp_task_done_fn done;
   void *done_ud;
   lp_http_call *http_call; /* the request the task is parked on, or NULL */
+  uv_timer_t *sleep_timer; /* the luaprov.time.sleep the task is parked on, or NULL */
   uv_timer_t *deadline;    /* heap-allocated: freed in its close callback */
   int cancelled;           /* "Cancelled" or "Timeout" pending: stop instead of resuming */
   const char *cancel_code;

@@ -160,7 +160,7 @@ static void task_resume(lp_task *t, int nargs) {
   if (status == LUA_OK) {
     task_complete(t, nresults);
   } else if (status == LUA_YIELD) {
-    if (!t->http_call) {
+    if (!t->http_call && !t->sleep_timer) {
       /* Only the host's own awaits may suspend a task; a bare coroutine.yield would park it forever. */
       lua_settop(t->co, 0);
       task_finish(t,
@@ -191,16 +191,21 @@ static int push_response(lua_State *L) {
   return 0;
 }
 
+/* Ends a parked task that was cancelled or timed out instead of resuming it. */
+static void task_finish_cancelled(lp_task *t) {
+  int timeout = strcmp(t->cancel_code, "Timeout") == 0;
+  task_finish(t,
+              lp_error_new(t->cancel_code, "%s.%s %s", t->module, t->function,
+                           timeout ? "exceeded its wall-clock timeout" : "was cancelled"),
+              NULL);
+}
+
 static void task_http_done(lp_http_result *res, void *ud) {
   lp_task *t = ud;
   t->http_call = NULL;
   if (t->cancelled) {
     lp_http_result_free(res);
-    task_finish(t,
-                lp_error_new(t->cancel_code, "%s.%s %s", t->module, t->function,
-                             strcmp(t->cancel_code, "Timeout") == 0 ? "exceeded its wall-clock timeout"
-                                                                    : "was cancelled"),
-                NULL);
+    task_finish_cancelled(t);
     return;
   }
   lua_State *L = lp_generation_state(t->generation);
@@ -221,6 +226,7 @@ static int host_can_yield(lua_State *L, void *ud) {
 }
 
 static void deadline_expired(uv_timer_t *timer);
+static void sleep_over(uv_timer_t *timer);
 
 /* The wall-clock deadline only matters once a task waits on I/O (the instruction budget bounds its
  * CPU time), so the timer is armed at the first await: calls that never wait cost no timer. */
@@ -243,6 +249,31 @@ static int host_http_request(lua_State *L, const lp_http_request_opts *req, void
   return lua_yield(L, 0);
 }
 
+static void sleep_timer_closed(uv_handle_t *handle) {
+  free(handle);
+}
+
+static void sleep_over(uv_timer_t *timer) {
+  lp_task *t = timer->data;
+  uv_close((uv_handle_t *)timer, sleep_timer_closed);
+  t->sleep_timer = NULL;
+  if (t->cancelled) {
+    task_finish_cancelled(t);
+    return;
+  }
+  task_resume(t, 0);
+}
+
+static int host_sleep(lua_State *L, double seconds, void *ud) {
+  lp_task *t = task_of(L);
+  arm_deadline(t);
+  t->sleep_timer = lp_xmalloc(sizeof *t->sleep_timer);
+  uv_timer_init(t->host->loop, t->sleep_timer);
+  t->sleep_timer->data = t;
+  uv_timer_start(t->sleep_timer, sleep_over, (uint64_t)(seconds * 1000.0 + 0.5), 0);
+  return lua_yield(L, 0);
+}
+
 static double host_now(void *ud) {
   lp_script_host *h = ud;
   return h->now ? h->now(h->now_ud) : lp_clock_wall();
@@ -257,6 +288,7 @@ static const char *host_logger_name(lua_State *L, void *ud) {
 
 void lp_task_host_bindings(lp_lua_host *lua_host) {
   lua_host->http_request = host_http_request;
+  lua_host->sleep = host_sleep;
   lua_host->can_yield = host_can_yield;
   lua_host->now = host_now;
   lua_host->logger_name = host_logger_name;
@@ -300,13 +332,20 @@ static int start_coroutine(lua_State *L) {
   return 0;
 }
 
-static void deadline_expired(uv_timer_t *timer) {
-  lp_task *t = timer->data;
+/* Stops whatever the task is parked on; it then ends with cancel_code instead of resuming. */
+static void stop_parked(lp_task *t, const char *code) {
+  if (t->cancelled || (!t->http_call && !t->sleep_timer)) return;
+  t->cancelled = 1;
+  t->cancel_code = code;
   if (t->http_call) {
-    t->cancelled = 1;
-    t->cancel_code = "Timeout";
-    lp_http_call_cancel(t->http_call);
+    lp_http_call_cancel(t->http_call); /* its done callback finishes the task */
+  } else {
+    uv_timer_start(t->sleep_timer, sleep_over, 0, 0); /* wake now; sleep_over sees cancelled */
   }
+}
+
+static void deadline_expired(uv_timer_t *timer) {
+  stop_parked(timer->data, "Timeout");
 }
 
 lp_task *lp_script_host_call(lp_script_host *h, const char *module, const char *function, json_t *args,
@@ -345,10 +384,7 @@ lp_task *lp_script_host_call(lp_script_host *h, const char *module, const char *
 }
 
 void lp_task_cancel(lp_task *t) {
-  if (t->cancelled || !t->http_call) return;
-  t->cancelled = 1;
-  t->cancel_code = "Cancelled";
-  lp_http_call_cancel(t->http_call);
+  stop_parked(t, "Cancelled");
 }
 
 void lp_script_host_cancel_all(lp_script_host *h) {

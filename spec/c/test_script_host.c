@@ -60,6 +60,7 @@ static const char probe_v1[] =
     "  return res.status, res.body, res.headers['x-probe']\n"
     "end\n"
     "function M.bare_yield() coroutine.yield() end\n"
+    "function M.nap(seconds) luaprov.time.sleep(seconds) return 'rested' end\n"
     "return M\n";
 
 static lp_script_host *new_host(int watch) {
@@ -270,6 +271,18 @@ static void test_http_await(void) {
   free(slow.json);
   free(quick.json);
 
+  /* luaprov.time.sleep parks the task on a timer; others run meanwhile. */
+  outcome nap = {0}, quick2 = {0};
+  double t0 = lp_clock_monotonic();
+  lp_script_host_call(h, "policies.probe", "nap", json_pack("[f]", 0.1), record, &nap);
+  lp_script_host_call(h, "policies.probe", "echo", json_pack("[i]", 8), record, &quick2);
+  while (!nap.done) uv_run(&loop, UV_RUN_ONCE);
+  CHECK(quick2.done && quick2.at < nap.at);
+  CHECK(nap.at - t0 >= 0.095);
+  CHECK_STR(nap.json, "[\"rested\"]");
+  free(nap.json);
+  free(quick2.json);
+
   /* Connection refused comes back as nil, code. */
   outcome refused = {0};
   lp_script_host_call(h, "policies.probe", "fetch", json_pack("[s]", "http://127.0.0.1:1/"), record,
@@ -308,6 +321,11 @@ static void test_call_timeout(void) {
   CHECK(elapsed >= 0.045 && elapsed < 0.140);
   lp_task_result_free(r);
   CHECK_INT(lp_script_host_tasks_in_flight(h), 0);
+  t0 = lp_clock_monotonic();
+  r = call(h, "nap", json_pack("[i]", 5)); /* a sleep past the deadline is cut short too */
+  CHECK(r->error && strcmp(r->error->code, "Timeout") == 0);
+  CHECK(lp_clock_monotonic() - t0 < 0.5);
+  lp_task_result_free(r);
   run_for_ms(200); /* let the server answer the abandoned request */
   close_host(h);
 }

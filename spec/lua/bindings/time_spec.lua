@@ -105,3 +105,19 @@ describe("luaprov.time", function()
     end)
   end)
 end)
+
+describe("luaprov.time.sleep (outside the engine)", function()
+  local time = require("luaprov").time
+
+  it("blocks for the given time", function()
+    local t0 = time.monotonic()
+    time.sleep(0.05)
+    assert.is_true(time.monotonic() - t0 >= 0.045)
+  end)
+
+  it("refuses negative and absurd durations", function()
+    assert.has_error(function() time.sleep(-1) end)
+    assert.has_error(function() time.sleep(7200) end)
+    assert.has_error(function() time.sleep("x") end)
+  end)
+end)
