@@ -107,7 +107,6 @@ describe("luaprov.time", function()
 end)
 
 describe("luaprov.time.sleep (outside the engine)", function()
-  local time = require("luaprov").time
 
   it("blocks for the given time", function()
     local t0 = time.monotonic()
