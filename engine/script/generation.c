@@ -205,6 +205,43 @@ static char *read_file(const char *path, size_t *len) {
   return lp_buf_take(&b, len);
 }
 
+/* Each require "luaprov" gets its own copy of the module table and its sub-tables, so a script that
+ * replaces luaprov.json.encode changes it for itself only, like the per-script library copies. */
+static void push_bindings_copy(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, BINDINGS_KEY);
+  int src = lua_gettop(L);
+  lua_newtable(L);
+  lua_pushnil(L);
+  while (lua_next(L, src)) {
+    if (lua_istable(L, -1)) {
+      int sub = lua_gettop(L);
+      lua_newtable(L);
+      lua_pushnil(L);
+      while (lua_next(L, sub)) {
+        lua_pushvalue(L, -2);
+        lua_insert(L, -2);
+        lua_rawset(L, -4);
+      }
+      lua_replace(L, sub);
+    }
+    lua_pushvalue(L, -2);
+    lua_insert(L, -2);
+    lua_rawset(L, -4);
+  }
+  lua_remove(L, src);
+}
+
+/* The first part of a module name must be a script folder (policies, providers, sim): everything
+ * require can reach is then also what `luaprov check`, the file watcher and the reload fingerprint
+ * see. */
+static int in_script_folder(const char *name) {
+  for (const char *const *folder = lp_script_tree_folders; *folder; folder++) {
+    size_t n = strlen(*folder);
+    if (strncmp(name, *folder, n) == 0 && name[n] == '.') return 1;
+  }
+  return 0;
+}
+
 /* require(name) -> module value                                     [-1, +1, e]
  * Resolves only within the generation's script tree ("luaprov" is the bindings). Upvalue 1 is the
  * generation. Each module loads once per generation into its own sandboxed _ENV. */
@@ -212,7 +249,7 @@ static int sandbox_require(lua_State *L) {
   lp_generation *g = lua_touserdata(L, lua_upvalueindex(1));
   const char *name = luaL_checkstring(L, 1);
   if (strcmp(name, "luaprov") == 0) {
-    lua_getfield(L, LUA_REGISTRYINDEX, BINDINGS_KEY);
+    push_bindings_copy(L);
     return 1;
   }
   lua_getfield(L, LUA_REGISTRYINDEX, LOADED_KEY);
@@ -224,6 +261,10 @@ static int sandbox_require(lua_State *L) {
   }
   lua_pop(L, 1);
   if (!valid_module_name(name)) return luaL_error(L, "invalid module name '%s'", name);
+  const char *bare =
+      strncmp(name, DEFAULTS_PREFIX, strlen(DEFAULTS_PREFIX)) == 0 ? name + strlen(DEFAULTS_PREFIX) : name;
+  if (!in_script_folder(bare))
+    return luaL_error(L, "module '%s' is outside the script folders (policies., providers., sim.)", name);
   char *path = resolve_module(g, name);
   if (!path) {
     lp_buf searched = LP_BUF_INIT;

@@ -1,5 +1,6 @@
 /* Tasks: one coroutine per script call, parked on HTTP requests, resumed by the loop. */
 #include <lauxlib.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -270,7 +271,8 @@ static int host_sleep(lua_State *L, double seconds, void *ud) {
   t->sleep_timer = lp_xmalloc(sizeof *t->sleep_timer);
   uv_timer_init(t->host->loop, t->sleep_timer);
   t->sleep_timer->data = t;
-  uv_timer_start(t->sleep_timer, sleep_over, (uint64_t)(seconds * 1000.0 + 0.5), 0);
+  /* rounded up, and one more: libuv compares against the loop time cached at the start of the iteration */
+  uv_timer_start(t->sleep_timer, sleep_over, (uint64_t)ceil(seconds * 1000.0) + 1, 0);
   return lua_yield(L, 0);
 }
 

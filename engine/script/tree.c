@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 
-const char *const lp_script_tree_folders[] = {"policies", "providers", NULL};
+const char *const lp_script_tree_folders[] = {"policies", "providers", "sim", NULL};
 
 typedef struct path_list {
   char **items;
