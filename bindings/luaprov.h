@@ -1,5 +1,5 @@
 /* The `luaprov` Lua module: the only API scripts see (SPEC §4.1). One C source per sub-module
- * (http.c, json.c, crypto.c, time.c, log.c, cache.c, env.c), assembled by luaprov.c.
+ * (http.c, json.c, crypto.c, time.c, log.c, cache.c, env.c, fs.c), assembled by luaprov.c.
  *
  * Conventions (as Lua's own lauxlib): misuse (a wrong argument type) raises; an operational failure
  * returns `nil, message, code` where code is a stable string scripts can branch on ("Timeout",
@@ -53,6 +53,7 @@ int lp_open_time(lua_State *L);
 int lp_open_log(lua_State *L);
 int lp_open_cache(lua_State *L);
 int lp_open_env(lua_State *L);
+int lp_open_fs(lua_State *L);
 
 /* Pushes nil, message, code and returns 3: the operational-failure convention. [-0, +3, m] */
 int lp_push_fail(lua_State *L, const char *message, const char *code);
