@@ -78,6 +78,10 @@ void lp_task_cancel(lp_task *t);
 void lp_script_host_cancel_all(lp_script_host *h);
 size_t lp_script_host_tasks_in_flight(const lp_script_host *h);
 
+/* A string field of an entry module of the generation in service (e.g. the mapping's `name`), as a
+ * malloc'd copy, or NULL when the module or the field is absent or not a string. */
+char *lp_script_host_module_string(lp_script_host *h, const char *module, const char *field);
+
 lp_generation *lp_script_host_current(lp_script_host *h);
 uint64_t lp_script_host_generation_id(const lp_script_host *h);
 

@@ -1,0 +1,521 @@
+/* The CloudProvider operations: each calls the mapping (and policies) as script tasks, checks what
+ * comes back, and assembles the answer Karpenter expects. */
+#include "contract/cloudprovider_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "contract/shapes.h"
+#include "core/cache.h"
+#include "core/log.h"
+
+/* ---- plumbing ------------------------------------------------------------------------------ */
+
+op *cp_op_new(lp_cloudprovider *cp, lp_cp_done_fn done, void *ud) {
+  op *o = lp_xcalloc(1, sizeof *o);
+  o->cp = cp;
+  o->done = done;
+  o->ud = ud;
+  return o;
+}
+
+static void op_free(op *o) {
+  json_decref(o->nodeclaim);
+  json_decref(o->nodeclass);
+  json_decref(o->candidates);
+  json_decref(o->tags);
+  json_decref(o->chosen_type);
+  json_decref(o->instance);
+  json_decref(o->error_detail);
+  free(o->provider_id);
+  free(o);
+}
+
+void cp_finish(op *o, json_t *value, lp_error *err) {
+  o->done(value, err, o->ud);
+  op_free(o);
+}
+
+static void deferred_closed(uv_handle_t *h) {
+  op *o = h->data;
+  free(h);
+  cp_finish(o, o->value, o->error);
+}
+
+static void deferred_fire(uv_timer_t *t) {
+  uv_close((uv_handle_t *)t, deferred_closed);
+}
+
+/* Reports err after the current call returns: done never runs inside an lp_cp_* call. */
+void cp_fail_soon(op *o, lp_error *err) {
+  o->error = err;
+  o->defer = lp_xmalloc(sizeof *o->defer);
+  uv_timer_init(o->cp->loop, o->defer);
+  o->defer->data = o;
+  uv_timer_start(o->defer, deferred_fire, 0, 0);
+}
+
+/* "providers/alibaba/init.lua: instance_types: <problem> (SPEC §5 rule 4)" */
+lp_error *cp_contract_error(op *o, const char *module, const char *function, char *problem,
+                            const char *rule) {
+  const char *file = lp_generation_module_file(lp_script_host_current(o->cp->scripts), module);
+  lp_error *e = lp_error_new("Contract", "%s: %s: %s (%s)", file ? file : module, function, problem, rule);
+  free(problem);
+  return e;
+}
+
+typedef struct call_ctx {
+  op *o;
+  step_fn next;
+} call_ctx;
+
+static void call_done(const lp_task_result *r, void *ud) {
+  call_ctx *c = ud;
+  op *o = c->o;
+  step_fn next = c->next;
+  free(c);
+  if (r->error) {
+    next(o, NULL, lp_error_new(r->error->code, "%s", r->error->message));
+    return;
+  }
+  json_error_t jerr;
+  json_t *values = json_loads(r->json, JSON_DECODE_ANY, &jerr);
+  /* (nil, {code=, message=}) or (nil, "message"): the mapping's operational failure */
+  json_t *first = json_array_get(values, 0), *second = json_array_get(values, 1);
+  if (json_is_null(first) && second && !json_is_null(second)) {
+    const char *code = json_string_value(json_object_get(second, "code"));
+    const char *message = json_is_string(second) ? json_string_value(second)
+                                                 : json_string_value(json_object_get(second, "message"));
+    lp_error *err = lp_error_new(code ? code : "Error", "%s", message ? message : "(no message)");
+    json_decref(o->error_detail);
+    o->error_detail = json_incref(second); /* for steps that read more of it */
+    json_decref(values);
+    next(o, NULL, err);
+    return;
+  }
+  next(o, values, NULL);
+}
+
+void cp_call(op *o, const char *module, const char *function, json_t *args, step_fn next) {
+  call_ctx *c = lp_xmalloc(sizeof *c);
+  c->o = o;
+  c->next = next;
+  lp_script_host_call(o->cp->scripts, module, function, args, call_done, c);
+}
+
+json_t *cp_ctx_args1(lp_cloudprovider *cp, json_t *a) {
+  return json_pack("[Oo]", cp->ctx, a);
+}
+
+/* ---- lifecycle --------------------------------------------------------------------------- */
+
+lp_cloudprovider *lp_cloudprovider_new(const lp_cloudprovider_config *cfg) {
+  lp_cloudprovider *cp = lp_xcalloc(1, sizeof *cp);
+  cp->loop = cfg->loop;
+  cp->scripts = cfg->scripts;
+  cp->mapping = lp_xstrdup(cfg->mapping ? cfg->mapping : "providers.alibaba");
+  cp->ctx = json_pack("{s:s, s:s}", "region", cfg->region ? cfg->region : "cn-hangzhou", "cluster_id",
+                      cfg->cluster_id ? cfg->cluster_id : "luaprov");
+  if (cfg->endpoint) json_object_set_new(cp->ctx, "endpoint", json_string(cfg->endpoint));
+  cp->unavailable =
+      lp_cache_new("unavailable-offerings", cfg->unavailable_ttl_s > 0 ? cfg->unavailable_ttl_s : 180, 100000,
+                   lp_metrics_default());
+  cp->max_launch_attempts = cfg->max_launch_attempts ? cfg->max_launch_attempts : 10;
+  cp->launches = lp_metrics_counter(lp_metrics_default(), "luaprov_cloudprovider_launches_total",
+                                    "Instance launch attempts by outcome.", LP_LABELS("result"));
+  return cp;
+}
+
+void lp_cloudprovider_free(lp_cloudprovider *cp) {
+  if (!cp) return;
+  free(cp->mapping);
+  free(cp->name);
+  json_decref(cp->ctx);
+  lp_cache_free(cp->unavailable);
+  free(cp);
+}
+
+const char *lp_cloudprovider_name(lp_cloudprovider *cp) {
+  free(cp->name); /* re-read: a reload may have changed it */
+  cp->name = lp_script_host_module_string(cp->scripts, cp->mapping, "name");
+  return cp->name ? cp->name : "";
+}
+
+json_t *lp_cloudprovider_supported_nodeclasses(const lp_cloudprovider *cp) {
+  return json_pack("[{s:s, s:s, s:s}]", "group", "karpenter.k8s.alibabacloud", "version", "v1alpha1", "kind",
+                   "ECSNodeClass");
+}
+
+void lp_cp_outcome_store(json_t *value, lp_error *err, void *ud) {
+  lp_cp_outcome *out = ud;
+  out->value = value;
+  out->error = err;
+  out->done = 1;
+}
+
+void lp_cp_outcome_wait(uv_loop_t *loop, lp_cp_outcome *outcome) {
+  while (!outcome->done) uv_run(loop, UV_RUN_ONCE);
+}
+
+/* ---- GetInstanceTypes -------------------------------------------------------------------- */
+
+void cp_offering_key(char *out, size_t cap, const char *type, const json_t *offering) {
+  snprintf(out, cap, "%s|%s|%s", type, json_string_value(json_object_get(offering, "zone")),
+           json_string_value(json_object_get(offering, "capacity_type")));
+}
+
+/* Checks rule 4 on every type and marks offerings the engine saw fail with NoStock recently. */
+lp_error *cp_checked_types(op *o, json_t *types) {
+  if (!json_is_array(types) && !(json_is_object(types) && json_object_size(types) == 0))
+    return cp_contract_error(o, o->cp->mapping, "instance_types", lp_xstrdup("did not return a list"),
+                             "SPEC §4.5");
+  size_t i;
+  json_t *type;
+  json_array_foreach(types, i, type) {
+    char *problem = lp_check_instance_type(type);
+    if (problem) return cp_contract_error(o, o->cp->mapping, "instance_types", problem, "SPEC §5 rule 4");
+    const char *name = json_string_value(json_object_get(type, "name"));
+    size_t k;
+    json_t *offering;
+    json_array_foreach(json_object_get(type, "offerings"), k, offering) {
+      char key[512];
+      cp_offering_key(key, sizeof key, name, offering);
+      size_t len;
+      if (lp_cache_get(o->cp->unavailable, key, strlen(key), &len))
+        json_object_set_new(offering, "available", json_false());
+    }
+  }
+  return NULL;
+}
+
+static void types_done(op *o, json_t *values, lp_error *err) {
+  if (err) {
+    cp_finish(o, NULL, err);
+    return;
+  }
+  json_t *types = json_incref(json_array_get(values, 0));
+  json_decref(values);
+  if (json_is_object(types)) { /* an empty Lua table arrives as {} */
+    json_decref(types);
+    types = json_array();
+  }
+  lp_error *problem = cp_checked_types(o, types);
+  if (problem) {
+    json_decref(types);
+    cp_finish(o, NULL, problem);
+    return;
+  }
+  cp_finish(o, types, NULL);
+}
+
+void lp_cp_get_instance_types(lp_cloudprovider *cp, const json_t *nodeclass, lp_cp_done_fn done, void *ud) {
+  op *o = cp_op_new(cp, done, ud);
+  cp_call(o, cp->mapping, "instance_types", cp_ctx_args1(cp, json_deep_copy(nodeclass)), types_done);
+}
+
+/* ---- Delete, Get, List ------------------------------------------------------------------- */
+
+static const char *provider_id_of(const json_t *nodeclaim) {
+  return json_string_value(json_object_get(json_object_get(nodeclaim, "status"), "providerID"));
+}
+
+static void delete_done(op *o, json_t *values, lp_error *err) {
+  if (err && strcmp(err->code, "NotFound") == 0) {
+    lp_error *gone =
+        lp_error_new("NodeClaimNotFound", "instance %s of NodeClaim %s is already gone", o->provider_id,
+                     json_string_value(json_object_get(json_object_get(o->nodeclaim, "metadata"), "name")));
+    lp_error_free(err);
+    cp_finish(o, NULL, gone);
+    return;
+  }
+  json_decref(values);
+  if (!err) lp_info(LOGGER, "instance deletion triggered", LPF_STR("provider_id", o->provider_id));
+  cp_finish(o, err ? NULL : json_true(), err);
+}
+
+/* parse_provider_id(s) -> {region, instance_id}; then the operation's own call. */
+typedef void (*with_id_fn)(op *o, const char *instance_id);
+
+static void parsed_for(op *o, json_t *values, lp_error *err, with_id_fn then) {
+  if (err) {
+    cp_finish(o, NULL,
+              lp_error_new("NodeClaimNotFound", "provider ID %s cannot be parsed: %s", o->provider_id,
+                           err->message));
+    lp_error_free(err);
+    return;
+  }
+  const char *id = json_string_value(json_object_get(json_array_get(values, 0), "instance_id"));
+  if (!id || !*id) {
+    json_decref(values);
+    cp_finish(o, NULL,
+              cp_contract_error(o, o->cp->mapping, "parse_provider_id",
+                                lp_xstrdup("did not return {region, instance_id}"), "SPEC §4.5"));
+    return;
+  }
+  then(o, id);
+  json_decref(values);
+}
+
+static void delete_with_id(op *o, const char *id) {
+  cp_call(o, o->cp->mapping, "delete", json_pack("[Os]", o->cp->ctx, id), delete_done);
+}
+static void delete_parsed(op *o, json_t *values, lp_error *err) {
+  parsed_for(o, values, err, delete_with_id);
+}
+
+void lp_cp_delete(lp_cloudprovider *cp, const json_t *nodeclaim, lp_cp_done_fn done, void *ud) {
+  op *o = cp_op_new(cp, done, ud);
+  o->nodeclaim = json_deep_copy(nodeclaim);
+  const char *pid = provider_id_of(nodeclaim);
+  if (!pid || !*pid) {
+    cp_fail_soon(
+        o, lp_error_new("NodeClaimNotFound", "NodeClaim %s has no status.providerID: nothing was launched",
+                        json_string_value(json_object_get(json_object_get(nodeclaim, "metadata"), "name"))));
+    return;
+  }
+  o->provider_id = lp_xstrdup(pid);
+  cp_call(o, cp->mapping, "parse_provider_id", json_pack("[s]", pid), delete_parsed);
+}
+
+static void get_done(op *o, json_t *values, lp_error *err) {
+  if (err) {
+    if (strcmp(err->code, "NotFound") == 0) {
+      lp_error *gone = lp_error_new("NodeClaimNotFound", "instance %s not found", o->provider_id);
+      lp_error_free(err);
+      err = gone;
+    }
+    cp_finish(o, NULL, err);
+    return;
+  }
+  json_t *instance = json_array_get(values, 0);
+  char *problem = lp_check_instance(instance);
+  if (problem) {
+    json_decref(values);
+    cp_finish(o, NULL, cp_contract_error(o, o->cp->mapping, "get", problem, "SPEC §4.6"));
+    return;
+  }
+  if (strcmp(json_string_value(json_object_get(instance, "state")), "terminated") == 0) {
+    json_decref(values);
+    cp_finish(o, NULL, lp_error_new("NodeClaimNotFound", "instance %s is terminated", o->provider_id));
+    return;
+  }
+  json_t *claim = lp_nodeclaim_for_instance(NULL, instance, NULL, o->provider_id);
+  json_decref(values);
+  cp_finish(o, claim, NULL);
+}
+
+static void get_with_id(op *o, const char *id) {
+  cp_call(o, o->cp->mapping, "get", json_pack("[Os]", o->cp->ctx, id), get_done);
+}
+static void get_parsed(op *o, json_t *values, lp_error *err) {
+  parsed_for(o, values, err, get_with_id);
+}
+
+void lp_cp_get(lp_cloudprovider *cp, const char *provider_id, lp_cp_done_fn done, void *ud) {
+  op *o = cp_op_new(cp, done, ud);
+  o->provider_id = lp_xstrdup(provider_id);
+  cp_call(o, cp->mapping, "parse_provider_id", json_pack("[s]", provider_id), get_parsed);
+}
+
+/* Listing builds a NodeClaim per instance; the provider IDs come from the mapping's provider_id,
+ * called for all instances at once (each is a short task; none awaits anything). */
+typedef struct list_item {
+  op *o;
+  size_t index;
+} list_item;
+
+static void list_id_done(const lp_task_result *r, void *ud) {
+  list_item *item = ud;
+  op *o = item->o;
+  json_t *values = r->json ? json_loads(r->json, JSON_DECODE_ANY, NULL) : NULL;
+  const char *pid = json_string_value(json_array_get(values, 0));
+  if (pid && *pid) {
+    json_t *instance = json_array_get(o->instance, item->index);
+    json_array_set_new(o->candidates, item->index, lp_nodeclaim_for_instance(NULL, instance, NULL, pid));
+  } else if (!o->error) {
+    o->error = r->error ? lp_error_new(r->error->code, "%s", r->error->message)
+                        : cp_contract_error(o, o->cp->mapping, "provider_id",
+                                            lp_xstrdup("did not return a string"), "SPEC §4.5");
+  }
+  json_decref(values);
+  free(item);
+  if (--o->next_candidate > 0) return; /* counts the calls still running */
+  if (o->error) {
+    lp_error *e = o->error;
+    o->error = NULL;
+    cp_finish(o, NULL, e);
+  } else {
+    json_t *claims = o->candidates;
+    o->candidates = NULL;
+    cp_finish(o, claims, NULL);
+  }
+}
+
+static void list_done(op *o, json_t *values, lp_error *err) {
+  if (err) {
+    cp_finish(o, NULL, err);
+    return;
+  }
+  json_t *instances = json_array_get(values, 0);
+  if (json_is_object(instances) && json_object_size(instances) == 0) instances = NULL; /* empty table */
+  json_t *live = json_array();
+  size_t i;
+  json_t *instance;
+  json_array_foreach(instances, i, instance) {
+    char *problem = lp_check_instance(instance);
+    if (problem) {
+      json_decref(live);
+      json_decref(values);
+      cp_finish(o, NULL, cp_contract_error(o, o->cp->mapping, "list", problem, "SPEC §4.6"));
+      return;
+    }
+    if (strcmp(json_string_value(json_object_get(instance, "state")), "terminated") != 0)
+      json_array_append(live, instance);
+  }
+  json_decref(values);
+  o->instance = live;
+  size_t n = json_array_size(live);
+  o->candidates = json_array(); /* the NodeClaims, in instance order */
+  for (size_t k = 0; k < n; k++) json_array_append_new(o->candidates, json_null());
+  if (n == 0) {
+    json_t *claims = o->candidates;
+    o->candidates = NULL;
+    cp_finish(o, claims, NULL);
+    return;
+  }
+  o->next_candidate = n;
+  for (size_t k = 0; k < n; k++) {
+    list_item *item = lp_xmalloc(sizeof *item);
+    item->o = o;
+    item->index = k;
+    lp_script_host_call(o->cp->scripts, o->cp->mapping, "provider_id",
+                        json_pack("[O]", json_array_get(live, k)), list_id_done, item);
+  }
+}
+
+void lp_cp_list(lp_cloudprovider *cp, lp_cp_done_fn done, void *ud) {
+  op *o = cp_op_new(cp, done, ud);
+  cp_call(o, cp->mapping, "list", json_pack("[O]", cp->ctx), list_done);
+}
+
+/* ---- IsDrifted, RepairPolicies ----------------------------------------------------------- */
+
+/* A reason is "" or a CamelCase word: it becomes a condition reason, which Kubernetes restricts. */
+static int valid_reason(const char *s) {
+  if (!*s) return 1;
+  if (!(*s >= 'A' && *s <= 'Z')) return 0;
+  for (; *s; s++)
+    if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9'))) return 0;
+  return 1;
+}
+
+static void drift_done(op *o, json_t *values, lp_error *err) {
+  if (err) {
+    if (strcmp(err->code, "Error") == 0) { /* nil, message: not known yet */
+      lp_error *unknown = lp_error_new("DriftUnknown", "%s", err->message);
+      lp_error_free(err);
+      err = unknown;
+    }
+    cp_finish(o, NULL, err);
+    return;
+  }
+  json_t *reason = json_array_get(values, 0);
+  const char *r = json_is_null(reason) || !reason ? "" : json_string_value(reason);
+  if (!r || !valid_reason(r)) {
+    json_decref(values);
+    cp_finish(o, NULL,
+              cp_contract_error(o, "policies.drift", "is_drifted",
+                                lp_xstrdup("returned a reason that is not \"\" or a CamelCase word like "
+                                           "\"ImageDrift\""),
+                                "SPEC §4.4"));
+    return;
+  }
+  json_t *out = json_string(r);
+  json_decref(values);
+  cp_finish(o, out, NULL);
+}
+
+static void drift_instance_done(op *o, json_t *values, lp_error *err) {
+  if (err) {
+    if (strcmp(err->code, "NotFound") == 0) {
+      lp_error *gone = lp_error_new("NodeClaimNotFound", "instance %s not found", o->provider_id);
+      lp_error_free(err);
+      err = gone;
+    }
+    cp_finish(o, NULL, err);
+    return;
+  }
+  json_t *instance = json_array_get(values, 0);
+  char *problem = lp_check_instance(instance);
+  if (problem) {
+    json_decref(values);
+    cp_finish(o, NULL, cp_contract_error(o, o->cp->mapping, "get", problem, "SPEC §4.6"));
+    return;
+  }
+  cp_call(o, "policies.drift", "is_drifted",
+          json_pack("[OOOO]", o->nodeclaim, o->nodeclass, instance, o->cp->ctx), drift_done);
+  json_decref(values);
+}
+
+static void drift_with_id(op *o, const char *id) {
+  cp_call(o, o->cp->mapping, "get", json_pack("[Os]", o->cp->ctx, id), drift_instance_done);
+}
+static void drift_parsed(op *o, json_t *values, lp_error *err) {
+  parsed_for(o, values, err, drift_with_id);
+}
+
+/* NodeClassDrift needs no API call (SPEC §5 rule 5): the policy's static check runs first, and only
+ * when it finds nothing is the instance fetched for the full policy. */
+static void static_drift_done(op *o, json_t *values, lp_error *err) {
+  const char *reason = values ? json_string_value(json_array_get(values, 0)) : NULL;
+  if (!err && reason && *reason) {
+    drift_done(o, values, NULL);
+    return;
+  }
+  json_decref(values);
+  if (err && strcmp(err->code, "Contract") != 0) { /* a policy without static_drift is fine */
+    cp_finish(o, NULL, err);
+    return;
+  }
+  lp_error_free(err);
+  cp_call(o, o->cp->mapping, "parse_provider_id", json_pack("[s]", o->provider_id), drift_parsed);
+}
+
+void lp_cp_is_drifted(lp_cloudprovider *cp, const json_t *nodeclaim, const json_t *nodeclass,
+                      lp_cp_done_fn done, void *ud) {
+  op *o = cp_op_new(cp, done, ud);
+  o->nodeclaim = json_deep_copy(nodeclaim);
+  o->nodeclass = json_deep_copy(nodeclass);
+  const char *pid = provider_id_of(nodeclaim);
+  if (!pid || !*pid) {
+    cp_fail_soon(
+        o, lp_error_new("NodeClaimNotFound", "NodeClaim %s has no status.providerID",
+                        json_string_value(json_object_get(json_object_get(nodeclaim, "metadata"), "name"))));
+    return;
+  }
+  o->provider_id = lp_xstrdup(pid);
+  cp_call(o, "policies.drift", "static_drift", json_pack("[OO]", o->nodeclaim, o->nodeclass),
+          static_drift_done);
+}
+
+static void repair_done(op *o, json_t *values, lp_error *err) {
+  if (err) {
+    cp_finish(o, NULL, err);
+    return;
+  }
+  json_t *list = json_array_get(values, 0);
+  char *problem = lp_check_repair_policies(list);
+  if (problem) {
+    json_decref(values);
+    cp_finish(o, NULL, cp_contract_error(o, "policies.repair", "policies", problem, "SPEC §4.4"));
+    return;
+  }
+  json_t *out = json_is_array(list) ? json_incref(list) : json_array();
+  json_decref(values);
+  cp_finish(o, out, NULL);
+}
+
+void lp_cp_repair_policies(lp_cloudprovider *cp, lp_cp_done_fn done, void *ud) {
+  op *o = cp_op_new(cp, done, ud);
+  cp_call(o, "policies.repair", "policies", json_pack("[O]", cp->ctx), repair_done);
+}

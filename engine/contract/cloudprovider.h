@@ -1,0 +1,79 @@
+/* Karpenter's CloudProvider contract (SPEC §5), served by a Lua mapping (providers/alibaba/init.lua)
+ * and enforced here: the engine does not trust what the mapping returns. Every operation is
+ * asynchronous (the mapping awaits cloud APIs); done runs once on the loop thread with either a value
+ * or an error, and owns both: the receiver json_decref()s the value and lp_error_free()s the error.
+ *
+ * Error codes, as Karpenter's cloudprovider errors:
+ *   NodeClassNotReady     the ECSNodeClass is not Ready (retry later)
+ *   InsufficientCapacity  no offering compatible with the NodeClaim can launch now
+ *   NodeClaimNotFound     the instance is gone (Delete, Get)
+ *   CreateError           a structured launch failure (quota, unsupported configuration): the message
+ *                         carries the reason (the API's code) and its text
+ *   Contract              the mapping or a policy broke its contract: the message names the script file
+ *                         and the rule ("providers/alibaba/init.lua: instance_types: ... (SPEC §5 rule 4)")
+ *   DriftUnknown          the drift policy could not decide yet (condition left as it is)
+ *   anything else         passed through from the mapping (Throttled, Transport, Auth, ...)
+ * Loop thread only. */
+#ifndef LUAPROV_CONTRACT_CLOUDPROVIDER_H
+#define LUAPROV_CONTRACT_CLOUDPROVIDER_H
+
+#include <jansson.h>
+
+#include "core/error.h"
+#include "script/host.h"
+
+typedef struct lp_cloudprovider lp_cloudprovider;
+
+typedef struct lp_cloudprovider_config {
+  uv_loop_t *loop;
+  lp_script_host *scripts;
+  const char *mapping;          /* entry module of the mapping; NULL = "providers.alibaba" */
+  const char *region;           /* passed to every call as ctx.region */
+  const char *cluster_id;       /* ctx.cluster_id: tags and the instances this cluster owns */
+  const char *endpoint;         /* ctx.endpoint: one URL for every cloud API (the simulator); may be NULL */
+  double unavailable_ttl_s;     /* how long an offering stays unavailable after a NoStock error; 0 = 180 */
+  unsigned max_launch_attempts; /* offerings tried per Create; 0 = 10 */
+} lp_cloudprovider_config;
+
+typedef void (*lp_cp_done_fn)(json_t *value, lp_error *err, void *ud);
+
+lp_cloudprovider *lp_cloudprovider_new(const lp_cloudprovider_config *cfg);
+/* Frees the provider; operations still in flight must have completed. */
+void lp_cloudprovider_free(lp_cloudprovider *cp);
+
+/* "alibabacloud" (the mapping's name), valid while the provider lives. */
+const char *lp_cloudprovider_name(lp_cloudprovider *cp);
+/* [{"group", "version", "kind"}] of the node classes this provider serves; caller decrefs. */
+json_t *lp_cloudprovider_supported_nodeclasses(const lp_cloudprovider *cp);
+
+/* Launches the NodeClaim (objects borrowed, not stolen). Value: the NodeClaim to persist, with the
+ * labels of rule 2, the hash annotations, status.providerID, imageID, capacity and allocatable. */
+void lp_cp_create(lp_cloudprovider *cp, const json_t *nodeclaim, const json_t *nodeclass, lp_cp_done_fn done,
+                  void *ud);
+/* Deletes the NodeClaim's instance. Value: json_true() once deletion is triggered. */
+void lp_cp_delete(lp_cloudprovider *cp, const json_t *nodeclaim, lp_cp_done_fn done, void *ud);
+/* Value: a NodeClaim describing the instance of provider_id. */
+void lp_cp_get(lp_cloudprovider *cp, const char *provider_id, lp_cp_done_fn done, void *ud);
+/* Value: an array of NodeClaims, one per instance this cluster owns. */
+void lp_cp_list(lp_cloudprovider *cp, lp_cp_done_fn done, void *ud);
+/* Value: the validated instance types (SPEC §3 shape), offerings marked unavailable when the engine
+ * saw a NoStock error for them recently. */
+void lp_cp_get_instance_types(lp_cloudprovider *cp, const json_t *nodeclass, lp_cp_done_fn done, void *ud);
+/* Value: a JSON string, the DriftReason or "" when not drifted. */
+void lp_cp_is_drifted(lp_cloudprovider *cp, const json_t *nodeclaim, const json_t *nodeclass,
+                      lp_cp_done_fn done, void *ud);
+/* Value: [{"condition_type", "condition_status", "toleration_seconds"}]. */
+void lp_cp_repair_policies(lp_cloudprovider *cp, lp_cp_done_fn done, void *ud);
+
+/* For callers that wait (the CLI, tests): pass lp_cp_outcome_store as done and an lp_cp_outcome as
+ * ud, then lp_cp_outcome_wait runs the loop until it is filled. Not from inside a loop callback. The
+ * caller owns value and error afterwards. */
+typedef struct lp_cp_outcome {
+  int done;
+  json_t *value;
+  lp_error *error;
+} lp_cp_outcome;
+void lp_cp_outcome_store(json_t *value, lp_error *err, void *outcome);
+void lp_cp_outcome_wait(uv_loop_t *loop, lp_cp_outcome *outcome);
+
+#endif

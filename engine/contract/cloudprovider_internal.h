@@ -1,0 +1,58 @@
+/* Shared by the CloudProvider operations (cloudprovider.c, cloudprovider_create.c). */
+#ifndef LUAPROV_CONTRACT_CLOUDPROVIDER_INTERNAL_H
+#define LUAPROV_CONTRACT_CLOUDPROVIDER_INTERNAL_H
+
+#include "contract/cloudprovider.h"
+#include "core/cache.h"
+#include "core/metrics.h"
+
+#define LOGGER "engine.cloudprovider"
+
+struct lp_cloudprovider {
+  uv_loop_t *loop;
+  lp_script_host *scripts;
+  char *mapping;
+  char *name;
+  json_t *ctx; /* {region, cluster_id, endpoint} passed to every mapping call */
+  lp_cache *unavailable;
+  unsigned max_launch_attempts;
+  lp_metric *launches;
+};
+
+/* One operation in flight: the caller's callback plus whatever the steps carry along. */
+typedef struct op {
+  lp_cloudprovider *cp;
+  lp_cp_done_fn done;
+  void *ud;
+  json_t *nodeclaim, *nodeclass; /* own references */
+  json_t *candidates;            /* create: [[type, offering], ...] cheapest first */
+  size_t next_candidate;
+  json_t *tags;
+  json_t *chosen_type;
+  json_t *instance;
+  char *provider_id;
+  uv_timer_t *defer;    /* to report a failure found before any script ran, outside the caller's call */
+  json_t *value;        /* a deferred failure's value (always NULL today) */
+  lp_error *error;      /* a deferred failure */
+  json_t *error_detail; /* the mapping's structured error of the last call, e.g. {code, offerings} */
+} op;
+
+typedef void (*step_fn)(op *o, json_t *values, lp_error *err);
+
+op *cp_op_new(lp_cloudprovider *cp, lp_cp_done_fn done, void *ud);
+/* Calls done with value and err (ownership passes) and frees the operation. */
+void cp_finish(op *o, json_t *value, lp_error *err);
+/* Reports err after the current call returns: done never runs inside an lp_cp_* call. */
+void cp_fail_soon(op *o, lp_error *err);
+/* "file: function: problem (rule)"; takes problem. */
+lp_error *cp_contract_error(op *o, const char *module, const char *function, char *problem, const char *rule);
+/* Calls module.function(args...) (args stolen) as a task; next gets the results array or an error. */
+void cp_call(op *o, const char *module, const char *function, json_t *args, step_fn next);
+/* [ctx, a] with a stolen. */
+json_t *cp_ctx_args1(lp_cloudprovider *cp, json_t *a);
+/* Checks rule 4 on every type and marks offerings seen out of stock recently; NULL when fine. */
+lp_error *cp_checked_types(op *o, json_t *types);
+/* "type|zone|capacity_type", the key of the unavailable-offerings cache. */
+void cp_offering_key(char *out, size_t cap, const char *type, const json_t *offering);
+
+#endif

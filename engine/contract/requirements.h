@@ -1,0 +1,31 @@
+/* Karpenter scheduling requirements and resource quantities, on JSON values (the shapes of the
+ * NodeClaim spec and of GetInstanceTypes). Pure functions; no Lua, no I/O.
+ *
+ * A requirement is {"key", "operator", "values"} with operator In, NotIn, Exists, DoesNotExist, Gt,
+ * Lt, Gte or Lte (the last four take one non-negative integer). Two lists are compatible when every
+ * key both define has values in common, as Karpenter's Requirements.Compatible does (two negative
+ * operators, NotIn/DoesNotExist, always agree); keys defined on one side only do not constrain. */
+#ifndef LUAPROV_CONTRACT_REQUIREMENTS_H
+#define LUAPROV_CONTRACT_REQUIREMENTS_H
+
+#include <jansson.h>
+
+/* Non-zero when the requirement lists a and b (JSON arrays; NULL = none) are compatible. When they
+ * are not and why is not NULL, *why gets a malloc'd explanation ("topology.kubernetes.io/zone: In
+ * [cn-hangzhou-z] has nothing in common with In [cn-hangzhou-h cn-hangzhou-i]"). */
+int lp_requirements_compatible(const json_t *a, const json_t *b, char **why);
+
+/* Non-zero when value (NULL = the label is absent) satisfies one requirement. */
+int lp_requirement_allows(const json_t *requirement, const char *value);
+
+/* Parses a Kubernetes quantity ("1500m", "3Gi", "4", "100M", "1e3", "0.5") into a number of base
+ * units. Returns 0 and stores it, or -1 for anything else. */
+int lp_quantity_parse(const char *text, double *out);
+
+/* Non-zero when every request in requests ({"cpu": "1500m", ...}; NULL = none) fits in capacity
+ * minus the overhead ({"kube_reserved": {...}, "system_reserved": {...}, "eviction_threshold": {...}};
+ * NULL = none). A resource the type does not have fits only a zero request. When it does not fit and
+ * why is not NULL, *why names the first resource that does not. */
+int lp_resources_fit(const json_t *requests, const json_t *capacity, const json_t *overhead, char **why);
+
+#endif
