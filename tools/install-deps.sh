@@ -10,7 +10,7 @@ set -euo pipefail
 profile="${1:-build}"
 packages=(cmake make gcc pkg-config curl ca-certificates
   liblua5.4-dev lua5.4 lua-cjson libuv1-dev libcurl4-openssl-dev libssl-dev
-  libhttp-parser-dev libjansson-dev)
+  libhttp-parser-dev libjansson-dev libyaml-dev)
 case "$profile" in
   build) ;;
   test) packages+=(lua-busted lua-check clang-format) ;;

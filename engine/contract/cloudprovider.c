@@ -400,15 +400,6 @@ void lp_cp_list(lp_cloudprovider *cp, lp_cp_done_fn done, void *ud) {
 
 /* ---- IsDrifted, RepairPolicies ----------------------------------------------------------- */
 
-/* A reason is "" or a CamelCase word: it becomes a condition reason, which Kubernetes restricts. */
-static int valid_reason(const char *s) {
-  if (!*s) return 1;
-  if (!(*s >= 'A' && *s <= 'Z')) return 0;
-  for (; *s; s++)
-    if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9'))) return 0;
-  return 1;
-}
-
 static void drift_done(op *o, json_t *values, lp_error *err) {
   if (err) {
     if (strcmp(err->code, "Error") == 0) { /* nil, message: not known yet */
@@ -421,7 +412,7 @@ static void drift_done(op *o, json_t *values, lp_error *err) {
   }
   json_t *reason = json_array_get(values, 0);
   const char *r = json_is_null(reason) || !reason ? "" : json_string_value(reason);
-  if (!r || !valid_reason(r)) {
+  if (!r || !lp_drift_reason_valid(r)) {
     json_decref(values);
     cp_finish(o, NULL,
               cp_contract_error(o, "policies.drift", "is_drifted",

@@ -187,6 +187,30 @@ lp_script_host *lp_script_host_new(const lp_script_host_config *cfg, lp_problems
   return h;
 }
 
+typedef struct module_string_args {
+  lp_generation *g;
+  const char *module;
+  const char *field;
+  char *out;
+} module_string_args;
+
+static int read_module_string(lua_State *L) {
+  module_string_args *a = lua_touserdata(L, 1);
+  lp_generation_push_module(a->g, a->module);
+  if (!lua_istable(L, -1)) return 0;
+  lua_pushstring(L, a->field);
+  if (lua_rawget(L, -2) == LUA_TSTRING) a->out = lp_xstrdup(lua_tostring(L, -1));
+  return 0;
+}
+
+char *lp_script_host_module_string(lp_script_host *h, const char *module, const char *field) {
+  module_string_args a = {h->current, module, field, NULL};
+  lp_error *err = NULL;
+  if (lp_script_cpcall(lp_generation_state(h->current), read_module_string, &a, &err) != 0)
+    lp_error_free(err);
+  return a.out;
+}
+
 lp_generation *lp_script_host_current(lp_script_host *h) {
   return h->current;
 }

@@ -1,0 +1,269 @@
+/* luaprov eval drift|repair|tags|instance-types: dry-run the policies and the mapping on objects
+ * read from files (SPEC §3). One JSON document on stdout; {"error": ...} and exit 1 on failure. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#include "cli/cli.h"
+#include "contract/cloudprovider.h"
+#include "contract/contracts.h"
+#include "contract/shapes.h"
+#include "core/log.h"
+#include "core/yaml.h"
+#include "script/host.h"
+#include "script/tree.h"
+
+static const char usage[] =
+    "usage: luaprov eval drift  --nodeclaim F --nodeclass F --instance F [--nodepool F] [--scripts DIR]\n"
+    "       luaprov eval repair [--scripts DIR]\n"
+    "       luaprov eval tags   --nodeclaim F --nodeclass F [--cluster-id ID] [--region R] [--scripts DIR]\n"
+    "       luaprov eval instance-types --nodeclass F [--endpoint URL] [--region R] [--scripts DIR]\n"
+    "\n"
+    "Runs one policy or mapping function on objects read from files, with the scripts of DIR (files it\n"
+    "does not hold come from the default tree), and prints one JSON document:\n"
+    "  drift           {\"reason\": \"ImageDrift\"} (\"\" when not drifted)\n"
+    "  repair          [{\"condition_type\", \"condition_status\", \"toleration_seconds\"}]\n"
+    "  tags            {\"tag-key\": \"value\", ...}\n"
+    "  instance-types  [{\"name\", \"requirements\", \"offerings\", \"capacity\", \"overhead\"}]\n"
+    "Objects are JSON or YAML as `kubectl get -o json|yaml` prints them; the instance is JSON in the\n"
+    "shape of SPEC §4.6. instance-types calls the cloud API at --endpoint (e.g. `luaprov sim`).\n"
+    "On failure prints {\"error\": \"...\"} and exits 1.\n";
+
+typedef struct eval_args {
+  const char *what;
+  const char *files[4]; /* nodeclaim, nodeclass, instance, nodepool */
+  const char *scripts, *cluster_id, *region, *endpoint;
+} eval_args;
+
+enum { F_NODECLAIM, F_NODECLASS, F_INSTANCE, F_NODEPOOL };
+
+static int print_error(const char *message) {
+  json_t *doc = json_pack("{s:s}", "error", message);
+  char *text = json_dumps(doc, JSON_COMPACT);
+  printf("%s\n", text);
+  free(text);
+  json_decref(doc);
+  return 1;
+}
+
+static int print_value(json_t *value) {
+  char *text = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+  printf("%s\n", text);
+  free(text);
+  json_decref(value);
+  return 0;
+}
+
+static json_t *load(const char *path, const char *what, lp_error **err) {
+  if (!path) {
+    lp_error_set(err, "Usage", "--%s FILE is required", what);
+    return NULL;
+  }
+  return lp_load_json_or_yaml_file(path, err);
+}
+
+/* Calls a policy function through the script host and returns its first result (new reference). */
+static json_t *call_policy(lp_script_host *h, const char *module, const char *function, json_t *args,
+                           lp_error **err) {
+  lp_task_result *r = lp_script_host_call_sync(h, module, function, args);
+  json_t *value = NULL;
+  if (r->error) {
+    lp_error_set(err, r->error->code, "%s", r->error->message);
+  } else {
+    json_t *values = json_loads(r->json, JSON_DECODE_ANY, NULL);
+    json_t *first = json_array_get(values, 0), *second = json_array_get(values, 1);
+    if (json_is_null(first) && second && !json_is_null(second)) {
+      const char *msg = json_is_string(second) ? json_string_value(second)
+                                               : json_string_value(json_object_get(second, "message"));
+      lp_error_set(err, "PolicyUndecided", "%s.%s returned no answer: %s", module, function, msg ? msg : "?");
+    } else {
+      value = json_incref(first ? first : json_null());
+    }
+    json_decref(values);
+  }
+  lp_task_result_free(r);
+  return value;
+}
+
+static json_t *eval_drift(lp_script_host *h, json_t *ctx, json_t **objects, lp_error **err) {
+  if (objects[F_NODEPOOL]) json_object_set(ctx, "nodepool", objects[F_NODEPOOL]);
+  json_t *reason = call_policy(
+      h, "policies.drift", "is_drifted",
+      json_pack("[OOOO]", objects[F_NODECLAIM], objects[F_NODECLASS], objects[F_INSTANCE], ctx), err);
+  if (!reason) return NULL;
+  const char *r = json_is_null(reason) ? "" : json_string_value(reason);
+  if (!r || !lp_drift_reason_valid(r)) {
+    lp_error_set(err, "Contract",
+                 "is_drifted returned %s; a reason is \"\" or a CamelCase word like \"ImageDrift\"",
+                 r ? r : "a value that is not a string");
+    json_decref(reason);
+    return NULL;
+  }
+  json_t *out = json_pack("{s:s}", "reason", r);
+  json_decref(reason);
+  return out;
+}
+
+static json_t *eval_repair(lp_script_host *h, json_t *ctx, lp_error **err) {
+  json_t *list = call_policy(h, "policies.repair", "policies", json_pack("[O]", ctx), err);
+  char *problem = list ? lp_check_repair_policies(list) : NULL;
+  if (problem) {
+    lp_error_set(err, "Contract", "repair policy: %s", problem);
+    free(problem);
+    json_decref(list);
+    return NULL;
+  }
+  if (json_is_object(list)) { /* an empty Lua table */
+    json_decref(list);
+    list = json_array();
+  }
+  return list;
+}
+
+static json_t *eval_tags(lp_script_host *h, json_t *ctx, json_t **objects, lp_error **err) {
+  json_t *tags = call_policy(h, "policies.tags", "build_instance_tags",
+                             json_pack("[OOO]", objects[F_NODECLAIM], objects[F_NODECLASS], ctx), err);
+  char *problem = tags ? lp_check_tags(tags) : NULL;
+  if (problem) {
+    lp_error_set(err, "Contract", "tags policy: %s", problem);
+    free(problem);
+    json_decref(tags);
+    return NULL;
+  }
+  if (json_is_array(tags)) { /* an empty Lua table */
+    json_decref(tags);
+    tags = json_object();
+  }
+  return tags;
+}
+
+static json_t *eval_instance_types(uv_loop_t *loop, lp_script_host *h, const eval_args *a, json_t **objects,
+                                   lp_error **err) {
+  lp_cloudprovider_config cfg = {
+      .loop = loop,
+      .scripts = h,
+      .region = a->region,
+      .cluster_id = a->cluster_id,
+      .endpoint = a->endpoint,
+  };
+  lp_cloudprovider *cp = lp_cloudprovider_new(&cfg);
+  lp_cp_outcome out = {0};
+  lp_cp_get_instance_types(cp, objects[F_NODECLASS], lp_cp_outcome_store, &out);
+  lp_cp_outcome_wait(loop, &out);
+  lp_cloudprovider_free(cp);
+  if (out.error) {
+    lp_error_set(err, out.error->code, "%s", out.error->message);
+    lp_error_free(out.error);
+  }
+  return out.value;
+}
+
+static int parse_args(int argc, char **argv, eval_args *a) {
+  static const char *const file_flags[] = {"--nodeclaim", "--nodeclass", "--instance", "--nodepool"};
+  a->what = argv[1];
+  for (int i = 2; i < argc; i++) {
+    const char *value = i + 1 < argc ? argv[i + 1] : NULL;
+    int matched = 0;
+    for (int f = 0; f < 4 && !matched; f++)
+      if (strcmp(argv[i], file_flags[f]) == 0 && value) a->files[f] = value, matched = 1;
+    if (matched) {
+      i++;
+      continue;
+    }
+    if (!value) return -1;
+    if (strcmp(argv[i], "--scripts") == 0)
+      a->scripts = value;
+    else if (strcmp(argv[i], "--cluster-id") == 0)
+      a->cluster_id = value;
+    else if (strcmp(argv[i], "--region") == 0)
+      a->region = value;
+    else if (strcmp(argv[i], "--endpoint") == 0)
+      a->endpoint = value;
+    else
+      return -1;
+    i++;
+  }
+  return 0;
+}
+
+static json_t *evaluate(uv_loop_t *loop, lp_script_host *h, const eval_args *a, json_t **objects,
+                        lp_error **err) {
+  json_t *ctx = json_pack("{s:s, s:s}", "cluster_id", a->cluster_id, "region", a->region);
+  json_t *out = NULL;
+  if (strcmp(a->what, "drift") == 0)
+    out = eval_drift(h, ctx, objects, err);
+  else if (strcmp(a->what, "repair") == 0)
+    out = eval_repair(h, ctx, err);
+  else if (strcmp(a->what, "tags") == 0)
+    out = eval_tags(h, ctx, objects, err);
+  else
+    out = eval_instance_types(loop, h, a, objects, err);
+  json_decref(ctx);
+  return out;
+}
+
+int lp_cmd_eval(int argc, char **argv) {
+  static const char *const kinds[] = {"drift", "repair", "tags", "instance-types", NULL};
+  if (lp_cli_wants_help(argc, argv) || argc < 2) {
+    fputs(usage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  eval_args a = {.cluster_id = "luaprov", .region = "cn-hangzhou"};
+  int known = 0;
+  for (const char *const *k = kinds; *k; k++) known |= strcmp(argv[1], *k) == 0;
+  if (!known || parse_args(argc, argv, &a) != 0) {
+    fprintf(stderr, "luaprov eval: bad arguments\n\n%s", usage);
+    return 2;
+  }
+  if (!getenv("LUAPROV_LOG_LEVEL"))
+    lp_cli_configure_logging("warn", NULL); /* stdout is the answer */
+  else
+    lp_cli_configure_logging(NULL, NULL);
+
+  /* which files each verb needs */
+  int needs[4] = {0};
+  if (strcmp(a.what, "drift") == 0) needs[F_NODECLAIM] = needs[F_NODECLASS] = needs[F_INSTANCE] = 1;
+  if (strcmp(a.what, "tags") == 0) needs[F_NODECLAIM] = needs[F_NODECLASS] = 1;
+  if (strcmp(a.what, "instance-types") == 0) needs[F_NODECLASS] = 1;
+  static const char *const names[] = {"nodeclaim", "nodeclass", "instance", "nodepool"};
+  json_t *objects[4] = {NULL};
+  lp_error *err = NULL;
+  for (int f = 0; f < 4 && !err; f++)
+    if (needs[f] || a.files[f]) objects[f] = load(a.files[f], names[f], &err);
+
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  lp_http_client *http = NULL;
+  lp_script_host *h = NULL;
+  json_t *out = NULL;
+  if (!err) http = lp_http_client_new(&loop, NULL, &err);
+  if (!err) {
+    lp_script_host_config cfg = {
+        .loop = &loop,
+        .scripts_dir = a.scripts,
+        .defaults_dir = lp_default_scripts_dir(),
+        .modules = lp_contract_modules,
+        .http = http,
+    };
+    lp_problems problems = {0};
+    h = lp_script_host_new(&cfg, &problems);
+    if (!h) {
+      char *text = lp_problems_render(&problems);
+      size_t n = strlen(text);
+      if (n && text[n - 1] == '\n') text[n - 1] = '\0';
+      err = lp_error_new("ScriptError", "the scripts do not load: %s", text);
+      free(text);
+    }
+    lp_problems_free(&problems);
+  }
+  if (!err) out = evaluate(&loop, h, &a, objects, &err);
+  int status = err ? print_error(err->message) : print_value(out);
+  lp_error_free(err);
+  for (int f = 0; f < 4; f++) json_decref(objects[f]);
+  if (h) lp_script_host_close(h, NULL, NULL);
+  if (http) lp_http_client_close(http, NULL, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+  return status;
+}

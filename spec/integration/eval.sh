@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# luaprov eval against fixture files: every drift reason in SPEC order, repair, tags, an operator's
+# script tree, and the errors an operator meets (bad files, broken scripts, undecided policies).
+source "$(dirname "$0")/lib.sh"
+F="$LUAPROV_SOURCE_DIR/spec/fixtures/eval"
+
+expect() { # expect EXPECTED_STDOUT EXPECTED_STATUS ARGS...
+  local want="$1" want_status="$2"
+  shift 2
+  local got status=0
+  got="$("$LUAPROV" eval "$@" 2>"$WORK/stderr")" || status=$?
+  [[ "$got" == "$want" ]] || fail "eval $*: expected $want, got $got ($(cat "$WORK/stderr"))"
+  [[ "$status" == "$want_status" ]] || fail "eval $*: expected exit $want_status, got $status"
+}
+drift() { expect "$1" "${2:-0}" drift --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json" --instance "$WORK/instance.json" "${@:3}"; }
+reset() { cp "$F/nodeclaim.yaml" "$WORK/claim.yaml"; cp "$F/nodeclass.json" "$WORK/class.json"; cp "$F/instance.json" "$WORK/instance.json"; }
+
+reset
+drift '{"reason":""}'
+
+# NodeClassDrift: same hash version, different hashes; it wins over every other reason.
+sed -i 's/6d9f4c2b1a8e7f30/0000000000000000/' "$WORK/claim.yaml"
+sed -i 's/"sg-bp1nodes"\]/"sg-other"]/' "$WORK/instance.json"
+drift '{"reason":"NodeClassDrift"}'
+# a different hash version means a new algorithm, not drift: the next check decides
+sed -i 's/hash-version: lp1/hash-version: lp0/' "$WORK/claim.yaml"
+drift '{"reason":"SecurityGroupDrift"}'
+
+# ImageDrift comes before SecurityGroupDrift and VSwitchDrift.
+reset
+sed -i 's/"image_id": "[^"]*"/"image_id": "m-old"/; s/"vsw-bp1h"/"vsw-gone"/' "$WORK/instance.json"
+drift '{"reason":"ImageDrift"}'
+reset
+sed -i 's/"vswitch_id": "vsw-bp1h"/"vswitch_id": "vsw-gone"/' "$WORK/instance.json"
+drift '{"reason":"VSwitchDrift"}'
+# an extra security group on the instance is drift too (set equality)
+reset
+sed -i 's/"security_group_ids": \["sg-bp1nodes"\]/"security_group_ids": ["sg-bp1nodes", "sg-extra"]/' "$WORK/instance.json"
+drift '{"reason":"SecurityGroupDrift"}'
+
+# An empty status list is not drift: the policy cannot decide yet.
+reset
+sed -i 's/"images": \[{.*$/"images": [],/; /"requirements": \[{"key": "kubernetes.io\/arch"/d' "$WORK/class.json"
+got="$("$LUAPROV" eval drift --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json" --instance "$WORK/instance.json")" && fail "undecided drift should exit 1"
+[[ "$got" == *'"error":"policies.drift.is_drifted returned no answer: no images are resolved in the ECSNodeClass status yet"'* ]] || fail "undecided drift message: $got"
+
+# repair: the defaults of SPEC §5 rule 6
+expect '[{"condition_status":"False","condition_type":"Ready","toleration_seconds":1800},{"condition_status":"Unknown","condition_type":"Ready","toleration_seconds":1800}]' 0 repair
+
+# tags: the class's own tags, then the engine's, which win
+reset
+got="$("$LUAPROV" eval tags --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json" --cluster-id demo)"
+for pair in '"kubernetes.io/cluster/demo":"owned"' '"karpenter.sh/nodepool":"default"' '"karpenter.sh/nodeclaim":"default-x7k2p"' \
+  '"karpenter.k8s.alibabacloud/ecsnodeclass":"default"' '"ecs:ecs-cluster-id":"demo"' '"team":"platform"'; do
+  [[ "$got" == *"$pair"* ]] || fail "tags lack $pair: $got"
+done
+
+# An operator's tree: a drift policy building on the default one, with a reason of its own.
+mkdir -p "$WORK/ops/policies"
+cat > "$WORK/ops/policies/drift.lua" <<'LUA'
+local default = require "defaults.policies.drift"
+local M = {}
+M.static_drift = default.static_drift
+function M.is_drifted(nodeclaim, nodeclass, instance, ctx)
+  local reason, err = default.is_drifted(nodeclaim, nodeclass, instance, ctx)
+  if reason ~= "" then return reason, err end
+  if instance.instance_type:find("^ecs%.g7%.") then return "RetiredFamilyDrift" end
+  return ""
+end
+return M
+LUA
+expect '{"reason":"RetiredFamilyDrift"}' 0 drift --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json" --instance "$WORK/instance.json" --scripts "$WORK/ops"
+
+# A reason that is not a CamelCase word is refused with a hint.
+sed -i 's/"RetiredFamilyDrift"/"retired family"/' "$WORK/ops/policies/drift.lua"
+got="$("$LUAPROV" eval drift --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json" --instance "$WORK/instance.json" --scripts "$WORK/ops")" && fail "bad reason should exit 1"
+[[ "$got" == *'a reason is \"\" or a CamelCase word'* ]] || fail "bad reason message: $got"
+
+# A broken script names its file and line.
+printf 'local M = {}\nfunction M.is_drifted(\nreturn M\n' > "$WORK/ops/policies/drift.lua"
+got="$("$LUAPROV" eval drift --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json" --instance "$WORK/instance.json" --scripts "$WORK/ops")" && fail "broken script should exit 1"
+[[ "$got" == *"ops/policies/drift.lua:3:"* ]] || fail "broken script message: $got"
+
+# Malformed input files name the file and the position.
+printf '{"id": "i-1",\n "zone": }\n' > "$WORK/bad.json"
+got="$("$LUAPROV" eval drift --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json" --instance "$WORK/bad.json")" && fail "bad JSON should exit 1"
+[[ "$got" == *"bad.json:2:"* ]] || fail "bad JSON message: $got"
+printf 'metadata:\n  name: [unclosed\n' > "$WORK/bad.yaml"
+got="$("$LUAPROV" eval tags --nodeclaim "$WORK/bad.yaml" --nodeclass "$WORK/class.json")" && fail "bad YAML should exit 1"
+[[ "$got" == *"bad.yaml:"*"line"* ]] || fail "bad YAML message: $got"
+got="$("$LUAPROV" eval drift --nodeclaim "$WORK/claim.yaml")" && fail "missing file should exit 1"
+[[ "$got" == '{"error":"--nodeclass FILE is required"}' ]] || fail "missing flag message: $got"
+
+echo "eval: ok"
