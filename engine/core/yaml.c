@@ -21,8 +21,9 @@ static json_t *plain_scalar(const char *s, size_t len) {
   long long i = strtoll(s, &end, 10);
   if (*end == '\0' && errno == 0 && (s[0] == '-' || s[0] == '+' || (s[0] >= '0' && s[0] <= '9'))) {
     /* "0123" stays a string: YAML 1.2 core has no octal without 0o, and Kubernetes never means one */
-    if (!(len > 1 && (s[0] == '0' || ((s[0] == '-' || s[0] == '+') && s[1] == '0' && len > 2))))
-      return json_integer(i);
+    const char *digits = s[0] == '-' || s[0] == '+' ? s + 1 : s;
+    if (digits[0] == '0' && digits[1] != '\0') return json_stringn(s, len);
+    return json_integer(i);
   }
   if ((s[0] >= '0' && s[0] <= '9') || ((s[0] == '-' || s[0] == '+' || s[0] == '.') && len > 1)) {
     double d = strtod(s, &end);
