@@ -66,7 +66,10 @@ static int check_fields(lua_State *L, int idx, const char *file, lp_problems *pr
 }
 
 static void validate_drift(lua_State *L, int idx, const char *file, lp_problems *problems) {
-  static const field_rule rules[] = {{"is_drifted", LUA_TFUNCTION, 1}, {NULL, 0, 0}};
+  /* static_drift(nodeclaim, nodeclass) is optional: when present the engine asks it first, and only
+   * fetches the instance for is_drifted when it finds nothing (NodeClassDrift needs no API call). */
+  static const field_rule rules[] = {
+      {"is_drifted", LUA_TFUNCTION, 1}, {"static_drift", LUA_TFUNCTION, 0}, {NULL, 0, 0}};
   check_fields(L, idx, file, problems, "drift policy", rules);
 }
 
