@@ -1,0 +1,175 @@
+-- The simulator's admin paths under /_sim/ (unsigned, JSON in and out): fault rules, simulated time,
+-- state for assertions, reset, catalogue scaling, and out-of-band instance changes (a spot reclaim, a
+-- stopped node). Tests and the demo drive the simulated cloud through these; see docs/sim.md.
+local luaprov = require "luaprov"
+local clock = require "sim.clock"
+local account = require "sim.alibaba.account"
+local auth = require "sim.alibaba.auth"
+local catalogue = require "sim.alibaba.catalogue"
+local faults = require "sim.alibaba.faults"
+local state = require "sim.alibaba.state"
+local wire = require "sim.alibaba.wire"
+
+local json = luaprov.json
+
+local M = {}
+
+local function reply(status, value) return wire.json_response(status, value) end
+local function bad(message) return reply(400, { error = message }) end
+
+local function body_json(request, required)
+  local text = request.body or ""
+  if text == "" then
+    if required then return nil, "a JSON body is required" end
+    return {}
+  end
+  local ok, value = pcall(json.decode, text)
+  if not ok or value == nil then return nil, "the body is not JSON" end
+  return value
+end
+
+local function fault_list()
+  return wire.list({ table.unpack(faults.list()) })
+end
+
+--- reset_all(): everything back to how `luaprov sim` starts (the shared clock too).
+function M.reset_all()
+  clock.reset()
+  catalogue.reset()
+  account.reset()
+  state.reset()
+  faults.reset()
+  auth.reset()
+end
+
+local function get_state()
+  return reply(200, { time = clock.state(), catalogue = catalogue.summary(), faults = fault_list(),
+    credentials = auth.state(), instances = state.summary().instances, calls = state.summary().calls,
+    errors = state.summary().errors, total_calls = state.summary().total_calls })
+end
+
+local function post_faults(request)
+  local spec, err = body_json(request, true)
+  if not spec then return bad(err) end
+  -- One rule, or a list of rules added in order (all or nothing).
+  local specs = (type(spec) == "table" and #spec > 0) and spec or { spec }
+  local added = {}
+  for i, s in ipairs(specs) do
+    local rule, message = faults.add(s)
+    if not rule then
+      for _, r in ipairs(added) do faults.remove(r.id) end
+      return bad(("fault %d: %s"):format(i, message))
+    end
+    added[#added + 1] = rule
+  end
+  return reply(200, { added = wire.list(added), faults = fault_list() })
+end
+
+local function post_advance(request)
+  local body, err = body_json(request, true)
+  if not body then return bad(err) end
+  local seconds = body.seconds
+  if type(seconds) ~= "number" or seconds < 0 or seconds ~= seconds or seconds == math.huge then
+    return bad("seconds must be a number >= 0")
+  end
+  clock.advance(seconds)
+  return reply(200, clock.state())
+end
+
+local function post_clock(request)
+  local body, err = body_json(request, true)
+  if not body then return bad(err) end
+  if type(body.speed) ~= "number" or body.speed < 0 or body.speed > 10000 then
+    return bad("speed must be a number between 0 and 10000")
+  end
+  clock.set_speed(body.speed)
+  return reply(200, clock.state())
+end
+
+local function post_catalogue(request)
+  local body, err = body_json(request, false)
+  if not body then return bad(err) end
+  local n, z = body.instance_types, body.zones
+  if n ~= nil and (math.type(n) ~= "integer" or n < 1 or n > 5000) then
+    return bad("instance_types must be an integer between 1 and 5000")
+  end
+  if z ~= nil and (math.type(z) ~= "integer" or z < 1 or z > 16) then
+    return bad("zones must be an integer between 1 and 16")
+  end
+  -- The network follows the zones (one tagged vSwitch per zone) and instances would point at
+  -- vSwitches and types that may no longer exist, so both are rebuilt; faults are kept.
+  if n == nil and z == nil then
+    catalogue.reset()
+  else
+    catalogue.generate(n or #catalogue.types(), z or #catalogue.zones())
+  end
+  account.reset()
+  state.reset()
+  for _, r in ipairs(faults.list()) do
+    if r.kind == "nostock" then
+      catalogue.add_sold_out({ zone = r.zone, instance_type = r.instance_type, capacity_type = r.capacity_type })
+    end
+  end
+  return reply(200, catalogue.summary())
+end
+
+local STATUSES = { Running = true, Stopping = true, Stopped = true, Starting = true, Pending = true }
+
+local function instance_path(request, id)
+  local inst = state.get(id)
+  if not inst then return reply(404, { error = "no instance " .. id }) end
+  if request.method == "DELETE" then
+    -- Out-of-band release (a spot reclaim): gone from every listing, its address freed.
+    state.remove(id)
+    local v = account.vswitch(inst.vswitch_id)
+    if v then account.release_ip(v, inst.ip) end
+    return reply(200, { deleted = id })
+  end
+  local body, err = body_json(request, true)
+  if not body then return bad(err) end
+  if body.status == json.null or body.status == "" then
+    inst.status = nil  -- back to the time-driven lifecycle
+  elseif not STATUSES[body.status] then
+    return bad("status must be one of Pending, Starting, Running, Stopping, Stopped, or null")
+  else
+    inst.status = body.status
+  end
+  return reply(200, { id = id, status = state.status(inst) })
+end
+
+--- handle(request) -> response for a path under /_sim/.
+function M.handle(request)
+  local path, method = request.path, request.method
+  if path == "/_sim/state" and method == "GET" then return get_state() end
+  if path == "/_sim/faults" then
+    if method == "GET" then return reply(200, { faults = fault_list() }) end
+    if method == "POST" then return post_faults(request) end
+    if method == "DELETE" then
+      faults.reset()
+      return reply(200, { faults = fault_list() })
+    end
+  end
+  local fault_id = path:match("^/_sim/faults/(%d+)$")
+  if fault_id and method == "DELETE" then
+    if not faults.remove(tonumber(fault_id)) then return reply(404, { error = "no fault " .. fault_id }) end
+    return reply(200, { faults = fault_list() })
+  end
+  if path == "/_sim/advance" and method == "POST" then return post_advance(request) end
+  if path == "/_sim/clock" then
+    if method == "GET" then return reply(200, clock.state()) end
+    if method == "POST" then return post_clock(request) end
+  end
+  if path == "/_sim/reset" and method == "POST" then
+    M.reset_all()
+    return reply(200, { reset = true, time = clock.state() })
+  end
+  if path == "/_sim/catalogue" then
+    if method == "GET" then return reply(200, catalogue.summary()) end
+    if method == "POST" then return post_catalogue(request) end
+  end
+  local id = path:match("^/_sim/instances/([%w%-]+)$")
+  if id and (method == "POST" or method == "DELETE") then return instance_path(request, id) end
+  return reply(404, { error = ("no admin path %s %s (see docs/sim.md)"):format(method, path) })
+end
+
+return M

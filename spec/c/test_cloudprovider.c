@@ -1,0 +1,419 @@
+/* The CloudProvider contract (SPEC §5) through the real mapping (providers/alibaba) against the
+ * Alibaba simulator over real HTTP, all on one loop: the engine's script host calls the mapping, the
+ * mapping signs requests to the simulator's HTTP server, the simulator's own script host answers. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "contract/cloudprovider.h"
+#include "contract/contracts.h"
+#include "contract/shapes.h"
+#include "core/cache.h"
+#include "core/log.h"
+#include "http/client.h"
+#include "sim/sim.h"
+
+static uv_loop_t loop;
+static lp_sim *sim;
+static lp_http_client *http;
+static lp_script_host *scripts;
+static lp_cloudprovider *cp;
+static json_t *nodeclass;
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+typedef struct reply {
+  int done;
+  long status;
+  char *body;
+} reply;
+
+static void got_reply(lp_http_result *r, void *ud) {
+  reply *out = ud;
+  out->status = r->status;
+  out->body = strdup(r->body ? r->body : "");
+  out->done = 1;
+  lp_http_result_free(r);
+}
+
+/* The simulator's admin API (unsigned), answered by the same loop. */
+static json_t *admin(const char *method, const char *path, const char *body) {
+  char url[256];
+  snprintf(url, sizeof url, "%s%s", lp_sim_url(sim, "alibaba"), path);
+  lp_http_header ct = {"Content-Type", "application/json"};
+  lp_http_request_opts req = {.method = method,
+                              .url = url,
+                              .headers = &ct,
+                              .nheaders = 1,
+                              .body = body,
+                              .body_len = body ? strlen(body) : 0,
+                              .idempotent = 0};
+  reply r = {0};
+  lp_http_client_request(http, &req, got_reply, &r);
+  while (!r.done) uv_run(&loop, UV_RUN_ONCE);
+  json_t *v = json_loads(r.body, JSON_DECODE_ANY, NULL);
+  if (r.status >= 300) fprintf(stderr, "admin %s %s -> %ld %s\n", method, path, r.status, r.body);
+  free(r.body);
+  return v;
+}
+
+static long long action_calls(const char *action) {
+  json_t *state = admin("GET", "/_sim/state", NULL);
+  json_t *n = json_object_get(json_object_get(state, "calls"), action);
+  long long count = json_integer_value(n);
+  json_decref(state);
+  return count;
+}
+
+static size_t live_instances(void) {
+  json_t *state = admin("GET", "/_sim/state", NULL);
+  size_t n = 0, i;
+  json_t *inst;
+  json_array_foreach(json_object_get(state, "instances"), i, inst) {
+    const char *status = json_string_value(json_object_get(inst, "Status"));
+    if (!status) status = json_string_value(json_object_get(inst, "status"));
+    if (!status || (strcmp(status, "Deleted") != 0 && strcmp(status, "deleted") != 0)) n++;
+  }
+  json_decref(state);
+  return n;
+}
+
+static json_t *wait_outcome(lp_cp_outcome *o, const char **code) {
+  lp_cp_outcome_wait(&loop, o);
+  *code = o->error ? o->error->code : NULL;
+  if (o->error) fprintf(stderr, "  (%s: %s)\n", o->error->code, o->error->message);
+  return o->value;
+}
+
+static json_t *call_mapping(const char *function, json_t *args) {
+  lp_task_result *r = lp_script_host_call_sync(scripts, "providers.alibaba", function, args);
+  json_t *v = r->json ? json_loads(r->json, JSON_DECODE_ANY, NULL) : NULL;
+  if (r->error) fprintf(stderr, "%s: %s\n", function, r->error->message);
+  lp_task_result_free(r);
+  json_t *first = json_incref(json_array_get(v, 0));
+  json_decref(v);
+  return first;
+}
+
+static json_t *ctx(void) {
+  return json_pack("{s:s, s:s, s:s}", "region", "cn-hangzhou", "cluster_id", "luaprov-sim", "endpoint",
+                   lp_sim_url(sim, "alibaba"));
+}
+
+/* An ECSNodeClass resolved by the mapping against the simulated account, Ready, with its hash. */
+static json_t *resolved_nodeclass(void) {
+  json_t *nc = json_pack("{s:s, s:s, s:{s:s}, s:{s:[{s:{s:s}}], s:[{s:{s:s}}], s:[{s:s}]}}", "apiVersion",
+                         "karpenter.k8s.alibabacloud/v1alpha1", "kind", "ECSNodeClass", "metadata", "name",
+                         "default", "spec", "vSwitchSelectorTerms", "tags", "karpenter.sh/discovery",
+                         "luaprov-sim", "securityGroupSelectorTerms", "tags", "karpenter.sh/discovery",
+                         "luaprov-sim", "imageSelectorTerms", "alias", "AlibabaCloudLinux3");
+  json_t *status = call_mapping("resolve_nodeclass", json_pack("[oO]", ctx(), nc));
+  if (status) json_object_set_new(nc, "status", status);
+  lp_task_result *r =
+      lp_script_host_call_sync(scripts, "providers.alibaba", "nodeclass_hash", json_pack("[O]", nc));
+  json_t *values = r->json ? json_loads(r->json, 0, NULL) : NULL;
+  lp_task_result_free(r);
+  json_object_set_new(json_object_get(nc, "metadata"), "annotations",
+                      json_pack("{s:O, s:O}", LP_ANNOTATION_HASH, json_array_get(values, 0),
+                                LP_ANNOTATION_HASH_VERSION, json_array_get(values, 1)));
+  json_decref(values);
+  return nc;
+}
+
+static json_t *nodeclaim(const char *name, const char *uid, const char *requirements_json,
+                         const char *requests_json) {
+  json_t *claim = json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:{s:{s:s, s:s, s:s}, s:o, s:{s:o}}}",
+                            "apiVersion", "karpenter.sh/v1", "kind", "NodeClaim", "metadata", "name", name,
+                            "uid", uid, "labels", "karpenter.sh/nodepool", "default", "spec", "nodeClassRef",
+                            "group", "karpenter.k8s.alibabacloud", "kind", "ECSNodeClass", "name", "default",
+                            "requirements", json_loads(requirements_json, 0, NULL), "resources", "requests",
+                            json_loads(requests_json, 0, NULL));
+  return claim;
+}
+
+#define ON_DEMAND_REQ                                                                                        \
+  "[{\"key\":\"karpenter.sh/capacity-type\",\"operator\":\"In\",\"values\":[\"on-demand\"]}]"
+
+/* ---- tests -------------------------------------------------------------------------------- */
+
+static void test_instance_types(void) {
+  lp_cp_outcome o = {0};
+  const char *code;
+  lp_cp_get_instance_types(cp, nodeclass, lp_cp_outcome_store, &o);
+  json_t *types = wait_outcome(&o, &code);
+  CHECK(code == NULL);
+  CHECK(json_array_size(types) >= 50);
+  size_t unavailable = 0, offerings = 0, i, k;
+  json_t *type, *offering;
+  json_array_foreach(types, i, type) {
+    json_array_foreach(json_object_get(type, "offerings"), k, offering) {
+      offerings++;
+      if (json_is_false(json_object_get(offering, "available"))) unavailable++;
+    }
+  }
+  CHECK(unavailable > 0 && unavailable < offerings); /* sold-out stock stays listed (rule 4) */
+  json_decref(types);
+}
+
+static void test_create_and_rules(void) {
+  json_t *claim = nodeclaim("default-a1", "uid-a1", ON_DEMAND_REQ, "{\"cpu\":\"1\",\"memory\":\"2Gi\"}");
+  lp_cp_outcome o = {0};
+  const char *code;
+  lp_cp_create(cp, claim, nodeclass, lp_cp_outcome_store, &o);
+  json_t *created = wait_outcome(&o, &code);
+  CHECK(code == NULL);
+  if (created) {
+    char *missing = lp_check_nodeclaim_labels(created);
+    CHECK(missing == NULL); /* rule 2 */
+    free(missing);
+    const json_t *labels = json_object_get(json_object_get(created, "metadata"), "labels");
+    CHECK_STR(json_string_value(json_object_get(labels, LP_LABEL_CAPACITY_TYPE)), "on-demand");
+    const json_t *annotations = json_object_get(json_object_get(created, "metadata"), "annotations");
+    CHECK(json_is_string(json_object_get(annotations, LP_ANNOTATION_HASH)));
+    CHECK(json_is_string(json_object_get(annotations, LP_ANNOTATION_HASH_VERSION)));
+    const char *pid = json_string_value(json_object_get(json_object_get(created, "status"), "providerID"));
+    CHECK(pid && strncmp(pid, "cn-hangzhou.i-", 14) == 0);
+    CHECK(json_is_object(json_object_get(json_object_get(created, "status"), "allocatable")));
+  }
+
+  /* A retried Create (same NodeClaim UID) returns the same instance instead of launching another. */
+  size_t before = live_instances();
+  lp_cp_outcome again = {0};
+  lp_cp_create(cp, claim, nodeclass, lp_cp_outcome_store, &again);
+  json_t *retried = wait_outcome(&again, &code);
+  CHECK(code == NULL);
+  CHECK_INT(live_instances(), before);
+  if (created && retried)
+    CHECK_STR(json_string_value(json_object_get(json_object_get(retried, "status"), "providerID")),
+              json_string_value(json_object_get(json_object_get(created, "status"), "providerID")));
+
+  /* Get and List see it; Delete triggers deletion once, then NodeClaimNotFound (rule 3). */
+  if (created) {
+    const char *pid = json_string_value(json_object_get(json_object_get(created, "status"), "providerID"));
+    lp_cp_outcome g = {0};
+    lp_cp_get(cp, pid, lp_cp_outcome_store, &g);
+    json_t *got = wait_outcome(&g, &code);
+    CHECK(code == NULL && got);
+    json_decref(got);
+    lp_cp_outcome l = {0};
+    lp_cp_list(cp, lp_cp_outcome_store, &l);
+    json_t *listed = wait_outcome(&l, &code);
+    CHECK(json_array_size(listed) >= 1);
+    json_decref(listed);
+    /* ECS refuses to delete an instance that is still initializing: let it reach Running first */
+    json_decref(admin("POST", "/_sim/advance", "{\"seconds\":30}"));
+    lp_cp_outcome d1 = {0}, d2 = {0};
+    lp_cp_delete(cp, created, lp_cp_outcome_store, &d1);
+    json_t *deleted = wait_outcome(&d1, &code);
+    CHECK(code == NULL && json_is_true(deleted));
+    json_decref(deleted);
+    lp_cp_delete(cp, created, lp_cp_outcome_store, &d2);
+    wait_outcome(&d2, &code);
+    CHECK(code && strcmp(code, "NodeClaimNotFound") == 0);
+    lp_error_free(d2.error);
+  }
+  json_decref(created);
+  json_decref(retried);
+  lp_error_free(again.error);
+  lp_error_free(o.error);
+  json_decref(claim);
+}
+
+static void test_not_ready_and_no_capacity(void) {
+  const char *code;
+  json_t *claim = nodeclaim("default-b1", "uid-b1", ON_DEMAND_REQ, "{}");
+  json_t *not_ready = json_deep_copy(nodeclass);
+  json_object_set_new(json_object_get(not_ready, "status"), "conditions",
+                      json_pack("[{s:s, s:s}]", "type", "Ready", "status", "False"));
+  lp_cp_outcome o = {0};
+  lp_cp_create(cp, claim, not_ready, lp_cp_outcome_store, &o);
+  wait_outcome(&o, &code);
+  CHECK(code && strcmp(code, "NodeClassNotReady") == 0);
+  lp_error_free(o.error);
+  json_decref(not_ready);
+  json_decref(claim);
+
+  claim = nodeclaim(
+      "default-b2", "uid-b2",
+      "[{\"key\":\"topology.kubernetes.io/zone\",\"operator\":\"In\",\"values\":[\"mars-1a\"]}]", "{}");
+  lp_cp_outcome n = {0};
+  lp_cp_create(cp, claim, nodeclass, lp_cp_outcome_store, &n);
+  wait_outcome(&n, &code);
+  CHECK(code && strcmp(code, "InsufficientCapacity") == 0);
+  lp_error_free(n.error);
+  json_decref(claim);
+
+  claim = nodeclaim("default-b3", "uid-b3", ON_DEMAND_REQ, "{\"cpu\":\"4096\"}");
+  lp_cp_outcome big = {0};
+  lp_cp_create(cp, claim, nodeclass, lp_cp_outcome_store, &big);
+  wait_outcome(&big, &code);
+  CHECK(code && strcmp(code, "InsufficientCapacity") == 0);
+  if (big.error) CHECK_CONTAINS(big.error->message, "too small for the requests");
+  lp_error_free(big.error);
+  json_decref(claim);
+}
+
+/* NoStock on the cheapest offering falls through to the next one; the offering then shows as
+ * unavailable in GetInstanceTypes for the next three minutes. */
+static void test_nostock_fall_through(void) {
+  const char *code;
+  const char *reqs =
+      "[{\"key\":\"karpenter.sh/capacity-type\",\"operator\":\"In\",\"values\":[\"on-demand\"]},"
+      "{\"key\":\"node.kubernetes.io/instance-type\",\"operator\":\"In\",\"values\":[\"ecs.g7.large\"]}]";
+  json_t *claim = nodeclaim("default-c1", "uid-c1", reqs, "{}");
+  /* learn which zone is cheapest first, by launching once and deleting */
+  lp_cp_outcome first = {0};
+  lp_cp_create(cp, claim, nodeclass, lp_cp_outcome_store, &first);
+  json_t *c1 = wait_outcome(&first, &code);
+  CHECK(code == NULL);
+  const char *zone1 = json_string_value(
+      json_object_get(json_object_get(json_object_get(c1, "metadata"), "labels"), LP_LABEL_ZONE));
+  char rule[256];
+  snprintf(rule, sizeof rule, "{\"kind\":\"nostock\",\"zone\":\"%s\",\"instance_type\":\"ecs.g7.large\"}",
+           zone1 ? zone1 : "?");
+  json_decref(admin("POST", "/_sim/faults", rule));
+
+  json_t *claim2 = nodeclaim("default-c2", "uid-c2", reqs, "{}");
+  lp_cp_outcome second = {0};
+  lp_cp_create(cp, claim2, nodeclass, lp_cp_outcome_store, &second);
+  json_t *c2 = wait_outcome(&second, &code);
+  CHECK(code == NULL);
+  const char *zone2 = json_string_value(
+      json_object_get(json_object_get(json_object_get(c2, "metadata"), "labels"), LP_LABEL_ZONE));
+  CHECK(zone1 && zone2 && strcmp(zone1, zone2) != 0);
+  json_decref(admin("DELETE", "/_sim/faults", NULL));
+  json_decref(c1);
+  json_decref(c2);
+  json_decref(claim);
+  json_decref(claim2);
+}
+
+static void test_throttling_and_garbage(void) {
+  const char *code;
+  json_decref(
+      admin("POST", "/_sim/faults", "{\"action\":\"RunInstances\",\"kind\":\"throttle\",\"count\":2}"));
+  json_t *claim = nodeclaim("default-d1", "uid-d1", ON_DEMAND_REQ, "{}");
+  lp_cp_outcome o = {0};
+  lp_cp_create(cp, claim, nodeclass, lp_cp_outcome_store, &o);
+  json_t *created = wait_outcome(&o, &code);
+  CHECK(code == NULL); /* throttling is retried with backoff */
+  json_decref(admin("DELETE", "/_sim/faults", NULL));
+
+  json_decref(
+      admin("POST", "/_sim/faults", "{\"action\":\"DescribeInstances\",\"kind\":\"malformed\",\"count\":5}"));
+  lp_cp_outcome g = {0};
+  lp_cp_get(cp,
+            json_string_value(json_object_get(json_object_get(created, "status"), "providerID"))
+                ?: "cn-hangzhou.i-x",
+            lp_cp_outcome_store, &g);
+  wait_outcome(&g, &code);
+  CHECK(g.error != NULL);
+  if (g.error) {
+    CHECK_STR(g.error->code, "InvalidResponse");
+    CHECK_CONTAINS(g.error->message, "DescribeInstances");
+  }
+  lp_error_free(g.error);
+  json_decref(admin("DELETE", "/_sim/faults", NULL));
+  json_decref(created);
+  json_decref(claim);
+}
+
+static void test_drift_and_repair(void) {
+  const char *code;
+  json_t *claim = nodeclaim("default-e1", "uid-e1", ON_DEMAND_REQ, "{}");
+  lp_cp_outcome o = {0};
+  lp_cp_create(cp, claim, nodeclass, lp_cp_outcome_store, &o);
+  json_t *created = wait_outcome(&o, &code);
+  if (!created) return;
+
+  lp_cp_outcome d = {0};
+  lp_cp_is_drifted(cp, created, nodeclass, lp_cp_outcome_store, &d);
+  json_t *reason = wait_outcome(&d, &code);
+  CHECK_STR(json_string_value(reason), "");
+  json_decref(reason);
+
+  /* The class now resolves to another image: ImageDrift. */
+  json_t *changed = json_deep_copy(nodeclass);
+  json_t *images = json_object_get(json_object_get(changed, "status"), "images");
+  json_object_set_new(json_array_get(images, 0), "id", json_string("m-newer"));
+  for (size_t i = 1; i < json_array_size(images); i++)
+    json_object_set_new(json_array_get(images, i), "id", json_string("m-newer-arm"));
+  lp_cp_outcome d2 = {0};
+  lp_cp_is_drifted(cp, created, changed, lp_cp_outcome_store, &d2);
+  reason = wait_outcome(&d2, &code);
+  CHECK_STR(json_string_value(reason), "ImageDrift");
+  json_decref(reason);
+
+  /* NodeClassDrift comes from the hashes alone: no cloud call is made for it. */
+  json_object_set_new(json_object_get(json_object_get(changed, "metadata"), "annotations"),
+                      LP_ANNOTATION_HASH, json_string("different"));
+  long long calls = action_calls("DescribeInstances");
+  lp_cp_outcome d3 = {0};
+  lp_cp_is_drifted(cp, created, changed, lp_cp_outcome_store, &d3);
+  reason = wait_outcome(&d3, &code);
+  CHECK_STR(json_string_value(reason), "NodeClassDrift");
+  CHECK_INT(action_calls("DescribeInstances"), calls);
+  json_decref(reason);
+  json_decref(changed);
+
+  lp_cp_outcome r = {0};
+  lp_cp_repair_policies(cp, lp_cp_outcome_store, &r);
+  json_t *policies = wait_outcome(&r, &code);
+  char *text = json_dumps(policies, JSON_COMPACT | JSON_SORT_KEYS);
+  CHECK_STR(text,
+            "[{\"condition_status\":\"False\",\"condition_type\":\"Ready\",\"toleration_seconds\":1800},"
+            "{\"condition_status\":\"Unknown\",\"condition_type\":\"Ready\",\"toleration_seconds\":1800}]");
+  free(text);
+  json_decref(policies);
+  CHECK_STR(lp_cloudprovider_name(cp), "alibabacloud");
+  json_decref(created);
+  json_decref(claim);
+}
+
+int main(void) {
+  lp_log_configure(LP_LOG_ERROR, LP_LOG_FORMAT_JSON, 2);
+  setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", "LTAI5simulatoraccess", 1);
+  setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "simulator-secret-do-not-use", 1);
+  uv_loop_init(&loop);
+  lp_error *err = NULL;
+  sim = lp_sim_start(&loop, &(lp_sim_options){.scripts_dir = LUAPROV_SOURCE_DIR}, &err);
+  if (!sim || !lp_sim_url(sim, "alibaba")) {
+    fprintf(stderr, "simulator: %s\n", err ? err->message : "no alibaba simulator");
+    return 1;
+  }
+  http = lp_http_client_new(&loop, NULL, &err);
+  lp_script_host_config cfg = {
+      .loop = &loop, .defaults_dir = LUAPROV_SOURCE_DIR, .modules = lp_contract_modules, .http = http};
+  lp_problems problems = {0};
+  scripts = lp_script_host_new(&cfg, &problems);
+  if (!scripts) {
+    fprintf(stderr, "%s", lp_problems_render(&problems));
+    return 1;
+  }
+  cp = lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &loop,
+                                                       .scripts = scripts,
+                                                       .region = "cn-hangzhou",
+                                                       .cluster_id = "luaprov-sim",
+                                                       .endpoint = lp_sim_url(sim, "alibaba")});
+  nodeclass = resolved_nodeclass();
+  json_object_set_new(json_object_get(nodeclass, "status"), "conditions",
+                      json_pack("[{s:s, s:s}]", "type", "Ready", "status", "True"));
+
+  RUN(test_instance_types);
+  RUN(test_create_and_rules);
+  RUN(test_not_ready_and_no_capacity);
+  RUN(test_nostock_fall_through);
+  RUN(test_throttling_and_garbage);
+  RUN(test_drift_and_repair);
+
+  json_decref(nodeclass);
+  lp_cloudprovider_free(cp);
+  lp_script_host_close(scripts, NULL, NULL);
+  lp_http_client_close(http, NULL, NULL);
+  lp_sim_close(sim, NULL, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+  lp_cache_registry_clear();
+  return check_summary();
+}
