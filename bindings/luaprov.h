@@ -24,6 +24,11 @@ typedef struct lp_lua_host {
    * task coroutine the host can resume (the binding checks lp_lua_host.can_yield first). Returns
    * the value of lua_yield. */
   int (*http_request)(lua_State *L, const lp_http_request_opts *req, void *ud);
+  /* Starts n requests (copied; at most concurrency at a time) for the coroutine L and yields it; the
+   * host resumes it with one list in the shape lp_push_http_results builds. May be NULL: the
+   * binding then runs them synchronously. Called only when can_yield(L). */
+  int (*http_request_all)(lua_State *L, const lp_http_request_opts *reqs, size_t n, unsigned concurrency,
+                          void *ud);
   /* Parks the coroutine L for seconds (>= 0) and yields; the host resumes it with no values.
    * Called only when can_yield(L). Returns the value of lua_yield. */
   int (*sleep)(lua_State *L, double seconds, void *ud);
@@ -62,6 +67,10 @@ int lp_push_fail(lua_State *L, const char *message, const char *code);
  * when res->error is set. Returns the number of values pushed. res stays owned by the caller.
  *                                                                       [-0, +(1|3), m] */
 int lp_push_http_result(lua_State *L, const lp_http_result *res);
+
+/* Pushes the list luaprov.http.request_all returns: per result the response table, or
+ * {error = message, code = code}. Results stay owned by the caller.       [-0, +1, m] */
+int lp_push_http_results(lua_State *L, lp_http_result *const *results, size_t n);
 
 /* Seconds since the epoch from the host clock, or the system clock. */
 double lp_bindings_now(lua_State *L);

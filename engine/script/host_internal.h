@@ -17,10 +17,11 @@ struct lp_task {
   char *function;
   lp_task_done_fn done;
   void *done_ud;
-  lp_http_call *http_call; /* the request the task is parked on, or NULL */
-  uv_timer_t *sleep_timer; /* the luaprov.time.sleep the task is parked on, or NULL */
-  uv_timer_t *deadline;    /* heap-allocated: freed in its close callback */
-  int cancelled;           /* "Cancelled" or "Timeout" pending: stop instead of resuming */
+  lp_http_call *http_call;     /* the request the task is parked on, or NULL */
+  uv_timer_t *sleep_timer;     /* the luaprov.time.sleep the task is parked on, or NULL */
+  struct lp_http_batch *batch; /* the luaprov.http.request_all the task is parked on, or NULL */
+  uv_timer_t *deadline;        /* heap-allocated: freed in its close callback */
+  int cancelled;               /* "Cancelled" or "Timeout" pending: stop instead of resuming */
   const char *cancel_code;
   double started;
   lp_task_result result;
@@ -60,7 +61,20 @@ struct lp_script_host {
   lp_metric *calls_total, *call_seconds, *reloads_total, *generation_gauge, *memory_gauge, *tasks_gauge;
 };
 
-/* task.c */
+/* task.c: the life of a task, shared with task_batch.c */
+void lp_task_resume(lp_task *t, int nargs);
+/* Ends the task (err and traceback owned by the task from here) and queues its done callback. */
+void lp_task_finish(lp_task *t, lp_error *err, char *traceback);
+/* Ends a parked task that was cancelled or timed out instead of resuming it. */
+void lp_task_finish_cancelled(lp_task *t);
+/* Arms the wall-clock deadline at the first await. */
+void lp_task_arm_deadline(lp_task *t);
+
+/* task_batch.c: luaprov.http.request_all */
+int lp_task_http_request_all(lua_State *L, const lp_http_request_opts *reqs, size_t n, unsigned concurrency,
+                             void *ud);
+void lp_task_batch_cancel(lp_task *t);
+
 void lp_task_host_bindings(lp_lua_host *lua_host);
 void lp_task_deliver_completions(lp_script_host *h);
 void lp_task_completions_cb(uv_idle_t *idle);

@@ -10,8 +10,6 @@
 #include "json.h"
 #include "script/host_internal.h"
 
-static void task_resume(lp_task *t, int nargs);
-
 static lp_task *task_of(lua_State *L) {
   lp_thread_ctx *ctx = lp_thread_ctx_get(L);
   return ctx ? ctx->task : NULL;
@@ -55,7 +53,7 @@ static const char *result_label(const lp_error *err) {
 }
 
 /* Ends the task (err owned by the task from here) and queues its done callback. */
-static void task_finish(lp_task *t, lp_error *err, char *traceback) {
+void lp_task_finish(lp_task *t, lp_error *err, char *traceback) {
   lp_script_host *h = t->host;
   t->result.error = err;
   t->result.traceback = traceback;
@@ -145,14 +143,14 @@ static void task_complete(lp_task *t, int nresults) {
     lp_error_free(a.err);
     lp_error_free(err);
     lp_buf_free(&a.out);
-    task_finish(t, contract, NULL);
+    lp_task_finish(t, contract, NULL);
     return;
   }
   t->result.json = lp_buf_take(&a.out, &t->result.json_len);
-  task_finish(t, NULL, NULL);
+  lp_task_finish(t, NULL, NULL);
 }
 
-static void task_resume(lp_task *t, int nargs) {
+void lp_task_resume(lp_task *t, int nargs) {
   lua_State *L = lp_generation_state(t->generation);
   int nresults = 0;
   lp_error *err = NULL;
@@ -161,18 +159,18 @@ static void task_resume(lp_task *t, int nargs) {
   if (status == LUA_OK) {
     task_complete(t, nresults);
   } else if (status == LUA_YIELD) {
-    if (!t->http_call && !t->sleep_timer) {
+    if (!t->http_call && !t->sleep_timer && !t->batch) {
       /* Only the host's own awaits may suspend a task; a bare coroutine.yield would park it forever. */
       lua_settop(t->co, 0);
-      task_finish(t,
-                  lp_error_new(LP_ERR_SCRIPT,
-                               "%s.%s yielded outside luaprov.http.request (coroutine.yield is only for "
-                               "coroutines the script creates itself)",
-                               t->module, t->function),
-                  NULL);
+      lp_task_finish(t,
+                     lp_error_new(LP_ERR_SCRIPT,
+                                  "%s.%s yielded outside luaprov.http.request (coroutine.yield is only for "
+                                  "coroutines the script creates itself)",
+                                  t->module, t->function),
+                     NULL);
     }
   } else {
-    task_finish(t, err, traceback);
+    lp_task_finish(t, err, traceback);
   }
 }
 
@@ -193,12 +191,12 @@ static int push_response(lua_State *L) {
 }
 
 /* Ends a parked task that was cancelled or timed out instead of resuming it. */
-static void task_finish_cancelled(lp_task *t) {
+void lp_task_finish_cancelled(lp_task *t) {
   int timeout = strcmp(t->cancel_code, "Timeout") == 0;
-  task_finish(t,
-              lp_error_new(t->cancel_code, "%s.%s %s", t->module, t->function,
-                           timeout ? "exceeded its wall-clock timeout" : "was cancelled"),
-              NULL);
+  lp_task_finish(t,
+                 lp_error_new(t->cancel_code, "%s.%s %s", t->module, t->function,
+                              timeout ? "exceeded its wall-clock timeout" : "was cancelled"),
+                 NULL);
 }
 
 static void task_http_done(lp_http_result *res, void *ud) {
@@ -206,7 +204,7 @@ static void task_http_done(lp_http_result *res, void *ud) {
   t->http_call = NULL;
   if (t->cancelled) {
     lp_http_result_free(res);
-    task_finish_cancelled(t);
+    lp_task_finish_cancelled(t);
     return;
   }
   lua_State *L = lp_generation_state(t->generation);
@@ -215,10 +213,10 @@ static void task_http_done(lp_http_result *res, void *ud) {
   int rc = lp_script_cpcall(L, push_response, &a, &err);
   lp_http_result_free(res);
   if (rc != 0) {
-    task_finish(t, err, NULL);
+    lp_task_finish(t, err, NULL);
     return;
   }
-  task_resume(t, a.nvalues);
+  lp_task_resume(t, a.nvalues);
 }
 
 static int host_can_yield(lua_State *L, void *ud) {
@@ -231,7 +229,7 @@ static void sleep_over(uv_timer_t *timer);
 
 /* The wall-clock deadline only matters once a task waits on I/O (the instruction budget bounds its
  * CPU time), so the timer is armed at the first await: calls that never wait cost no timer. */
-static void arm_deadline(lp_task *t) {
+void lp_task_arm_deadline(lp_task *t) {
   if (t->deadline) return;
   double budget_ms = lp_generation_limits(t->generation)->call_timeout_ms;
   double spent_ms = (lp_clock_monotonic() - t->started) * 1000.0;
@@ -245,7 +243,7 @@ static void arm_deadline(lp_task *t) {
 static int host_http_request(lua_State *L, const lp_http_request_opts *req, void *ud) {
   lp_task *t = task_of(L);
   if (!t->host->http) return lp_push_fail(L, "this engine has no HTTP client", "Unavailable");
-  arm_deadline(t);
+  lp_task_arm_deadline(t);
   t->http_call = lp_http_client_request(t->host->http, req, task_http_done, t);
   return lua_yield(L, 0);
 }
@@ -259,15 +257,15 @@ static void sleep_over(uv_timer_t *timer) {
   uv_close((uv_handle_t *)timer, sleep_timer_closed);
   t->sleep_timer = NULL;
   if (t->cancelled) {
-    task_finish_cancelled(t);
+    lp_task_finish_cancelled(t);
     return;
   }
-  task_resume(t, 0);
+  lp_task_resume(t, 0);
 }
 
 static int host_sleep(lua_State *L, double seconds, void *ud) {
   lp_task *t = task_of(L);
-  arm_deadline(t);
+  lp_task_arm_deadline(t);
   t->sleep_timer = lp_xmalloc(sizeof *t->sleep_timer);
   uv_timer_init(t->host->loop, t->sleep_timer);
   t->sleep_timer->data = t;
@@ -291,6 +289,7 @@ static const char *host_logger_name(lua_State *L, void *ud) {
 void lp_task_host_bindings(lp_lua_host *lua_host) {
   lua_host->http_request = host_http_request;
   lua_host->sleep = host_sleep;
+  lua_host->http_request_all = lp_task_http_request_all;
   lua_host->can_yield = host_can_yield;
   lua_host->now = host_now;
   lua_host->logger_name = host_logger_name;
@@ -336,10 +335,12 @@ static int start_coroutine(lua_State *L) {
 
 /* Stops whatever the task is parked on; it then ends with cancel_code instead of resuming. */
 static void stop_parked(lp_task *t, const char *code) {
-  if (t->cancelled || (!t->http_call && !t->sleep_timer)) return;
+  if (t->cancelled || (!t->http_call && !t->sleep_timer && !t->batch)) return;
   t->cancelled = 1;
   t->cancel_code = code;
-  if (t->http_call) {
+  if (t->batch) {
+    lp_task_batch_cancel(t); /* the last request's callback finishes the task */
+  } else if (t->http_call) {
     lp_http_call_cancel(t->http_call); /* its done callback finishes the task */
   } else {
     uv_timer_start(t->sleep_timer, sleep_over, 0, 0); /* wake now; sleep_over sees cancelled */
@@ -375,13 +376,13 @@ lp_task *lp_script_host_call(lp_script_host *h, const char *module, const char *
   json_decref(args);
   if (rc != 0 || a.problem) {
     if (a.problem) err = lp_error_new(a.problem_code, "%s.%s: %s", module, function, a.problem);
-    task_finish(t, err, NULL);
+    lp_task_finish(t, err, NULL);
     return NULL;
   }
   t->ctx.task = t;
   lp_thread_ctx_attach(t->co, &t->ctx);
   lp_thread_ctx_reset(t->co, lp_generation_limits(t->generation)->call_instructions);
-  task_resume(t, a.nargs);
+  lp_task_resume(t, a.nargs);
   return t;
 }
 

@@ -5,6 +5,7 @@
 --   client.new{region, endpoint, signature, credentials, timeout_ms, max_attempts, transport, sleep}
 --   c:call(product, action, params [, opts]) -> decoded body | nil, err
 --   c:paginate(product, action, params, {list, style, page_size}) -> items | nil, err
+--   c:call_all(product, action, list_of_params, {concurrency}) -> results (body | {error = err})
 --   client.flatten(params [, action]) -> flat wire params (Tag.1.Key, SecurityGroupIds.1, ...)
 --   client.json_param(list) -> marks a value to be sent as one JSON text (InstanceIds=["i-1"])
 --
@@ -311,9 +312,8 @@ local function snippet(body)
   return body
 end
 
--- One attempt: the decoded body, or nil plus the fields of an error (see make_error) whose
--- `retryable` says whether another attempt could do better, plus the credentials it used.
-local function attempt(self, product, action, flat, opts, n, idempotent)
+-- The request for one attempt (signed with fresh credentials), or nil plus the fields of an error.
+local function prepare(self, product, action, flat, opts)
   local spec = PRODUCTS[product]
   local scheme, authority, path = split_url(endpoint_for(self, product))
   local url = scheme .. "://" .. authority .. path
@@ -338,16 +338,17 @@ local function attempt(self, product, action, flat, opts, n, idempotent)
     if not request then return nil, { action = action, code = "CryptoError", detail = tostring(err) } end
   end
   request.timeout_ms = opts.timeout_ms or self.timeout_ms
+  return request, nil, creds
+end
 
-  local started = time.monotonic()
-  local res, terr, tcode = self.transport(request)
-  local duration_ms = math.floor((time.monotonic() - started) * 1000 + 0.5)
-
+-- What one answer means: the decoded body, or nil plus the fields of an error (see make_error)
+-- whose `retryable` says whether another attempt could do better.
+local function interpret(product, action, res, terr, tcode, creds, n, idempotent, duration_ms)
   if not res then
     log.debug("alibaba call", { product = product, action = action, attempt = n, duration_ms = duration_ms,
       outcome = tcode or "Transport" })
     return nil, { action = action, code = "Transport", retryable = idempotent,
-      detail = scrub(tostring(terr), creds) .. (tcode and " [" .. tcode .. "]" or "") }, creds
+      detail = scrub(tostring(terr), creds) .. (tcode and " [" .. tcode .. "]" or "") }
   end
 
   local status = res.status
@@ -362,14 +363,13 @@ local function attempt(self, product, action, flat, opts, n, idempotent)
   if status >= 200 and status < 300 then
     if body then return body end
     return nil, { action = action, code = "InvalidResponse", http_status = status, retryable = idempotent,
-      detail = "the response body is not a JSON object: " .. scrub(snippet(res.body), creds) }, creds
+      detail = "the response body is not a JSON object: " .. scrub(snippet(res.body), creds) }
   end
   if not body then
     -- A gateway's HTML 502 is still a server failure worth another attempt.
     return nil, { action = action, code = "InvalidResponse", http_status = status,
       retryable = status >= 500 and idempotent,
-      detail = "HTTP " .. status .. " with a body that is not a JSON error: " .. scrub(snippet(res.body), creds) },
-      creds
+      detail = "HTTP " .. status .. " with a body that is not a JSON error: " .. scrub(snippet(res.body), creds) }
   end
   api_code = api_code or ("HTTP" .. status)
   local message = body.Message or body.message
@@ -377,7 +377,19 @@ local function attempt(self, product, action, flat, opts, n, idempotent)
   local code = classify(api_code)
   local retryable = code == "Throttled" or ((TRANSIENT[api_code] or status >= 500) and idempotent) or false
   return nil, { action = action, code = code, api_code = api_code, http_status = status,
-    request_id = request_id, detail = scrub(message, creds), retryable = retryable }, creds
+    request_id = request_id, detail = scrub(message, creds), retryable = retryable }
+end
+
+-- One attempt: the decoded body, or nil plus the fields of an error, plus the credentials it used.
+local function attempt(self, product, action, flat, opts, n, idempotent)
+  local request, fields, creds = prepare(self, product, action, flat, opts)
+  if not request then return nil, fields end
+  local started = time.monotonic()
+  local res, terr, tcode = self.transport(request)
+  local duration_ms = math.floor((time.monotonic() - started) * 1000 + 0.5)
+  local body
+  body, fields = interpret(product, action, res, terr, tcode, creds, n, idempotent, duration_ms)
+  return body, fields, creds
 end
 
 -- Full jitter (a uniform wait below an exponentially growing ceiling) spreads out clients that
@@ -418,6 +430,55 @@ function M:call(product, action, params, opts)
       self.sleep(backoff(self, n))
     end
   end
+end
+
+--- c:call_all(product, action, list_of_params [, opts]) -> results
+-- The same action for many parameter sets, up to opts.concurrency (default 8) requests in flight
+-- (luaprov.http.request_all). results[i] is the decoded body, or {error = err} with err as call()
+-- returns it. Retryable failures are retried together after a backoff, up to max_attempts rounds.
+function M:call_all(product, action, list, opts)
+  if not PRODUCTS[product] then error(format("alibaba client: unknown product '%s'", tostring(product)), 2) end
+  opts = opts or {}
+  local results, pending = {}, {}
+  for i, params in ipairs(list) do pending[#pending + 1] = { index = i, flat = M.flatten(params, action) } end
+  local max_attempts = opts.max_attempts or self.max_attempts
+  local n = 0
+  while #pending > 0 do
+    n = n + 1
+    local requests, sent, creds_of = {}, {}, {}
+    for _, p in ipairs(pending) do
+      local request, fields, creds = prepare(self, product, action, p.flat, opts)
+      if request then
+        requests[#requests + 1] = request
+        sent[#sent + 1] = p
+        creds_of[#sent] = creds
+      else
+        fields.attempts = n
+        results[p.index] = { error = make_error(fields) }
+      end
+    end
+    local started = time.monotonic()
+    local answers = self.transport_all(requests, { concurrency = opts.concurrency or 8 })
+    local duration_ms = math.floor((time.monotonic() - started) * 1000 + 0.5)
+    local retry = {}
+    for k, p in ipairs(sent) do
+      local a = answers[k] or { error = "no answer", code = "Transport" }
+      local res = a.status and a or nil
+      local idempotent = opts.idempotent or is_read_action(action) or p.flat.ClientToken ~= nil or false
+      local body, fields = interpret(product, action, res, a.error, a.code, creds_of[k], n, idempotent, duration_ms)
+      if body then
+        results[p.index] = body
+      elseif fields.retryable and n < max_attempts then
+        retry[#retry + 1] = p
+      else
+        fields.attempts = n
+        results[p.index] = { error = make_error(fields) }
+      end
+    end
+    pending = retry
+    if #pending > 0 then self.sleep(backoff(self, n)) end
+  end
+  return results
 end
 
 local function dig(body, path)
@@ -487,6 +548,18 @@ function M:paginate(product, action, params, opts)
     detail = format("more than %d pages; stopping", max_pages) }
 end
 
+-- A test transport (one request at a time) serving call_all like luaprov.http.request_all.
+local function one_by_one(transport)
+  return function(requests)
+    local out = {}
+    for i, request in ipairs(requests) do
+      local res, err, code = transport(request)
+      out[i] = res or { error = err, code = code }
+    end
+    return out
+  end
+end
+
 --- client.new(config) -> client
 -- config: region, endpoint (one URL for every product, e.g. the simulator; else the public
 -- regional endpoints, or the VPC ones when network == "vpc" / ALIBABA_CLOUD_NETWORK=vpc),
@@ -514,6 +587,8 @@ function M.new(config)
     timeout_ms = config.timeout_ms or 10000,
     max_attempts = config.max_attempts or 4,
     transport = config.transport or luaprov.http.request,
+    transport_all = config.transport_all or (config.transport and one_by_one(config.transport))
+      or luaprov.http.request_all,
     sleep = config.sleep or time.sleep,
     clock = config.clock or time.now,
     backoff_base = config.backoff_base or 0.2,

@@ -6,25 +6,24 @@
 --   fill(c, region, scope, wanted) -> prices, stats
 --     wanted = list of {name, spot = bool} in priority order; prices[name] = {od = n|nil, spot = {zone = n}}
 --     stats = {calls, cached, skipped}
---   max_calls_per_list, max_seconds_per_list: how many price requests one fill() may make, and for
---     how long (module fields; tests lower them)
+--   max_calls_per_list, concurrency: how many price requests one fill() may make, and how many run at
+--     once (module fields; tests lower them)
 --
--- Both APIs take one instance type per request, and luaprov.http gives a script no parallelism (a
--- call is one coroutine; a coroutine the script creates may not do I/O). So prices are fetched one
--- request after another, cached for 30 minutes per type (a type the API has no price for is cached
--- as such, so it is not asked again on every call), and each fill() makes at most
--- max_calls_per_list requests and stops starting new ones after max_seconds_per_list (the engine
--- gives a whole call 60 s): the first call after a cold start prices the most useful types
--- (the caller orders them), the next calls price the rest. A type still without a price keeps its
--- offerings with price nil, which the engine sorts last.
+-- Both APIs take one instance type per request, so the missing prices are fetched together through
+-- client:call_all (luaprov.http.request_all), at most M.concurrency requests in flight, and cached for
+-- 30 minutes per type (a type the API has no price for is cached as such, so it is not asked again on
+-- every call). Each fill() makes at most max_calls_per_list requests: the first call after a cold
+-- start prices the most useful types (the caller orders them), the next calls price the rest; the
+-- engine also calls the mapping's refresh_prices in the background so callers rarely wait. A type
+-- still without a price keeps its offerings with price nil, which the engine sorts last.
 local luaprov = require "luaprov"
 
-local json, log, time = luaprov.json, luaprov.log, luaprov.time
+local json, log = luaprov.json, luaprov.log
 
 local M = {}
 
-M.max_calls_per_list = 200
-M.max_seconds_per_list = 20
+M.max_calls_per_list = 4000
+M.concurrency = 16
 M.TTL = 30 * 60
 -- A failure that may be transient is retried sooner than a "no price" answer is.
 M.FAILURE_TTL = 60
@@ -80,66 +79,89 @@ local function is_answer(err)
     and code ~= "InvalidResponse" and not (err.http_status and err.http_status >= 500)
 end
 
-local function fetch_on_demand(c, region, name)
-  local body, err = c:call("ecs", "DescribePrice", {
-    RegionId = region, ResourceType = "instance", InstanceType = name,
-    PriceUnit = "Hour", Period = 1, InstanceNetworkType = "vpc",
-  })
-  if not body then return nil, err end
-  return on_demand_price(body) or false
+local function on_demand_params(region, name)
+  return { RegionId = region, ResourceType = "instance", InstanceType = name, PriceUnit = "Hour", Period = 1,
+    InstanceNetworkType = "vpc" }
 end
 
--- Pages by Offset/NextOffset; the default window (the last 3 hours) holds few points per zone.
-local function fetch_spot(c, region, name)
+-- Spot history pages by Offset/NextOffset; the default window (the last 3 hours) holds few points per
+-- zone, so the first page is fetched for all types at once and the rare further pages one by one.
+local function spot_params(region, name)
+  return { RegionId = region, InstanceType = name, NetworkType = "vpc", OSType = "linux" }
+end
+
+local function spot_zones(c, params, body)
   local zones, newest = {}, {}
-  local params = { RegionId = region, InstanceType = name, NetworkType = "vpc", OSType = "linux" }
   for _ = 1, 5 do
-    local body, err = c:call("ecs", "DescribeSpotPriceHistory", params)
-    if not body then return nil, err end
     local list = present(body.SpotPrices) and body.SpotPrices.SpotPriceType
     spot_prices(type(list) == "table" and list or nil, zones, newest)
     local next_offset = math.tointeger(body.NextOffset)
     if not next_offset or next_offset <= 0 or next_offset == params.Offset then break end
     params.Offset = next_offset
+    local err
+    body, err = c:call("ecs", "DescribeSpotPriceHistory", params)
+    if not body then return nil, err end
   end
   return zones
 end
 
 function M.fill(c, region, scope, wanted)
   local prices, stats = {}, { calls = 0, cached = 0, skipped = 0 }
-  local budget, deadline = M.max_calls_per_list, time.monotonic() + M.max_seconds_per_list
+  local found = {} -- key -> {od = value|false|nil, spot = value|false|nil}
+  local ask_od, ask_spot = {}, {}
+  for _, w in ipairs(wanted) do
+    local key = scope .. "|" .. w.name
+    local entry = { od = od_cache:get(key), spot = w.spot and spot_cache:get(key) or nil }
+    found[w.name] = entry
+    if entry.od ~= nil then stats.cached = stats.cached + 1
+    elseif stats.calls < M.max_calls_per_list then
+      stats.calls = stats.calls + 1
+      ask_od[#ask_od + 1] = w.name
+    else stats.skipped = stats.skipped + 1 end
+    if w.spot then
+      if entry.spot ~= nil then stats.cached = stats.cached + 1
+      elseif stats.calls < M.max_calls_per_list then
+        stats.calls = stats.calls + 1
+        ask_spot[#ask_spot + 1] = w.name
+      else stats.skipped = stats.skipped + 1 end
+    end
+  end
+
   local stopped
-  local function get(cache, key, fetch, name)
-    local hit = cache:get(key)
-    if hit ~= nil then
-      stats.cached = stats.cached + 1
-      return hit
+  local function remember(cache, key, value, err)
+    if value ~= nil then
+      cache:set(key, value)
+      return value
     end
-    if stopped or stats.calls >= budget or (stats.calls > 0 and time.monotonic() > deadline) then
-      stats.skipped = stats.skipped + 1
-      return nil
+    if is_answer(err) then
+      cache:set(key, false)
+    else
+      -- Remember the failure briefly so a throttled account is not hammered by the next call.
+      cache:set(key, false, M.FAILURE_TTL)
+      stopped = stopped or err
     end
-    stats.calls = stats.calls + 1
-    local value, err = fetch(c, region, name)
-    if value == nil then
-      if is_answer(err) then
-        cache:set(key, false)
-      else
-        -- Remember the failure briefly so a throttled account is not hammered by the next call.
-        cache:set(key, false, M.FAILURE_TTL)
-        stopped = err
-      end
-      return false
-    end
-    cache:set(key, value)
-    return value
+    return false
+  end
+
+  local od_list = {}
+  for i, name in ipairs(ask_od) do od_list[i] = on_demand_params(region, name) end
+  for i, r in ipairs(c:call_all("ecs", "DescribePrice", od_list, { concurrency = M.concurrency })) do
+    local name = ask_od[i]
+    local value = not r.error and (on_demand_price(r) or false) or nil
+    found[name].od = remember(od_cache, scope .. "|" .. name, value, r.error)
+  end
+  local spot_list = {}
+  for i, name in ipairs(ask_spot) do spot_list[i] = spot_params(region, name) end
+  for i, r in ipairs(c:call_all("ecs", "DescribeSpotPriceHistory", spot_list, { concurrency = M.concurrency })) do
+    local name = ask_spot[i]
+    local zones, err = nil, r.error
+    if not err then zones, err = spot_zones(c, spot_list[i], r) end
+    found[name].spot = remember(spot_cache, scope .. "|" .. name, zones, err)
   end
 
   for _, w in ipairs(wanted) do
-    local key = scope .. "|" .. w.name
-    local od = get(od_cache, key, fetch_on_demand, w.name)
-    local spot = w.spot and get(spot_cache, key, fetch_spot, w.name) or nil
-    prices[w.name] = { od = od or nil, spot = type(spot) == "table" and spot or nil }
+    local entry = found[w.name]
+    prices[w.name] = { od = entry.od or nil, spot = type(entry.spot) == "table" and entry.spot or nil }
   end
   if stopped then
     log.warn("alibaba prices incomplete", { error = stopped.message, code = stopped.code })

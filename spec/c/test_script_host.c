@@ -60,6 +60,15 @@ static const char probe_v1[] =
     "  return res.status, res.body, res.headers['x-probe']\n"
     "end\n"
     "function M.bare_yield() coroutine.yield() end\n"
+    "function M.fetch_all(url, n, concurrency)\n"
+    "  local reqs = {}\n"
+    "  for i = 1, n do reqs[i] = { url = url .. '?i=' .. i } end\n"
+    "  local out = {}\n"
+    "  for i, r in ipairs(luaprov.http.request_all(reqs, { concurrency = concurrency })) do\n"
+    "    out[i] = r.status or r.code\n"
+    "  end\n"
+    "  return out\n"
+    "end\n"
     "function M.nap(seconds) luaprov.time.sleep(seconds) return 'rested' end\n"
     "return M\n";
 
@@ -286,6 +295,18 @@ static void test_http_await(void) {
   free(nap.json);
   free(quick2.json);
 
+  /* request_all: six 150 ms requests three at a time take two waves, results in order. */
+  t0 = lp_clock_monotonic();
+  lp_task_result *all = call(h, "fetch_all", json_pack("[sii]", url, 6, 3));
+  double waves = lp_clock_monotonic() - t0;
+  CHECK_STR(all->json, "[[200,200,200,200,200,200]]");
+  CHECK(waves >= 0.29 && waves < 0.45);
+  lp_task_result_free(all);
+  char refused_url[] = "http://127.0.0.1:1/";
+  all = call(h, "fetch_all", json_pack("[sii]", refused_url, 2, 2));
+  CHECK_STR(all->json, "[[\"ConnectFailed\",\"ConnectFailed\"]]");
+  lp_task_result_free(all);
+
   /* Connection refused comes back as nil, code. */
   outcome refused = {0};
   lp_script_host_call(h, "policies.probe", "fetch", json_pack("[s]", "http://127.0.0.1:1/"), record,
@@ -329,7 +350,12 @@ static void test_call_timeout(void) {
   CHECK(r->error && strcmp(r->error->code, "Timeout") == 0);
   CHECK(lp_clock_monotonic() - t0 < 0.5);
   lp_task_result_free(r);
-  run_for_ms(200); /* let the server answer the abandoned request */
+  t0 = lp_clock_monotonic();
+  r = call(h, "fetch_all", json_pack("[sii]", url, 4, 2)); /* a batch past the deadline is cancelled whole */
+  CHECK(r->error && strcmp(r->error->code, "Timeout") == 0);
+  CHECK(lp_clock_monotonic() - t0 < 0.14);
+  lp_task_result_free(r);
+  run_for_ms(200); /* let the server answer the abandoned requests */
   close_host(h);
 }
 

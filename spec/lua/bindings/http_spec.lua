@@ -64,6 +64,24 @@ describe("luaprov.http.request (synchronous, outside the engine)", function()
     assert.is_string(err)
   end)
 
+  it("runs a list of requests and answers in order (one after the other outside the engine)", function()
+    local results = http.request_all({
+      { url = base .. "/healthz" },
+      { url = base .. "/no/such/path" },
+      { url = "http://127.0.0.1:1/", timeout_ms = 2000 },
+    }, { concurrency = 2 })
+    assert.equals(3, #results)
+    assert.equals(200, results[1].status)
+    assert.equals("ok\n", results[1].body)
+    assert.equals(404, results[2].status)
+    assert.equals("ConnectFailed", results[3].code)
+    assert.is_string(results[3].error)
+    assert.same({}, http.request_all({}))
+    assert.has_error(function() http.request_all({ { method = "GET" } }) end,
+      "luaprov.http.request_all: field 'url' is required")
+    assert.has_error(function() http.request_all({}, { concurrency = 0 }) end)
+  end)
+
   it("raises on misuse", function()
     assert.has_error(function() http.request() end)
     assert.has_error(function() http.request {} end, "luaprov.http.request: field 'url' is required")
