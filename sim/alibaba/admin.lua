@@ -43,9 +43,10 @@ function M.reset_all()
 end
 
 local function get_state()
+  local summary = state.summary()
   return reply(200, { time = clock.state(), catalogue = catalogue.summary(), faults = fault_list(),
-    credentials = auth.state(), instances = state.summary().instances, calls = state.summary().calls,
-    errors = state.summary().errors, total_calls = state.summary().total_calls })
+    credentials = auth.state(), instances = summary.instances, calls = summary.calls, errors = summary.errors,
+    total_calls = summary.total_calls })
 end
 
 local function post_faults(request)

@@ -5,20 +5,21 @@
 -- Stock is per (instance type, zone, capacity type) with the values of DescribeAvailableResource's
 -- StatusCategory: WithStock, ClosedWithStock (low, still sold), WithoutStock, ClosedWithoutStock.
 -- Out-of-stock faults (faults.lua) are stock state too, so they are kept here (add_sold_out).
+local luaprov = require "luaprov"
+
+local sha256_hex = luaprov.crypto.sha256_hex
+
 local M = {}
 
 M.REGION = "cn-hangzhou"
 M.REGION_NAME = { ["zh-CN"] = "华东 1（杭州）", ["en-US"] = "China (Hangzhou)" }
 M.CAPACITY_TYPES = { "on-demand", "spot" }
 
--- FNV-1a, 32 bits: a stable hash for deterministic "random" choices (Lua's math.random is seeded per
--- process, and its sequence depends on call order).
+-- A stable 32-bit hash for deterministic "random" choices (Lua's math.random is seeded per process,
+-- and its sequence depends on call order). SHA-256 runs in C: a synthetic catalogue hashes a few
+-- hundred thousand names, which a byte loop in Lua would spend the call's instruction budget on.
 local function hash(s)
-  local h = 2166136261
-  for i = 1, #s do
-    h = ((h ~ s:byte(i)) * 16777619) & 0xffffffff
-  end
-  return h
+  return tonumber(sha256_hex(s):sub(1, 8), 16)
 end
 M.hash = hash
 
@@ -229,19 +230,25 @@ local function default_zone_filter(fam)
   end
 end
 
---- reset(): the default catalogue (4 zones, the families above, the fixed stock exceptions).
-function M.reset()
-  cat = new_catalogue(DEFAULT_ZONES)
+-- The default catalogue: 4 zones, the families above, the fixed stock exceptions.
+local function default_catalogue()
+  local c = new_catalogue(DEFAULT_ZONES)
   for _, fam in ipairs(FAMILIES) do
-    for _, spec in ipairs(family_specs(fam)) do add_type(cat, fam, spec, default_zone_filter(fam)) end
+    for _, spec in ipairs(family_specs(fam)) do add_type(c, fam, spec, default_zone_filter(fam)) end
   end
-  table.sort(cat.types, by_id)
+  table.sort(c.types, by_id)
   for _, e in ipairs(STOCK_EXCEPTIONS) do
     for _, ct in ipairs(M.CAPACITY_TYPES) do
-      if e[3] == nil or e[3] == ct then cat.stock[e[1] .. "|" .. e[2] .. "|" .. ct] = e[4] end
+      if e[3] == nil or e[3] == ct then c.stock[e[1] .. "|" .. e[2] .. "|" .. ct] = e[4] end
     end
   end
-  cat.synthetic = false
+  c.synthetic = false
+  return c
+end
+
+--- reset(): back to the default catalogue, with no sold-out faults.
+function M.reset()
+  cat = default_catalogue()
 end
 
 -- Synthetic families reuse the shapes of the regular families under new names that still parse like
@@ -253,56 +260,58 @@ local SYNTHETIC_PREFIXES = { "g", "c", "r", "gs", "cs", "rs", "ge", "ce" }
 -- GPU and sold-out types stay present while n_types >= their count), then synthetic families; stock
 -- comes from a hash: about 10% of (type, zone) pairs not sold, 4% sold out, 3% low.
 function M.generate(n_types, n_zones)
-  M.reset()
-  local base = cat
-  cat = new_catalogue(n_zones)
+  -- Built aside and swapped in at the end: a call that fails half way (over budget) leaves the old
+  -- catalogue whole, never a half-built, unsorted one that pagination would loop on.
+  local base = default_catalogue()
+  local out = new_catalogue(n_zones)
   local function hashed_filter(t, z)
     return hash(t.id .. "@" .. z.id) % 10 ~= 0
   end
   for _, t in ipairs(base.types) do
-    if #cat.types >= n_types then break end
+    if #out.types >= n_types then break end
     local fam
     for _, f in ipairs(FAMILIES) do
       if f.family == t.family then fam = f break end
     end
     local spec = { id = t.id, cpu = t.cpu, memory = t.memory, gpu = t.gpu }
-    add_type(cat, fam, spec, function(tt, z)
+    add_type(out, fam, spec, function(tt, z)
       -- the default zones keep their default placement; extra zones sell what the hash says
       if base.zone_by_id[z.id] then return base.type_by_id[tt.id].zones[z.id] == true end
       return hashed_filter(tt, z)
     end)
   end
   for key, status in pairs(base.stock) do
-    if cat.type_by_id[key:match("^[^|]+")] then cat.stock[key] = status end
+    if out.type_by_id[key:match("^[^|]+")] then out.stock[key] = status end
   end
   local generation = 9
-  while #cat.types < n_types do
+  while #out.types < n_types do
     for p, prefix in ipairs(SYNTHETIC_PREFIXES) do
       local fam = { family = "ecs." .. prefix .. generation, category = "General-purpose", model = INTEL_SPR,
         ghz = 2.9, turbo = 3.6, ratio = ({ 4, 2, 8 })[(p - 1) % 3 + 1], price = 1 + (p % 4) / 20,
         arch = p % 4 == 0 and "ARM" or nil, gen8 = true }
       for _, size in ipairs(SYNTHETIC_SIZES) do
-        if #cat.types >= n_types then break end
+        if #out.types >= n_types then break end
         local cpu = SIZE_CPUS[size]
-        add_type(cat, fam, { id = fam.family .. "." .. size, cpu = cpu, memory = cpu * fam.ratio }, hashed_filter)
+        add_type(out, fam, { id = fam.family .. "." .. size, cpu = cpu, memory = cpu * fam.ratio }, hashed_filter)
       end
-      if #cat.types >= n_types then break end
+      if #out.types >= n_types then break end
     end
     generation = generation + 1
   end
-  table.sort(cat.types, by_id)
-  for _, t in ipairs(cat.types) do
-    for _, z in ipairs(cat.zones) do
+  table.sort(out.types, by_id)
+  for _, t in ipairs(out.types) do
+    for _, z in ipairs(out.zones) do
       for _, ct in ipairs(M.CAPACITY_TYPES) do
         local key = t.id .. "|" .. z.id .. "|" .. ct
-        if not cat.stock[key] and (not base.zone_by_id[z.id] or not base.type_by_id[t.id]) then
+        if not out.stock[key] and (not base.zone_by_id[z.id] or not base.type_by_id[t.id]) then
           local h = hash(key) % 100
-          if h < 4 then cat.stock[key] = "WithoutStock" elseif h < 7 then cat.stock[key] = "ClosedWithStock" end
+          if h < 4 then out.stock[key] = "WithoutStock" elseif h < 7 then out.stock[key] = "ClosedWithStock" end
         end
       end
     end
   end
-  cat.synthetic = true
+  out.synthetic = true
+  cat = out
 end
 
 --- zones() -> list of {id, letter, local_name = {lang = name}} in catalogue order.

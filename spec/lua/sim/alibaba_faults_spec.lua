@@ -226,3 +226,38 @@ describe("alibaba simulator: faults and admin paths", function()
     assert.equals("InvalidParameter", err.Code)
   end)
 end)
+
+describe("alibaba simulator: handle(request) in process", function()
+  local handler = require "sim.alibaba"
+
+  it("answers thousands of garbage requests with a response, never an error and never a 500", function()
+    math.randomseed(7)
+    local pieces = { "Action=", "RunInstances", "DescribeInstances", "Version=", "2014-05-26", "2016-04-28",
+      "2015-04-01", "&", "=", "%", "%zz", "%41", "+", "AccessKeyId=LTAI5simulatoraccess", "Signature=x",
+      "Tag.1.Key=", "Tag.1.Value", "InstanceIds=[", '"', "]", "Format=JSON", "MaxResults=-1", "NextToken=zz",
+      "DestinationResource=InstanceType", "\0", "\255", "RegionId=cn-hangzhou", "OIDCToken=a.b.c",
+      "RoleArn=acs:ram::1234567890123456:role/x", "OIDCProviderArn=acs:ram::1:oidc-provider/x", "{", "}" }
+    local function junk(n)
+      local t = {}
+      for i = 1, n do t[i] = pieces[math.random(#pieces)] end
+      return table.concat(t)
+    end
+    local paths = { "/", "/", "/", "/_sim/faults", "/_sim/state", "/_sim/advance", "/_sim/instances/x",
+      "/latest/meta-data/ram/security-credentials/", "/latest/api/token", "/nowhere" }
+    local methods = { "GET", "POST", "PUT", "DELETE" }
+    for i = 1, 2000 do
+      local req = { service = "alibaba", method = methods[math.random(#methods)], path = paths[math.random(#paths)],
+        query = junk(math.random(0, 12)), headers = {}, body = junk(math.random(0, 8)), remote = "127.0.0.1" }
+      if math.random() < 0.3 then req.headers["content-type"] = "application/x-www-form-urlencoded" end
+      if math.random() < 0.3 then
+        req.headers["x-acs-action"] = pieces[math.random(#pieces)]
+        req.headers["x-acs-version"] = "2014-05-26"
+        req.headers.authorization = "ACS3-HMAC-SHA256 " .. junk(3)
+      end
+      local ok, res = pcall(handler.handle, req)
+      assert.is_true(ok, tostring(res))
+      assert.is_true(math.type(res.status) == "integer" and res.status < 500 and type(res.body) == "string",
+        ("request %d: %s %s?%s -> %s"):format(i, req.method, req.path, req.query, res.status))
+    end
+  end)
+end)
