@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages luaprov needs (SPEC §2), only those missing.
 # usage: tools/install-deps.sh [build|test|bench]
 #   build  compile and run the engine
-#   test   also the test tools (busted, luacheck, clang-format)
+#   test   also the test tools (busted, luacheck, clang-format, jq)
 #   bench  also the load generator used as the reference (wrk)
 # As root it runs apt-get; otherwise it prints the exact command to run and fails.
 set -euo pipefail
@@ -13,8 +13,8 @@ packages=(cmake make gcc pkg-config curl ca-certificates
   libhttp-parser-dev libjansson-dev libyaml-dev)
 case "$profile" in
   build) ;;
-  test) packages+=(lua-busted lua-check clang-format) ;;
-  bench) packages+=(lua-busted lua-check clang-format wrk) ;;
+  test) packages+=(lua-busted lua-check clang-format jq) ;;
+  bench) packages+=(lua-busted lua-check clang-format jq wrk) ;;
   *) echo "install-deps: unknown profile '$profile' (build, test or bench)" >&2; exit 2 ;;
 esac
 

@@ -79,6 +79,20 @@ static size_t live_instances(void) {
   return n;
 }
 
+/* The simulator's record of the instance behind a provider ID ("cn-hangzhou.i-..."). */
+static json_t *sim_instance(const char *provider_id) {
+  const char *id = provider_id ? strchr(provider_id, '.') : NULL;
+  json_t *state = admin("GET", "/_sim/state", NULL);
+  json_t *found = NULL;
+  size_t i;
+  json_t *inst;
+  json_array_foreach(json_object_get(state, "instances"), i, inst) {
+    if (id && strcmp(json_string_value(json_object_get(inst, "id")), id + 1) == 0) found = json_incref(inst);
+  }
+  json_decref(state);
+  return found;
+}
+
 static json_t *wait_outcome(lp_cp_outcome *o, const char **code) {
   lp_cp_outcome_wait(&loop, o);
   *code = o->error ? o->error->code : NULL;
@@ -175,6 +189,19 @@ static void test_create_and_rules(void) {
     const char *pid = json_string_value(json_object_get(json_object_get(created, "status"), "providerID"));
     CHECK(pid && strncmp(pid, "cn-hangzhou.i-", 14) == 0);
     CHECK(json_is_object(json_object_get(json_object_get(created, "status"), "allocatable")));
+    /* rule 8: pods from DefaultPodsLimit (no kubelet maxPods, no Terway) */
+    CHECK_STR(json_string_value(
+                  json_object_get(json_object_get(json_object_get(created, "status"), "capacity"), "pods")),
+              "110");
+    /* rule 7: the instance carries the engine's tags */
+    json_t *instance = sim_instance(pid);
+    json_t *tags = json_object_get(instance, "tags");
+    CHECK_STR(json_string_value(json_object_get(tags, "kubernetes.io/cluster/luaprov-sim")), "owned");
+    CHECK_STR(json_string_value(json_object_get(tags, "karpenter.sh/nodepool")), "default");
+    CHECK_STR(json_string_value(json_object_get(tags, "karpenter.sh/nodeclaim")), "default-a1");
+    CHECK_STR(json_string_value(json_object_get(tags, "karpenter.k8s.alibabacloud/ecsnodeclass")), "default");
+    CHECK_STR(json_string_value(json_object_get(tags, "ecs:ecs-cluster-id")), "luaprov-sim");
+    json_decref(instance);
   }
 
   /* A retried Create (same NodeClaim UID) returns the same instance instead of launching another. */
@@ -371,6 +398,61 @@ static void test_drift_and_repair(void) {
   json_decref(claim);
 }
 
+/* A mapping that breaks a rule gets an error naming its file and the rule: an operator's tree wraps
+ * the default mapping and drops one offering of every type. */
+static void test_contract_violation(void) {
+  char dir[] = "/tmp/luaprov-cp-XXXXXX";
+  if (!mkdtemp(dir)) return;
+  char path[256];
+  snprintf(path, sizeof path, "%s/providers/alibaba", dir);
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "mkdir -p %s", path);
+  CHECK(system(cmd) == 0);
+  snprintf(path, sizeof path, "%s/providers/alibaba/init.lua", dir);
+  FILE *f = fopen(path, "w");
+  fputs("local default = require 'defaults.providers.alibaba'\n"
+        "local M = setmetatable({}, { __index = default })\n"
+        "for k, v in pairs(default) do M[k] = v end\n"
+        "function M.instance_types(ctx, nodeclass)\n"
+        "  local types, err = default.instance_types(ctx, nodeclass)\n"
+        "  if not types then return nil, err end\n"
+        "  for _, t in ipairs(types) do table.remove(t.offerings) end\n"
+        "  return types\n"
+        "end\n"
+        "return M\n",
+        f);
+  fclose(f);
+  lp_script_host_config cfg = {.loop = &loop,
+                               .scripts_dir = dir,
+                               .defaults_dir = LUAPROV_SOURCE_DIR,
+                               .modules = lp_contract_modules,
+                               .http = http};
+  lp_problems problems = {0};
+  lp_script_host *operator_scripts = lp_script_host_new(&cfg, &problems);
+  CHECK(operator_scripts != NULL);
+  lp_problems_free(&problems);
+  if (!operator_scripts) return;
+  lp_cloudprovider *broken =
+      lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &loop,
+                                                      .scripts = operator_scripts,
+                                                      .cluster_id = "luaprov-sim",
+                                                      .endpoint = lp_sim_url(sim, "alibaba")});
+  lp_cp_outcome o = {0};
+  const char *code;
+  lp_cp_get_instance_types(broken, nodeclass, lp_cp_outcome_store, &o);
+  wait_outcome(&o, &code);
+  CHECK(code && strcmp(code, "Contract") == 0);
+  if (o.error) {
+    CHECK_CONTAINS(o.error->message, "providers/alibaba/init.lua: instance_types: ");
+    CHECK_CONTAINS(o.error->message, "(SPEC §5 rule 4)");
+  }
+  lp_error_free(o.error);
+  lp_cloudprovider_free(broken);
+  lp_script_host_close(operator_scripts, NULL, NULL);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  CHECK(system(cmd) == 0);
+}
+
 int main(void) {
   lp_log_configure(LP_LOG_ERROR, LP_LOG_FORMAT_JSON, 2);
   setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", "LTAI5simulatoraccess", 1);
@@ -406,6 +488,7 @@ int main(void) {
   RUN(test_nostock_fall_through);
   RUN(test_throttling_and_garbage);
   RUN(test_drift_and_repair);
+  RUN(test_contract_violation);
 
   json_decref(nodeclass);
   lp_cloudprovider_free(cp);
