@@ -12,7 +12,8 @@ WORK="$(mktemp -d /tmp/luaprov-preview-XXXXXX)"
 ENGINE_LOG="$WORK/engine.log"
 # shellcheck source=engine.sh
 source "$ROOT/tools/engine.sh"
-trap '[[ -n "$ENGINE_PID" ]] && kill -KILL "$ENGINE_PID" 2>/dev/null; rm -rf "$WORK"' EXIT
+SIM_PID=""
+trap '[[ -n "$ENGINE_PID" ]] && kill -KILL "$ENGINE_PID" 2>/dev/null; [[ -n "$SIM_PID" ]] && kill "$SIM_PID" 2>/dev/null; rm -rf "$WORK"' EXIT
 
 step=0
 step() { step=$((step + 1)); printf '\n\033[1m[%d] %s\033[0m\n' "$step" "$*"; }
@@ -64,5 +65,34 @@ ENGINE_PID=""
 grep -q '"msg":"shutdown complete"' "$ENGINE_LOG" || fail "no 'shutdown complete' in the log"
 ok "exited 0 after 'shutdown complete'"
 
+step "luaprov sim: the simulated Alibaba Cloud account (ECS, VPC, STS; both signature schemes verified)"
+"$LUAPROV" sim --log-level warn > "$WORK/sim.json" 2>"$WORK/sim.log" &
+SIM_PID=$!
+for _ in $(seq 1 100); do [[ -s "$WORK/sim.json" ]] && break; sleep 0.05; done
+ENDPOINT="$(sed 's/.*"alibaba":"\([^"]*\)".*/\1/' "$WORK/sim.json")"
+[[ "$ENDPOINT" == http://* ]] || fail "the simulator did not start: $(cat "$WORK/sim.log")"
+ok "endpoints: $(cat "$WORK/sim.json")"
+
+step "luaprov eval instance-types: what the CloudProvider offers Karpenter for an ECSNodeClass"
+export ALIBABA_CLOUD_ACCESS_KEY_ID=LTAI5simulatoraccess ALIBABA_CLOUD_ACCESS_KEY_SECRET=simulator-secret-do-not-use
+"$LUAPROV" eval instance-types --nodeclass "$ROOT/spec/fixtures/alibaba/ecsnodeclass.json" --endpoint "$ENDPOINT" \
+  > "$WORK/types.json" || fail "$(cat "$WORK/types.json")"
+types=$(grep -o '"name":"ecs\.[^"]*"' "$WORK/types.json" | wc -l)
+offerings=$(grep -o '"capacity_type":"[a-z-]*"' "$WORK/types.json" | wc -l)
+unavailable=$(grep -o '"available":false' "$WORK/types.json" | wc -l)
+[[ $types -ge 50 ]] || fail "expected at least 50 instance types, got $types"
+ok "$types instance types, $offerings offerings ($unavailable unavailable: sold out, or no vSwitch in the zone)"
+kill "$SIM_PID" 2>/dev/null || true
+
+step "luaprov eval drift: the drift policy on kubectl-shaped files, no cloud needed"
+F="$ROOT/spec/fixtures/eval"
+cp "$F/instance.json" "$WORK/instance.json"
+printf '    as launched:        %s\n' "$("$LUAPROV" eval drift --nodeclaim "$F/nodeclaim.yaml" --nodeclass "$F/nodeclass.json" --instance "$WORK/instance.json")"
+sed -i 's/"image_id": "[^"]*"/"image_id": "m-retired-image"/' "$WORK/instance.json"
+result="$("$LUAPROV" eval drift --nodeclaim "$F/nodeclaim.yaml" --nodeclass "$F/nodeclass.json" --instance "$WORK/instance.json")"
+printf '    with an old image:  %s\n' "$result"
+[[ "$result" == '{"reason":"ImageDrift"}' ]] || fail "expected ImageDrift"
+
 printf '\n\033[1msummary\033[0m: sandboxed scripts loaded and checked, 4 generations served, 1 broken script rejected\n'
-printf 'with file:line, health and metrics answered, clean shutdown. Every step checked out.\n'
+printf 'with file:line, health and metrics answered, clean shutdown; %s instance types offered from the\n' "$types"
+printf 'simulated Alibaba account; ImageDrift detected by the policy. Every step checked out.\n'

@@ -12,3 +12,6 @@ echo "== HTTP client"
 echo
 echo "== hot reload"
 "$BUILD/spec/bench_reload" 30
+echo
+echo "== CloudProvider against the Alibaba simulator"
+"$BUILD/spec/bench_cloudprovider"
