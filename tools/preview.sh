@@ -13,7 +13,12 @@ ENGINE_LOG="$WORK/engine.log"
 # shellcheck source=engine.sh
 source "$ROOT/tools/engine.sh"
 SIM_PID=""
-trap '[[ -n "$ENGINE_PID" ]] && kill -KILL "$ENGINE_PID" 2>/dev/null; [[ -n "$SIM_PID" ]] && kill "$SIM_PID" 2>/dev/null; rm -rf "$WORK"' EXIT
+cleanup() {
+  if [[ -n "$ENGINE_PID" ]]; then kill -KILL "$ENGINE_PID" 2>/dev/null || true; fi
+  if [[ -n "$SIM_PID" ]]; then kill "$SIM_PID" 2>/dev/null || true; fi
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
 
 step=0
 step() { step=$((step + 1)); printf '\n\033[1m[%d] %s\033[0m\n' "$step" "$*"; }
