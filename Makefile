@@ -38,7 +38,7 @@ test-asan:
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DLUAPROV_WERROR=ON -DLUAPROV_SANITIZE=ON >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
 	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-		ctest --output-on-failure -j $(JOBS) -L 'c|integration'
+		ctest --output-on-failure -j $(JOBS) -L '^(c|integration)$$'
 
 bench:
 	@tools/install-deps.sh bench
