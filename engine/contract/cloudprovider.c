@@ -277,7 +277,10 @@ void lp_cp_delete(lp_cloudprovider *cp, const json_t *nodeclaim, lp_cp_done_fn d
   cp_call(o, cp->mapping, "parse_provider_id", json_pack("[s]", pid), delete_parsed);
 }
 
-static void get_done(op *o, json_t *values, lp_error *err) {
+/* The instance a mapping `get` returned, checked against SPEC §4.6. On failure the operation is
+ * finished (NotFound becomes NodeClaimNotFound), values freed, and NULL returned; otherwise the
+ * instance, borrowed from values. */
+static json_t *got_instance(op *o, json_t *values, lp_error *err) {
   if (err) {
     if (strcmp(err->code, "NotFound") == 0) {
       lp_error *gone = lp_error_new("NodeClaimNotFound", "instance %s not found", o->provider_id);
@@ -285,15 +288,21 @@ static void get_done(op *o, json_t *values, lp_error *err) {
       err = gone;
     }
     cp_finish(o, NULL, err);
-    return;
+    return NULL;
   }
   json_t *instance = json_array_get(values, 0);
   char *problem = lp_check_instance(instance);
   if (problem) {
     json_decref(values);
     cp_finish(o, NULL, cp_contract_error(o, o->cp->mapping, "get", problem, "SPEC §4.6"));
-    return;
+    return NULL;
   }
+  return instance;
+}
+
+static void get_done(op *o, json_t *values, lp_error *err) {
+  json_t *instance = got_instance(o, values, err);
+  if (!instance) return;
   if (strcmp(json_string_value(json_object_get(instance, "state")), "terminated") == 0) {
     json_decref(values);
     cp_finish(o, NULL, lp_error_new("NodeClaimNotFound", "instance %s is terminated", o->provider_id));
@@ -427,22 +436,8 @@ static void drift_done(op *o, json_t *values, lp_error *err) {
 }
 
 static void drift_instance_done(op *o, json_t *values, lp_error *err) {
-  if (err) {
-    if (strcmp(err->code, "NotFound") == 0) {
-      lp_error *gone = lp_error_new("NodeClaimNotFound", "instance %s not found", o->provider_id);
-      lp_error_free(err);
-      err = gone;
-    }
-    cp_finish(o, NULL, err);
-    return;
-  }
-  json_t *instance = json_array_get(values, 0);
-  char *problem = lp_check_instance(instance);
-  if (problem) {
-    json_decref(values);
-    cp_finish(o, NULL, cp_contract_error(o, o->cp->mapping, "get", problem, "SPEC §4.6"));
-    return;
-  }
+  json_t *instance = got_instance(o, values, err);
+  if (!instance) return;
   cp_call(o, "policies.drift", "is_drifted",
           json_pack("[OOOO]", o->nodeclaim, o->nodeclass, instance, o->cp->ctx), drift_done);
   json_decref(values);

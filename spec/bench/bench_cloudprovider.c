@@ -14,40 +14,15 @@
 #include "core/log.h"
 #include "http/client.h"
 #include "sim/sim.h"
+#include "sim_admin.h"
 
 static uv_loop_t loop;
 static lp_sim *sim;
 static lp_http_client *http;
 static lp_script_host *scripts;
 
-typedef struct reply {
-  int done;
-  char *body;
-} reply;
-
-static void got_reply(lp_http_result *r, void *ud) {
-  reply *out = ud;
-  out->body = strdup(r->body ? r->body : "");
-  out->done = 1;
-  lp_http_result_free(r);
-}
-
 static json_t *admin(const char *method, const char *path, const char *body) {
-  char url[256];
-  snprintf(url, sizeof url, "%s%s", lp_sim_url(sim, "alibaba"), path);
-  lp_http_header ct = {"Content-Type", "application/json"};
-  lp_http_request_opts req = {.method = method,
-                              .url = url,
-                              .headers = &ct,
-                              .nheaders = 1,
-                              .body = body,
-                              .body_len = body ? strlen(body) : 0};
-  reply r = {0};
-  lp_http_client_request(http, &req, got_reply, &r);
-  while (!r.done) uv_run(&loop, UV_RUN_ONCE);
-  json_t *v = json_loads(r.body, JSON_DECODE_ANY, NULL);
-  free(r.body);
-  return v;
+  return sim_admin(&loop, http, sim, "alibaba", method, path, body);
 }
 
 static long long total_calls(void) {

@@ -1,0 +1,51 @@
+/* Helpers for C tests and benchmarks that drive an in-process simulator (engine/sim/sim.h) on their
+ * own loop: its unsigned admin API (/_sim/...) through the engine's HTTP client. Header-only: each
+ * test is its own executable. */
+#ifndef LUAPROV_SPEC_SIM_ADMIN_H
+#define LUAPROV_SPEC_SIM_ADMIN_H
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http/client.h"
+#include "sim/sim.h"
+
+typedef struct sim_admin_reply {
+  int done;
+  long status;
+  char *body;
+} sim_admin_reply;
+
+static void sim_admin_got_reply(lp_http_result *r, void *ud) {
+  sim_admin_reply *out = ud;
+  out->status = r->status;
+  out->body = strdup(r->body ? r->body : "");
+  out->done = 1;
+  lp_http_result_free(r);
+}
+
+/* METHOD service/_sim/... with an optional JSON body; runs the loop until the answer is in and
+ * returns it decoded (NULL when not JSON). A status >= 300 is printed to stderr. */
+static inline json_t *sim_admin(uv_loop_t *loop, lp_http_client *http, lp_sim *sim, const char *service,
+                                const char *method, const char *path, const char *body) {
+  char url[256];
+  snprintf(url, sizeof url, "%s%s", lp_sim_url(sim, service), path);
+  lp_http_header ct = {"Content-Type", "application/json"};
+  lp_http_request_opts req = {.method = method,
+                              .url = url,
+                              .headers = &ct,
+                              .nheaders = 1,
+                              .body = body,
+                              .body_len = body ? strlen(body) : 0};
+  sim_admin_reply r = {0};
+  lp_http_client_request(http, &req, sim_admin_got_reply, &r);
+  while (!r.done) uv_run(loop, UV_RUN_ONCE);
+  json_t *v = json_loads(r.body, JSON_DECODE_ANY, NULL);
+  if (r.status >= 300) fprintf(stderr, "admin %s %s -> %ld %s\n", method, path, r.status, r.body);
+  free(r.body);
+  return v;
+}
+
+#endif
