@@ -15,6 +15,7 @@
 -- server's Message and the RequestId, and never holds a secret. Wire format, error codes and retry
 -- rules: reference/alibaba_openapi.md §1-§3 and §4.13.
 local luaprov = require "luaprov"
+local util = require "providers.alibaba.util"
 local signer = require "providers.alibaba.signer"
 
 local crypto, json, log, time = luaprov.crypto, luaprov.json, luaprov.log, luaprov.time
@@ -100,15 +101,6 @@ local function as_json_array(list)
   return copy
 end
 
-local function is_list(t)
-  if getmetatable(t) == json.array_mt then return true end
-  local n = #t
-  if n == 0 then return false end
-  for k in pairs(t) do
-    if math.type(k) ~= "integer" or k < 1 or k > n then return false end
-  end
-  return true
-end
 
 local function scalar(name, v)
   local t = math.type(v) or type(v)
@@ -136,13 +128,13 @@ local function flatten_into(out, name, value, json_names)
       return
     end
     -- An empty table is an empty list here ("[]"), never an empty object.
-    if type(marked) == "table" and (next(marked) == nil or is_list(marked)) then marked = as_json_array(marked) end
+    if type(marked) == "table" and (next(marked) == nil or util.is_list(marked)) then marked = as_json_array(marked) end
     local text, err = json.encode(marked)
     if not text then error(format("alibaba client: parameter '%s': %s", name, err), 0) end
     out[name] = text
     return
   end
-  if is_list(value) then
+  if util.is_list(value) then
     -- Repeat lists are 1-based on the wire: InstanceId.1, Tag.1.Key.
     for i, v in ipairs(value) do flatten_into(out, name .. "." .. i, v, json_names) end
   else
@@ -301,7 +293,7 @@ end
 
 local function json_object(body)
   local ok, value = pcall(json.decode, body or "")
-  if ok and type(value) == "table" and not is_list(value) then return value end
+  if ok and type(value) == "table" and not util.is_list(value) then return value end
   return nil
 end
 

@@ -13,6 +13,7 @@
 -- cloud hiccup neither crashes the status controller nor empties a working class (upstream keeps
 -- the old status too, by returning before it patches).
 local luaprov = require "luaprov"
+local util = require "providers.alibaba.util"
 local session = require "providers.alibaba.session"
 
 local json, crypto = luaprov.json, luaprov.crypto
@@ -51,22 +52,13 @@ local function list_of(v)
   return (present(v) and type(v) == "table") and v or {}
 end
 
--- Bytewise, so orders do not depend on the process locale (Lua's "<" on strings uses strcoll).
-local function byte_less(a, b)
-  local n = #a < #b and #a or #b
-  for i = 1, n do
-    local x, y = a:byte(i), b:byte(i)
-    if x ~= y then return x < y end
-  end
-  return #a < #b
-end
 
 local function sorted_keys(t)
   local keys = {}
   for k in pairs(t) do
     if type(k) == "string" then keys[#keys + 1] = k end
   end
-  sort(keys, byte_less)
+  sort(keys, util.byte_less)
   return keys
 end
 
@@ -120,7 +112,7 @@ local function resolve_vswitches(c, region, terms)
   -- Most free addresses first (the launch path picks the first vSwitch per zone), then by ID.
   sort(list, function(a, b)
     if a.ips ~= b.ips then return a.ips > b.ips end
-    return byte_less(a.id, b.id)
+    return util.byte_less(a.id, b.id)
   end)
   local out = array()
   for i, v in ipairs(list) do out[i] = { id = v.id, zoneID = v.zoneID } end
@@ -160,7 +152,7 @@ local function resolve_security_groups(c, region, terms)
   end
   local list = array()
   for _, g in pairs(by_id) do list[#list + 1] = g end
-  sort(list, function(a, b) return byte_less(a.id, b.id) end)
+  sort(list, function(a, b) return util.byte_less(a.id, b.id) end)
   return list, nil, problems
 end
 
@@ -179,7 +171,7 @@ local function newest_first(images)
   sort(images, function(a, b)
     local x, y = tostring(a.CreationTime or ""), tostring(b.CreationTime or "")
     if x ~= y then return x > y end
-    return byte_less(tostring(a.ImageId or ""), tostring(b.ImageId or ""))
+    return util.byte_less(tostring(a.ImageId or ""), tostring(b.ImageId or ""))
   end)
   return images
 end
@@ -345,7 +337,7 @@ function M.resolve(ctx, nodeclass)
   local all = { ready(conditions) }
   for _, cond in ipairs(conditions) do all[#all + 1] = cond end
   -- Conditions are a list keyed by type; sorted by type as operatorpkg keeps them.
-  sort(all, function(a, b) return byte_less(a.type, b.type) end)
+  sort(all, function(a, b) return util.byte_less(a.type, b.type) end)
   status.conditions = array(all)
   return status
 end
@@ -356,15 +348,6 @@ end
 -- follows from the status (security groups, vSwitches, images), not from the terms themselves.
 local NOT_HASHED = { vSwitchSelectorTerms = true, securityGroupSelectorTerms = true, imageSelectorTerms = true }
 
-local function is_array(t)
-  if getmetatable(t) == json.array_mt then return true end
-  local n = #t
-  if n == 0 then return false end
-  for k in pairs(t) do
-    if math.type(k) ~= "integer" or k < 1 or k > n then return false end
-  end
-  return true
-end
 
 -- Zero values are dropped (null, false, {} and []), recursively, like hashstructure's
 -- IgnoreZeroValue: an explicit `formatDataDisk: false` or `tags: {}` hashes as the field left out,
@@ -373,7 +356,7 @@ end
 local function canonical(v)
   if v == nil or v == json.null or v == false then return nil end
   if type(v) ~= "table" then return v end
-  if is_array(v) then
+  if util.is_list(v) then
     local out = array()
     for _, item in ipairs(v) do
       local c = canonical(item)

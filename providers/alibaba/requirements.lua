@@ -13,6 +13,7 @@
 -- Zone, zone ID and capacity type are built from ALL offerings, available or not (SPEC §5.4): what
 -- the type is, not what is in stock now; availability lives on the offerings alone.
 local luaprov = require "luaprov"
+local util = require "providers.alibaba.util"
 
 local json = luaprov.json
 local floor, tointeger = math.floor, math.tointeger
@@ -56,15 +57,6 @@ local function req(key, operator, values)
   return { key = key, operator = operator, values = array(values) }
 end
 
--- Bytewise, so the order does not depend on the process locale (Lua's "<" uses strcoll).
-local function byte_less(a, b)
-  local n = #a < #b and #a or #b
-  for i = 1, n do
-    local x, y = a:byte(i), b:byte(i)
-    if x ~= y then return x < y end
-  end
-  return #a < #b
-end
 
 -- Numbers as Go's %v prints a float32: "16384", "1.5", never "16384.0".
 local function number_text(v)
@@ -136,7 +128,7 @@ end
 -- would cost millions of the call's instruction budget.
 local KEYS = { M.INSTANCE_TYPE, M.ARCH, M.OS, M.REGION, M.WINDOWS_BUILD, M.ZONE, M.ZONE_ID, M.CAPACITY_TYPE }
 for _, key in pairs(M.INSTANCE_LABELS) do KEYS[#KEYS + 1] = key end
-sort(KEYS, byte_less)
+sort(KEYS, util.byte_less)
 
 function M.for_type(it, region, offerings)
   local name = it.InstanceTypeId
