@@ -77,11 +77,9 @@ static int cache_get(lua_State *L) {
     lua_pushboolean(L, 0);
     break;
   case TAG_JSON: {
-    /* copy first: decoding allocates Lua memory, which must not race the cache's pointer */
-    luaL_Buffer b;
-    luaL_buffinit(L, &b);
-    luaL_addlstring(&b, payload, payload_len);
-    luaL_pushresult(&b);
+    /* copy into one Lua string first: decoding allocates, and nothing may run between reading the
+     * cache's pointer and the copy (lua_pushlstring copies before it can collect) */
+    lua_pushlstring(L, payload, payload_len);
     size_t n;
     const char *text = lua_tolstring(L, -1, &n);
     lp_error *err = NULL;

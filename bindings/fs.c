@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/buf.h"
 #include "luaprov.h"
 
 #define MAX_FILE_BYTES (1u << 20)
@@ -51,19 +50,27 @@ static int fs_read(lua_State *L) {
     lua_pushfstring(L, "%s: %s", path, strerror(e));
     return lp_push_fail(L, lua_tostring(L, -1), e == ENOENT ? "NotFound" : "IO");
   }
-  lp_buf b = LP_BUF_INIT;
+  /* read into Lua memory: a memory error while reading leaks nothing and counts against the cap */
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  size_t total = 0, n;
+  int too_large = 0;
   char chunk[8192];
-  size_t n;
-  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0 && b.len <= MAX_FILE_BYTES) lp_buf_append(&b, chunk, n);
+  while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) {
+    total += n;
+    if (total > MAX_FILE_BYTES) {
+      too_large = 1;
+      break;
+    }
+    luaL_addlstring(&b, chunk, n);
+  }
   int failed = ferror(f);
   fclose(f);
-  if (failed || b.len > MAX_FILE_BYTES) {
-    lp_buf_free(&b);
+  if (failed || too_large) {
     lua_pushfstring(L, failed ? "%s: read error" : "%s: larger than 1 MiB", path);
     return lp_push_fail(L, lua_tostring(L, -1), failed ? "IO" : "TooLarge");
   }
-  lua_pushlstring(L, b.data ? b.data : "", b.len);
-  lp_buf_free(&b);
+  luaL_pushresult(&b);
   return 1;
 }
 

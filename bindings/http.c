@@ -10,11 +10,17 @@
 #define DEFAULT_CONCURRENCY 8
 #define MAX_CONCURRENCY     64
 
-/* Strings read here point into the request table, which stays referenced (by the caller's argument)
- * for as long as the request is in use, so nothing is copied. Every value pushed is popped again. */
+/* Fields are read raw: an __index function could return strings nothing else references, which the
+ * collector might free before the request is copied. Raw values stay referenced by the request table
+ * (the caller's argument) for as long as the request is in use, so nothing is copied here. */
+static int raw_field(lua_State *L, int t, const char *field) {
+  lua_pushstring(L, field);
+  return lua_rawget(L, t);
+}
+
 static const char *opt_string_field(lua_State *L, int t, const char *fn, const char *field, const char *def,
                                     size_t *len) {
-  lua_getfield(L, t, field);
+  raw_field(L, t, field);
   if (lua_isnil(L, -1)) {
     lua_pop(L, 1);
     if (len) *len = def ? strlen(def) : 0;
@@ -29,7 +35,7 @@ static const char *opt_string_field(lua_State *L, int t, const char *fn, const c
 
 static size_t read_headers(lua_State *L, int t, const char *fn, lp_http_header *hdrs) {
   size_t n = 0;
-  if (lua_getfield(L, t, "headers") == LUA_TNIL) {
+  if (raw_field(L, t, "headers") == LUA_TNIL) {
     lua_pop(L, 1);
     return 0;
   }
@@ -59,7 +65,7 @@ static void read_request(lua_State *L, int t, const char *fn, lp_http_request_op
   req->url = opt_string_field(L, t, fn, "url", NULL, NULL);
   if (!req->url) luaL_error(L, "%s: field 'url' is required", fn);
   req->body = opt_string_field(L, t, fn, "body", NULL, &req->body_len);
-  lua_getfield(L, t, "timeout_ms");
+  raw_field(L, t, "timeout_ms");
   if (!lua_isnil(L, -1)) {
     if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) <= 0)
       luaL_error(L, "%s: field 'timeout_ms' must be a positive integer", fn);

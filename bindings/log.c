@@ -8,6 +8,34 @@
 
 #define MAX_FIELDS 32
 
+/* Credentials nested anywhere in a table field are replaced as the logger does for top-level keys:
+ * {request = {headers = {Authorization = ...}}} must not reach a log line either. */
+static void redact_nested(json_t *value) {
+  const char *key;
+  json_t *child;
+  size_t i;
+  if (json_is_object(value)) {
+    json_object_foreach(value, key, child) {
+      if (lp_log_key_is_secret(key))
+        json_object_set_new(value, key, json_string("[redacted]"));
+      else
+        redact_nested(child);
+    }
+  } else if (json_is_array(value)) {
+    json_array_foreach(value, i, child) redact_nested(child);
+  }
+}
+
+/* The JSON text of a table field with nested credentials redacted; the caller frees it. */
+static char *redacted_json(const char *text) {
+  json_t *value = json_loads(text, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+  if (!value) return NULL;
+  redact_nested(value);
+  char *out = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY | JSON_SORT_KEYS);
+  json_decref(value);
+  return out;
+}
+
 static int compare_fields(const void *a, const void *b) {
   return strcmp(((const lp_field *)a)->key, ((const lp_field *)b)->key);
 }
@@ -36,9 +64,11 @@ static size_t read_fields(lua_State *L, int idx, lp_field *fields) {
       lp_buf json = LP_BUF_INIT;
       lp_error *err = NULL;
       int ok = lp_json_encode(L, lua_gettop(L), &json, &err) == 0;
-      lua_pushstring(L, ok ? lp_buf_cstr(&json) : "\"(table that is not plain data)\"");
+      char *clean = ok ? redacted_json(lp_buf_cstr(&json)) : NULL;
       lp_buf_free(&json);
       lp_error_free(err);
+      lua_pushstring(L, clean ? clean : "\"(table that is not plain data)\"");
+      free(clean);
       lua_insert(L, idx + 1);
       fields[n] = LPF_JSON(key, lua_tostring(L, idx + 1));
       break;

@@ -9,6 +9,7 @@
 #include "contract/cloudprovider.h"
 #include "contract/contracts.h"
 #include "contract/shapes.h"
+#include "core/buf.h"
 #include "core/log.h"
 #include "core/yaml.h"
 #include "script/host.h"
@@ -39,16 +40,21 @@ typedef struct eval_args {
 enum { F_NODECLAIM, F_NODECLASS, F_INSTANCE, F_NODEPOOL };
 
 static int print_error(const char *message) {
-  json_t *doc = json_pack("{s:s}", "error", message);
-  char *text = json_dumps(doc, JSON_COMPACT);
-  printf("%s\n", text);
-  free(text);
-  json_decref(doc);
+  lp_buf doc = LP_BUF_INIT; /* lp_buf_json_string keeps invalid UTF-8 from a script printable */
+  lp_buf_puts(&doc, "{\"error\":");
+  lp_buf_json_string(&doc, message, strlen(message));
+  lp_buf_puts(&doc, "}\n");
+  fputs(doc.data, stdout);
+  lp_buf_free(&doc);
   return 1;
 }
 
 static int print_value(json_t *value) {
   char *text = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+  if (!text) {
+    json_decref(value);
+    return print_error("the result cannot be written as JSON");
+  }
   printf("%s\n", text);
   free(text);
   json_decref(value);

@@ -280,7 +280,7 @@ static void create_types_done(op *o, json_t *values, lp_error *err) {
     return;
   }
   json_t *types = json_array_get(values, 0);
-  lp_error *problem = json_is_array(types) ? cp_checked_types(o, types) : NULL;
+  lp_error *problem = cp_checked_types(o, types);
   if (problem) {
     json_decref(values);
     cp_finish(o, NULL, problem);

@@ -55,6 +55,13 @@ static char *check_requirements(const json_t *reqs, const char *where) {
     if (values && !json_is_array(values))
       return lp_xasprintf("%s: requirement %s: values is not a list", where,
                           json_string_value(json_object_get(r, "key")));
+    size_t k;
+    const json_t *v;
+    json_array_foreach(values, k, v) {
+      if (!json_is_string(v))
+        return lp_xasprintf("%s: requirement %s: value %zu is not a string", where,
+                            json_string_value(json_object_get(r, "key")), k + 1);
+    }
   }
   return NULL;
 }

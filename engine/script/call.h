@@ -23,6 +23,9 @@ typedef struct lp_thread_ctx {
   lp_task *task; /* the task owning this coroutine, NULL on a main thread */
 } lp_thread_ctx;
 
+/* The coroutine a task runs on (task.c). */
+lua_State *lp_task_coroutine(const lp_task *t);
+
 /* The context stored in L's extra space (may be NULL for threads the engine did not set up). */
 lp_thread_ctx *lp_thread_ctx_get(lua_State *L);
 /* Stores ctx in L's extra space and arms the count hook on L. ctx must outlive the calls on L. */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "core/log.h"
 
 struct lp_script_handler {
@@ -46,10 +47,10 @@ static json_t *request_json(const lp_script_handler *h, const lp_http_request *r
     json_t *prev = json_object_get(headers, name);
     if (prev) { /* repeated headers fold into one, comma-separated (RFC 9110 §5.3) */
       char *joined = lp_xasprintf("%s, %s", json_string_value(prev), req->headers[i].value);
-      json_object_set_new(headers, name, json_string(joined));
+      json_object_set_new(headers, name, json_string_nocheck(joined));
       free(joined);
     } else {
-      json_object_set_new(headers, name, json_string(req->headers[i].value));
+      json_object_set_new(headers, name, json_string_nocheck(req->headers[i].value));
     }
     free(name);
   }
@@ -58,12 +59,15 @@ static json_t *request_json(const lp_script_handler *h, const lp_http_request *r
                    req->body_len, "remote", req->remote_addr ? req->remote_addr : "");
 }
 
+/* Written with lp_buf_json_string, which replaces invalid UTF-8 (a script's error text may hold any
+ * bytes) instead of failing as jansson would. */
 static void respond_error(lp_http_response *res, int status, const char *message) {
-  json_t *body = json_pack("{s:s}", "error", message);
-  char *text = json_dumps(body, JSON_COMPACT);
-  lp_http_respond(res, status, "application/json", text, strlen(text));
-  free(text);
-  json_decref(body);
+  lp_buf body = LP_BUF_INIT;
+  lp_buf_puts(&body, "{\"error\":");
+  lp_buf_json_string(&body, message, strlen(message));
+  lp_buf_putc(&body, '}');
+  lp_http_respond(res, status, "application/json", body.data, body.len);
+  lp_buf_free(&body);
 }
 
 static void respond_with(lp_http_response *res, const lp_script_handler *h, const char *results) {

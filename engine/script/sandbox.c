@@ -4,8 +4,8 @@
 #include <lualib.h>
 #include <string.h>
 
-#include "core/buf.h"
 #include "core/log.h"
+#include "script/call.h"
 #include "script/pattern.h"
 
 #define SANDBOX_LIBS_KEY "luaprov.sandbox.libs"
@@ -55,6 +55,8 @@ void lp_sandbox_prepare(lua_State *L) {
    * the guarded matcher too, not only string.find. */
   lua_getfield(L, -1, LUA_STRLIBNAME);
   lp_pattern_install(L, lua_gettop(L));
+  lua_pushnil(L); /* ("").dump would reach it through the string metatable otherwise */
+  lua_setfield(L, -2, "dump");
   lua_pop(L, 1);
 
   lua_pushliteral(L, "");
@@ -107,18 +109,118 @@ static int sandbox_load(lua_State *L) {
 /* print(...) writes one info line with the script's logger name (upvalue 1). [-n, +0, e] */
 static int sandbox_print(lua_State *L) {
   int n = lua_gettop(L);
-  lp_buf text = LP_BUF_INIT;
+  luaL_Buffer text; /* Lua memory: a raising __tostring leaks nothing and counts against the cap */
+  luaL_buffinit(L, &text);
   for (int i = 1; i <= n; i++) {
-    size_t len;
-    const char *s = luaL_tolstring(L, i, &len);
-    if (i > 1) lp_buf_putc(&text, '\t');
-    lp_buf_append(&text, s, len);
+    luaL_tolstring(L, i, NULL);
+    if (i > 1) luaL_addchar(&text, '\t');
+    luaL_addvalue(&text);
+  }
+  luaL_pushresult(&text);
+  const char *logger = lua_tostring(L, lua_upvalueindex(1));
+  lp_info(logger, "print", LPF_STR("text", lua_tostring(L, -1)));
+  return 0;
+}
+
+/* setmetatable(t, mt): as Lua's, but refuses __gc. Lua runs finalizers with hooks off, so a finalizer
+ * would escape the instruction budget and could spin the loop thread forever. [-2, +1, e] */
+static int sandbox_setmetatable(lua_State *L) {
+  if (lua_istable(L, 2)) {
+    lua_pushliteral(L, "__gc");
+    if (lua_rawget(L, 2) != LUA_TNIL)
+      return luaL_error(
+          L, "__gc metamethods are not allowed in the sandbox (finalizers run outside the budget)");
     lua_pop(L, 1);
   }
-  const char *logger = lua_tostring(L, lua_upvalueindex(1));
-  lp_info(logger, "print", LPF_STR("text", lp_buf_cstr(&text)));
-  lp_buf_free(&text);
-  return 0;
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, 1);
+  return 1;
+}
+
+/* The coroutine a task runs on belongs to the host: a script resuming or closing it would wake it
+ * while the host still waits for its request or timer. */
+static int is_task_thread(lua_State *co) {
+  lp_thread_ctx *ctx = lp_thread_ctx_get(co);
+  return ctx && ctx->task && lp_task_coroutine(ctx->task) == co;
+}
+
+/* While a script's coroutine runs, it runs on the budget of the thread that resumed it (the calling
+ * task), and only then: between resumes it holds no pointer that could outlive that task. */
+static void lend_budget(lua_State *L, lua_State *co) {
+  *(lp_thread_ctx **)lua_getextraspace(co) = L ? lp_thread_ctx_get(L) : NULL;
+}
+
+/* coroutine.create(f) -> co                                                  [-1, +1, e] */
+static int sandbox_co_create(lua_State *L) {
+  luaL_checktype(L, 1, LUA_TFUNCTION);
+  lua_State *co = lua_newthread(L);
+  lend_budget(NULL, co);
+  lua_pushvalue(L, 1);
+  lua_xmove(L, co, 1);
+  return 1;
+}
+
+/* coroutine.resume|close(co, ...): Lua's own (upvalue 1), except on a task's coroutine. */
+static int sandbox_co_guarded(lua_State *L) {
+  lua_State *co = lua_tothread(L, 1);
+  if (co && is_task_thread(co))
+    return luaL_error(L, "a task's own coroutine cannot be resumed or closed by a script");
+  if (co) lend_budget(L, co);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  int status = lua_pcall(L, lua_gettop(L) - 1, LUA_MULTRET, 0);
+  if (co) lend_budget(NULL, co);
+  if (status != LUA_OK) return lua_error(L);
+  return lua_gettop(L);
+}
+
+/* The function coroutine.wrap returns: resume, and raise the coroutine's error in the caller. */
+static int sandbox_co_wrapped(lua_State *L) {
+  lua_State *co = lua_tothread(L, lua_upvalueindex(1));
+  int nargs = lua_gettop(L);
+  if (lua_status(co) == LUA_OK && lua_gettop(co) == 0) return luaL_error(L, "cannot resume dead coroutine");
+  if (!lua_checkstack(co, nargs + 1)) return luaL_error(L, "too many arguments to resume");
+  lua_xmove(L, co, nargs);
+  int nres = 0;
+  lend_budget(L, co);
+  int status = lua_resume(co, L, nargs, &nres);
+  lend_budget(NULL, co);
+  if (status == LUA_OK || status == LUA_YIELD) {
+    if (!lua_checkstack(L, nres + 1)) return luaL_error(L, "too many results to resume");
+    lua_xmove(co, L, nres);
+    return nres;
+  }
+  lua_xmove(co, L, 1);                  /* the error object */
+  if (lua_type(L, -1) == LUA_TSTRING) { /* as Lua's wrap: add where the wrapped call was made */
+    luaL_where(L, 1);
+    lua_insert(L, -2);
+    lua_concat(L, 2);
+  }
+  return lua_error(L);
+}
+
+/* coroutine.wrap(f) -> function                                              [-1, +1, e] */
+static int sandbox_co_wrap(lua_State *L) {
+  sandbox_co_create(L);
+  lua_pushcclosure(L, sandbox_co_wrapped, 1);
+  return 1;
+}
+
+/* Replaces, in the script's copy of the coroutine library at idx, the functions that create or drive
+ * coroutines. */
+static void guard_coroutines(lua_State *L, int idx) {
+  idx = lua_absindex(L, idx);
+  lua_pushcfunction(L, sandbox_co_create);
+  lua_setfield(L, idx, "create");
+  lua_pushcfunction(L, sandbox_co_wrap);
+  lua_setfield(L, idx, "wrap");
+  static const char *const guarded[] = {"resume", "close", NULL};
+  for (const char *const *name = guarded; *name; name++) {
+    lua_getfield(L, idx, *name);
+    lua_pushcclosure(L, sandbox_co_guarded, 1);
+    lua_setfield(L, idx, *name);
+  }
 }
 
 void lp_sandbox_push_env(lua_State *L, const char *script_name, lua_CFunction require_fn, void *require_ud) {
@@ -154,6 +256,14 @@ void lp_sandbox_push_env(lua_State *L, const char *script_name, lua_CFunction re
 
   lua_pushcfunction(L, sandbox_getmetatable);
   lua_setfield(L, env, "getmetatable");
+
+  lua_getfield(L, env, "setmetatable");
+  lua_pushcclosure(L, sandbox_setmetatable, 1);
+  lua_setfield(L, env, "setmetatable");
+
+  lua_getfield(L, env, LUA_COLIBNAME);
+  guard_coroutines(L, -1);
+  lua_pop(L, 1);
 
   lua_pushvalue(L, env);
   lua_pushcclosure(L, sandbox_load, 1);

@@ -36,6 +36,9 @@ static void release_task(lp_task *t) {
   }
   lua_State *L = lp_generation_state(t->generation);
   if (t->co) {
+    /* a script may keep a reference to this thread (coroutine.running()): it must not point at the
+     * task once the task is gone */
+    *(lp_thread_ctx **)lua_getextraspace(t->co) = NULL;
     lua_resetthread(t->co); /* runs pending to-be-closed variables, drops the stack */
     luaL_unref(L, LUA_REGISTRYINDEX, t->co_ref);
     t->co = NULL;
@@ -156,7 +159,15 @@ void lp_task_resume(lp_task *t, int nargs) {
   lp_error *err = NULL;
   char *traceback = NULL;
   int status = lp_script_resume(L, t->co, nargs, &nresults, &err, &traceback);
-  if (status == LUA_OK) {
+  if (status == LUA_OK && t->ctx.exceeded) {
+    /* the budget ran out inside a coroutine or pcall the script used, which swallowed the error:
+     * the call still failed */
+    lua_settop(t->co, 0);
+    lp_task_finish(t,
+                   lp_error_new(LP_ERR_BUDGET, "%s.%s: instruction budget of %ld exceeded", t->module,
+                                t->function, t->ctx.limit),
+                   NULL);
+  } else if (status == LUA_OK) {
     task_complete(t, nresults);
   } else if (status == LUA_YIELD) {
     if (!t->http_call && !t->sleep_timer && !t->batch) {
@@ -324,6 +335,7 @@ static int start_coroutine(lua_State *L) {
   size_t nargs = a->args ? json_array_size(a->args) : 0;
   luaL_checkstack(L, (int)nargs + 4, "too many arguments");
   lua_State *co = lua_newthread(L);
+  if (!lua_checkstack(co, (int)nargs + 1)) return luaL_error(L, "too many arguments for a script call");
   lua_insert(L, -2);
   for (size_t i = 0; i < nargs; i++) lp_json_push_value(L, json_array_get(a->args, i));
   lua_xmove(L, co, (int)nargs + 1);
@@ -392,6 +404,10 @@ void lp_task_cancel(lp_task *t) {
 
 void lp_script_host_cancel_all(lp_script_host *h) {
   for (lp_task *t = h->in_flight; t; t = t->next) lp_task_cancel(t);
+}
+
+lua_State *lp_task_coroutine(const lp_task *t) {
+  return t->co;
 }
 
 size_t lp_script_host_tasks_in_flight(const lp_script_host *h) {

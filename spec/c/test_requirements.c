@@ -118,6 +118,9 @@ static void test_rule_4(void) {
   CHECK_STR(
       p, "ecs.g7.large: requirement topology.kubernetes.io/zone does not include i, the zone of an offering");
   free(p);
+  p = check_type_variant("\"values\":[\"h\",\"i\"]", "\"values\":[\"h\",5]");
+  CHECK_STR(p, "ecs.g7.large: requirement topology.kubernetes.io/zone: value 2 is not a string");
+  free(p);
   p = check_type_variant("\"available\":false}]", "\"available\":\"no\"}]");
   CHECK_STR(p, "ecs.g7.large: offering i/spot: available is not a boolean");
   free(p);

@@ -148,6 +148,13 @@ static void test_sandbox_escapes(void) {
       {"return loadfile('/etc/passwd')", "global 'loadfile'"},
       {"return package.loaded", "global 'package'"},
       {"string.upper = nil; return 'x'", "ok: x"},
+      {"return ('').dump", "ok: nil"},
+      {"return setmetatable({}, {__gc = function() while true do end end})",
+       "__gc metamethods are not allowed"},
+      {"return coroutine.resume(coroutine.running())", "a task's own coroutine cannot be resumed or closed"},
+      {"local co = coroutine.wrap(function(a) coroutine.yield(a + 1) return 'done' end); return co(1) .. "
+       "co()",
+       "ok: 2done"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     char *out = try_code(h, cases[i].code);
@@ -178,6 +185,11 @@ static void test_budget(void) {
   r = call(h, "spin_pcall", NULL); /* the script's own pcall cannot absorb the budget error */
   CHECK(r->error && strcmp(r->error->code, "Budget") == 0);
   if (r->error) CHECK_CONTAINS(r->error->message, "probe.lua:11:");
+  lp_task_result_free(r);
+
+  /* a coroutine the script creates runs on the calling task's budget */
+  r = call(h, "try", json_pack("[s]", "local co = coroutine.wrap(function() while true do end end) co()"));
+  CHECK(r->error && strcmp(r->error->code, "Budget") == 0);
   lp_task_result_free(r);
 
   r = call(h, "echo", json_pack("[si]", "still", 42)); /* the engine stays up */

@@ -81,6 +81,11 @@ printf 'local M = {}\nfunction M.is_drifted(\nreturn M\n' > "$WORK/ops/policies/
 got="$("$LUAPROV" eval drift --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json" --instance "$WORK/instance.json" --scripts "$WORK/ops")" && fail "broken script should exit 1"
 [[ "$got" == *"ops/policies/drift.lua:3:"* ]] || fail "broken script message: $got"
 
+# An error whose text is not UTF-8 still comes out as one JSON line.
+printf 'local M = {}\nfunction M.is_drifted() error("bad \\255 byte") end\nreturn M\n' > "$WORK/ops/policies/drift.lua"
+got="$("$LUAPROV" eval drift --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json" --instance "$WORK/instance.json" --scripts "$WORK/ops")" && fail "raising policy should exit 1"
+[[ "$got" == '{"error":"'*'ops/policies/drift.lua:2: bad '*' byte"}' ]] || fail "non-UTF-8 error message: $got"
+
 # Malformed input files name the file and the position.
 printf '{"id": "i-1",\n "zone": }\n' > "$WORK/bad.json"
 got="$("$LUAPROV" eval drift --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json" --instance "$WORK/bad.json")" && fail "bad JSON should exit 1"

@@ -88,5 +88,8 @@ describe("luaprov.http.request (synchronous, outside the engine)", function()
     assert.has_error(function() http.request { url = base, headers = "x" } end)
     assert.has_error(function() http.request { url = base, timeout_ms = 1.5 } end)
     assert.has_error(function() http.request { url = base, body = {} } end)
+    -- fields are read raw: an __index cannot supply them
+    assert.has_error(function() http.request(setmetatable({}, { __index = { url = base } })) end,
+      "luaprov.http.request: field 'url' is required")
   end)
 end)

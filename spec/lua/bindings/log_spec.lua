@@ -37,6 +37,15 @@ describe("luaprov.log", function()
     assert.truthy(line:find('"password":"[redacted]"', 1, true))
   end)
 
+  it("redacts credentials nested inside table fields", function()
+    local line = stderr_of("luaprov.log.info('call', { request = { headers = { Authorization = 'Bearer SECRET123',"
+      .. " accept = 'json' }, list = { { token = 'T0P' } } } })")
+    assert.falsy(line:find("SECRET123", 1, true))
+    assert.falsy(line:find("T0P", 1, true))
+    assert.truthy(line:find('"accept":"json"', 1, true))
+    assert.truthy(line:find('"Authorization":"[redacted]"', 1, true))
+  end)
+
   it("honours the level set by LUAPROV_LOG_LEVEL", function()
     local snippet = "luaprov.log.debug('debug-line') luaprov.log.info('info-line') luaprov.log.warn('warn-line')"
     local warn = stderr_of(snippet, "LUAPROV_LOG_LEVEL=warn")
