@@ -31,12 +31,14 @@ test:
 	@$(MAKE) --no-print-directory test-asan
 	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DLUAPROV_WERROR=ON >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
+	@npm ci --prefix spec/grpc --no-audit --no-fund >/dev/null
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 test-asan:
 	@tools/install-deps.sh test
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DLUAPROV_WERROR=ON -DLUAPROV_SANITIZE=ON >/dev/null
 	@cmake --build $(ASAN_BUILD) -j $(JOBS)
+	@npm ci --prefix spec/grpc --no-audit --no-fund >/dev/null
 	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 		ctest --output-on-failure -j $(JOBS) -L '^(c|integration)$$'
 
@@ -44,6 +46,7 @@ bench:
 	@tools/install-deps.sh bench
 	@cmake -S . -B $(BENCH_BUILD) -DCMAKE_BUILD_TYPE=Release -DLUAPROV_WERROR=ON >/dev/null
 	@cmake --build $(BENCH_BUILD) -j $(JOBS)
+	@npm ci --prefix spec/grpc --no-audit --no-fund >/dev/null
 	@spec/bench/run.sh $(BENCH_BUILD)
 
 clean:

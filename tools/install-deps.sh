@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages luaprov needs (SPEC §2), only those missing.
 # usage: tools/install-deps.sh [build|test|bench]
 #   build  compile and run the engine
-#   test   also the test tools (busted, luacheck, clang-format, jq)
+#   test   also the test tools (busted, luacheck, clang-format, jq; node and npm for grpc-js)
 #   bench  also the load generator used as the reference (wrk)
 # As root it runs apt-get; otherwise it prints the exact command to run and fails.
 set -euo pipefail
@@ -10,16 +10,19 @@ set -euo pipefail
 profile="${1:-build}"
 packages=(cmake make gcc pkg-config curl ca-certificates
   liblua5.4-dev lua5.4 lua-cjson libuv1-dev libcurl4-openssl-dev libssl-dev
-  libhttp-parser-dev libjansson-dev libyaml-dev)
+  libhttp-parser-dev libjansson-dev libyaml-dev libnghttp2-dev
+  libprotobuf-c-dev protobuf-c-compiler)
 case "$profile" in
   build) ;;
-  test) packages+=(lua-busted lua-check clang-format jq) ;;
-  bench) packages+=(lua-busted lua-check clang-format jq wrk) ;;
+  test) packages+=(lua-busted lua-check clang-format jq nodejs npm) ;;
+  bench) packages+=(lua-busted lua-check clang-format jq nodejs npm wrk) ;;
   *) echo "install-deps: unknown profile '$profile' (build, test or bench)" >&2; exit 2 ;;
 esac
 
 missing=()
 for p in "${packages[@]}"; do
+  # NodeSource's nodejs bundles npm and conflicts with Debian's npm package: a working npm will do.
+  [[ "$p" == npm ]] && command -v npm >/dev/null && continue
   status="$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)"
   [[ "$status" == "install ok installed" ]] || missing+=("$p")
 done

@@ -7,8 +7,10 @@
 #include "cli/engine.h"
 
 static const char usage[] =
-    "usage: luaprov run [--scripts DIR] [--metrics-addr HOST:PORT] [--shutdown-timeout SECONDS]\n"
-    "                   [--ca-file FILE] [--log-level LEVEL] [--log-format json|text]\n"
+    "usage: luaprov run [--sim] [--scripts DIR] [--metrics-addr HOST:PORT] [--shutdown-timeout SECONDS]\n"
+    "                   [--grpc-addr HOST:PORT [--grpc-cert FILE --grpc-key FILE --grpc-ca FILE]]\n"
+    "                   [--bizfly-cluster UID] [--ca-file FILE] [--log-level LEVEL] [--log-format "
+    "json|text]\n"
     "\n"
     "Runs the engine: loads the scripts (DIR first, the default tree for files DIR does not hold),\n"
     "reloads them when files under the trees change or on SIGHUP (a script that fails to load or\n"
@@ -17,8 +19,18 @@ static const char usage[] =
     "SIGTERM or SIGINT shut down gracefully: script calls in flight get --shutdown-timeout (default 10)\n"
     "seconds to finish.\n"
     "\n"
-    "The Kubernetes controllers, the simulators (--sim) and the externalgrpc server are not part of\n"
-    "this build yet.\n";
+    "--grpc-addr serves the Cluster Autoscaler's externalgrpc CloudProvider protocol (use it with\n"
+    "--cloud-provider=externalgrpc) from the Bizfly mapping, providers/bizfly/init.lua: plaintext h2c,\n"
+    "or mTLS when --grpc-cert, --grpc-key and --grpc-ca are all given (client certificates signed by\n"
+    "--grpc-ca are required). Port 0 picks a free port; the \"engine started\" log line names it\n"
+    "(grpc_addr). The mapping reads the BIZFLYCLOUD_* variables; --bizfly-cluster (default\n"
+    "$CLUSTER_NAME) is the BKE cluster UID whose worker pools are the node groups.\n"
+    "\n"
+    "--sim starts the built-in simulators in-process (Kubernetes API, Alibaba ECS/VPC/STS, Bizfly\n"
+    "KaaS, as `luaprov sim` serves them) and points the providers at them with the simulators'\n"
+    "credentials: today that serves the simulated clouds to the provider mappings (and so the\n"
+    "externalgrpc server answers from the simulated Bizfly cluster); the Kubernetes controllers come\n"
+    "later. The \"engine started\" line names the simulators' URLs (sim).\n";
 
 int lp_cmd_run(int argc, char **argv) {
   if (lp_cli_wants_help(argc, argv)) {
@@ -26,8 +38,8 @@ int lp_cmd_run(int argc, char **argv) {
     return 0;
   }
   lp_engine_options opts = {.metrics_port = 8080};
-  const char *level = NULL, *format = NULL, *metrics_addr = NULL;
-  char *metrics_host = NULL;
+  const char *level = NULL, *format = NULL, *metrics_addr = NULL, *grpc_addr = NULL;
+  char *metrics_host = NULL, *grpc_host = NULL;
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
     const char *value = i + 1 < argc ? argv[i + 1] : NULL;
@@ -43,7 +55,20 @@ int lp_cmd_run(int argc, char **argv) {
       level = value;
     else if (strcmp(arg, "--log-format") == 0 && value)
       format = value;
-    else {
+    else if (strcmp(arg, "--grpc-addr") == 0 && value)
+      grpc_addr = value;
+    else if (strcmp(arg, "--grpc-cert") == 0 && value)
+      opts.grpc_cert = value;
+    else if (strcmp(arg, "--grpc-key") == 0 && value)
+      opts.grpc_key = value;
+    else if (strcmp(arg, "--grpc-ca") == 0 && value)
+      opts.grpc_ca = value;
+    else if (strcmp(arg, "--bizfly-cluster") == 0 && value)
+      opts.bizfly_cluster = value;
+    else if (strcmp(arg, "--sim") == 0) {
+      opts.sim = 1;
+      continue; /* takes no value */
+    } else {
       fprintf(stderr, "luaprov run: %s '%s'\n\n%s",
               value || arg[0] != '-' ? "unknown option" : "missing value for", arg, usage);
       return 2;
@@ -55,7 +80,25 @@ int lp_cmd_run(int argc, char **argv) {
       lp_cli_parse_addr("--metrics-addr", metrics_addr, &metrics_host, &opts.metrics_port) != 0)
     return 2;
   opts.metrics_host = metrics_host;
+  int tls_files = !!opts.grpc_cert + !!opts.grpc_key + !!opts.grpc_ca;
+  if (tls_files != 0 && tls_files != 3) {
+    fprintf(stderr, "luaprov run: mTLS needs all three of --grpc-cert, --grpc-key and --grpc-ca (or none "
+                    "for plaintext h2c)\n");
+    free(metrics_host);
+    return 2;
+  }
+  if (tls_files && !grpc_addr) {
+    fprintf(stderr, "luaprov run: --grpc-cert, --grpc-key and --grpc-ca need --grpc-addr\n");
+    free(metrics_host);
+    return 2;
+  }
+  if (grpc_addr && lp_cli_parse_addr("--grpc-addr", grpc_addr, &grpc_host, &opts.grpc_port) != 0) {
+    free(metrics_host);
+    return 2;
+  }
+  opts.grpc_host = grpc_host;
   int status = lp_engine_run(&opts);
   free(metrics_host);
+  free(grpc_host);
   return status;
 }

@@ -7,14 +7,18 @@
 #include <uv.h>
 
 #include "contract/contracts.h"
+#include "contract/nodegroup.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/metrics.h"
+#include "grpc/externalgrpc.h"
+#include "grpc/server.h"
 #include "http/client.h"
 #include "http/server.h"
 #include "luaprov_version.h"
 #include "script/host.h"
 #include "script/tree.h"
+#include "sim/sim.h"
 
 #define LOGGER "engine"
 
@@ -25,6 +29,10 @@ typedef struct engine {
   lp_http_client *http;
   lp_http_server *server;
   lp_script_host *scripts;
+  lp_sim *sim;               /* --sim */
+  lp_grpc_server *grpc;      /* --grpc-addr */
+  lp_nodegroups *nodegroups; /* the NodeGroup contract behind it */
+  lp_externalgrpc *externalgrpc;
   int shutting_down;
   double shutdown_deadline;
 } engine;
@@ -62,6 +70,9 @@ static void serve_metrics(const lp_http_request *req, lp_http_response *res, voi
 
 static void closed_handle(uv_handle_t *h) {}
 
+/* Shutdown, in order: stop accepting (HTTP, gRPC), let script calls finish until the deadline, close
+ * the script host (cancelling the rest; every gRPC call in flight gets its answer), close the gRPC
+ * server, the simulators, the HTTP client, and the loop's own handles. */
 static void http_client_closed(void *ud) {
   engine *e = ud;
   uv_close((uv_handle_t *)&e->sigterm, closed_handle);
@@ -71,10 +82,40 @@ static void http_client_closed(void *ud) {
   lp_info(LOGGER, "shutdown complete");
 }
 
+static void sim_closed(void *ud) {
+  engine *e = ud;
+  e->sim = NULL;
+  lp_http_client_close(e->http, http_client_closed, e);
+}
+
+static void grpc_closed(void *ud) {
+  engine *e = ud;
+  e->grpc = NULL;
+  lp_externalgrpc_free(e->externalgrpc);
+  lp_nodegroups_free(e->nodegroups);
+  e->externalgrpc = NULL;
+  e->nodegroups = NULL;
+  if (e->sim)
+    lp_sim_close(e->sim, sim_closed, e);
+  else
+    sim_closed(e);
+}
+
+/* The NodeGroup operations cancelled by the script host's close end on the next loop turns. */
+static void grpc_drain_tick(uv_timer_t *t) {
+  engine *e = t->data;
+  if (lp_nodegroups_in_flight(e->nodegroups) > 0) return;
+  uv_timer_stop(t);
+  lp_grpc_server_close(e->grpc, grpc_closed, e);
+}
+
 static void scripts_closed(void *ud) {
   engine *e = ud;
   e->scripts = NULL;
-  lp_http_client_close(e->http, http_client_closed, e);
+  if (e->grpc)
+    uv_timer_start(&e->drain, grpc_drain_tick, 0, 10);
+  else
+    grpc_closed(e);
 }
 
 static void drain_tick(uv_timer_t *t) {
@@ -85,6 +126,7 @@ static void drain_tick(uv_timer_t *t) {
   if (in_flight > 0)
     lp_warn(LOGGER, "shutdown deadline reached, cancelling script calls",
             LPF_INT("in_flight", (long long)in_flight));
+  if (e->nodegroups) lp_nodegroups_shutdown(e->nodegroups); /* no new script calls from here on */
   lp_script_host_close(e->scripts, scripts_closed, e);
 }
 
@@ -105,6 +147,7 @@ static void begin_shutdown(engine *e, const char *signal_name, unsigned timeout_
   lp_info(LOGGER, "shutting down", LPF_STR("signal", signal_name),
           LPF_INT("in_flight", (long long)lp_script_host_tasks_in_flight(e->scripts)),
           LPF_INT("timeout_ms", timeout_ms));
+  if (e->externalgrpc) lp_externalgrpc_stop(e->externalgrpc);
   lp_http_server_close(e->server, server_closed, e);
 }
 
@@ -120,6 +163,104 @@ static void on_signal(uv_signal_t *handle, int signum) {
 }
 
 /* ---- start ------------------------------------------------------------------------------- */
+
+typedef struct fetched {
+  int done;
+  long status;
+  char *body;
+} fetched;
+
+static void got_body(lp_http_result *r, void *ud) {
+  fetched *f = ud;
+  f->status = r->status;
+  f->body = r->body ? lp_xstrdup(r->body) : NULL;
+  f->done = 1;
+  lp_http_result_free(r);
+}
+
+/* The UID of the simulated BKE cluster (GET /_sim/cluster), served by this very loop. */
+static char *sim_cluster_uid(engine *e, const char *bizfly_url) {
+  char *url = lp_xasprintf("%s/_sim/cluster", bizfly_url);
+  lp_http_request_opts req = {.method = "GET", .url = url, .idempotent = 1};
+  fetched f = {0};
+  lp_http_client_request(e->http, &req, got_body, &f);
+  while (!f.done) uv_run(&e->loop, UV_RUN_ONCE);
+  free(url);
+  json_t *summary = f.status == 200 && f.body ? json_loads(f.body, 0, NULL) : NULL;
+  const char *uid = json_string_value(json_object_get(summary, "uid"));
+  char *out = uid ? lp_xstrdup(uid) : NULL;
+  json_decref(summary);
+  free(f.body);
+  return out;
+}
+
+/* --sim: the simulators on this loop, and the environment the provider mappings read pointed at
+ * them (the simulators' own, published credentials; see docs/sim.md and docs/bizfly.md). */
+static int start_simulators(engine *e, const lp_engine_options *opts) {
+  lp_error *err = NULL;
+  e->sim = lp_sim_start(&e->loop, &(lp_sim_options){0}, &err);
+  if (!e->sim) {
+    lp_errorlog(LOGGER, "cannot start the simulators", LPF_STR("error", err->message));
+    lp_error_free(err);
+    return -1;
+  }
+  const char *alibaba = lp_sim_url(e->sim, "alibaba"), *bizfly = lp_sim_url(e->sim, "bizfly");
+  if (alibaba) {
+    setenv("LUAPROV_ALIBABA_ENDPOINT", alibaba, 1);
+    setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", "LTAI5simulatoraccess", 1);
+    setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "simulator-secret-do-not-use", 1);
+  }
+  if (bizfly) {
+    setenv("LUAPROV_BIZFLY_ENDPOINT", bizfly, 1);
+    setenv("BIZFLYCLOUD_AUTH_METHOD", "application_credential", 1);
+    setenv("BIZFLYCLOUD_APP_CREDENTIAL_ID", "luaprov-sim-credential", 1);
+    setenv("BIZFLYCLOUD_APP_CREDENTIAL_SECRET", "luaprov-sim-secret", 1);
+    if (!opts->bizfly_cluster) {
+      char *uid = sim_cluster_uid(e, bizfly);
+      if (uid) setenv("CLUSTER_NAME", uid, 1);
+      free(uid);
+    }
+  }
+  return 0;
+}
+
+/* --grpc-addr: the externalgrpc CloudProvider server over the NodeGroup mapping. */
+static int start_externalgrpc(engine *e, const lp_engine_options *opts) {
+  if (!lp_generation_module_file(lp_script_host_current(e->scripts), "providers.bizfly")) {
+    lp_errorlog(LOGGER, "cannot serve externalgrpc: the scripts hold no NodeGroup mapping",
+                LPF_STR("expected", "providers/bizfly/init.lua"));
+    return -1;
+  }
+  lp_error *err = NULL;
+  lp_grpc_server_options gopts = {.host = opts->grpc_host,
+                                  .port = opts->grpc_port,
+                                  .cert_file = opts->grpc_cert,
+                                  .key_file = opts->grpc_key,
+                                  .ca_file = opts->grpc_ca};
+  e->grpc = lp_grpc_server_new(&e->loop, &gopts, &err);
+  if (!e->grpc) {
+    lp_errorlog(LOGGER, "cannot create the gRPC server", LPF_STR("code", err->code),
+                LPF_STR("error", err->message));
+    lp_error_free(err);
+    return -1;
+  }
+  e->nodegroups = lp_nodegroups_new(&(lp_nodegroups_config){
+      .loop = &e->loop,
+      .scripts = e->scripts,
+      .cluster = opts->bizfly_cluster,
+      .endpoint = e->sim ? lp_sim_url(e->sim, "bizfly") : NULL,
+  });
+  e->externalgrpc = lp_externalgrpc_new(e->grpc, e->nodegroups);
+  if (!opts->bizfly_cluster && !getenv("CLUSTER_NAME"))
+    lp_warn(LOGGER, "no Bizfly cluster named: every Refresh will fail until one is",
+            LPF_STR("fix", "set CLUSTER_NAME to the BKE cluster UID, or pass --bizfly-cluster"));
+  if (lp_grpc_server_listen(e->grpc, &err) != 0) {
+    lp_errorlog(LOGGER, "cannot serve externalgrpc", LPF_STR("error", err->message));
+    lp_error_free(err);
+    return -1;
+  }
+  return 0;
+}
 
 int lp_engine_run(const lp_engine_options *opts) {
   engine e;
@@ -138,6 +279,7 @@ int lp_engine_run(const lp_engine_options *opts) {
     lp_error_free(err);
     return 1;
   }
+  if (opts->sim && start_simulators(&e, opts) != 0) return 1;
 
   lp_script_host_config cfg = {
       .loop = &e.loop,
@@ -171,6 +313,7 @@ int lp_engine_run(const lp_engine_options *opts) {
     lp_error_free(err);
     return 1;
   }
+  if (opts->grpc_host && start_externalgrpc(&e, opts) != 0) return 1;
 
   uv_timer_init(&e.loop, &e.drain);
   e.drain.data = &e;
@@ -183,9 +326,19 @@ int lp_engine_run(const lp_engine_options *opts) {
   }
   char addr[300];
   snprintf(addr, sizeof addr, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, lp_http_server_port(e.server));
+  char grpc_addr[300] = "";
+  if (e.grpc)
+    snprintf(grpc_addr, sizeof grpc_addr, strchr(opts->grpc_host, ':') ? "[%s]:%d" : "%s:%d", opts->grpc_host,
+             lp_grpc_server_port(e.grpc));
+  char *sim_endpoints = e.sim ? lp_sim_endpoints_json(e.sim) : NULL;
+  const lp_field none = {.type = LP_FIELD_NONE};
   lp_info(LOGGER, "engine started", LPF_STR("version", LUAPROV_VERSION), LPF_STR("metrics_addr", addr),
+          e.grpc ? LPF_STR("grpc_addr", grpc_addr) : none,
+          e.grpc ? LPF_BOOL("grpc_tls", opts->grpc_cert != NULL) : none,
+          sim_endpoints ? LPF_JSON("sim", sim_endpoints) : none,
           LPF_INT("generation", (long long)lp_script_host_generation_id(e.scripts)),
           LPF_INT("pid", getpid()));
+  free(sim_endpoints);
 
   uv_run(&e.loop, UV_RUN_DEFAULT);
   int rc = uv_loop_close(&e.loop);

@@ -11,6 +11,16 @@ typedef struct lp_engine_options {
   int metrics_port;             /* 0 = pick a free port (logged) */
   unsigned shutdown_timeout_ms; /* 0 = 10 s */
   const char *ca_file;          /* TLS trust for luaprov.http.request; NULL = system bundle */
+  /* --sim: the simulators run in-process and the provider mappings are pointed at them (endpoints
+   * and the simulators' credentials in the environment the mappings read). */
+  int sim;
+  /* The externalgrpc CloudProvider server (SPEC §6); grpc_host NULL = not served. mTLS when cert,
+   * key and ca are all set; plaintext h2c when none is. */
+  const char *grpc_host;
+  int grpc_port; /* 0 = pick a free port (logged as grpc_addr) */
+  const char *grpc_cert, *grpc_key, *grpc_ca;
+  const char
+      *bizfly_cluster; /* ctx.cluster of the NodeGroup mapping; NULL = $CLUSTER_NAME, or the simulator's */
 } lp_engine_options;
 
 /* Runs until shut down. Returns the process exit status: 0 after a clean shutdown, 1 when the

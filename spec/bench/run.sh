@@ -15,3 +15,10 @@ echo "== hot reload"
 echo
 echo "== CloudProvider against the Alibaba simulator"
 "$BUILD/spec/bench_cloudprovider"
+echo
+echo "== externalgrpc NodeGroup service (grpc-js client)"
+if [[ -d spec/grpc/node_modules/@grpc/grpc-js ]]; then
+  node spec/bench/bench_nodegroup.js "$BUILD/luaprov"
+else
+  echo "(skipped: the client needs npm ci --prefix spec/grpc)"
+fi
