@@ -98,6 +98,28 @@ result="$("$LUAPROV" eval drift --nodeclaim "$F/nodeclaim.yaml" --nodeclass "$F/
 printf '    with an old image:  %s\n' "$result"
 [[ "$result" == '{"reason":"ImageDrift"}' ]] || fail "expected ImageDrift"
 
+step "luaprov run --sim --grpc-addr: the Cluster Autoscaler's externalgrpc provider for Bizfly worker pools"
+GLOG="$WORK/grpc.log"
+"$LUAPROV" run --sim --grpc-addr 127.0.0.1:0 --metrics-addr 127.0.0.1:0 2>"$GLOG" &
+ENGINE_PID=$!
+for _ in $(seq 1 100); do grep -q '"engine started"' "$GLOG" && break; sleep 0.05; done
+GRPC="$(sed -n 's/.*"grpc_addr":"\([^"]*\)".*/\1/p' "$GLOG")"
+[[ -n "$GRPC" ]] || fail "no gRPC address in the log"
+CP=clusterautoscaler.cloudprovider.v1.externalgrpc.CloudProvider
+rpc() { curl -s --http2-prior-knowledge -H 'content-type: application/grpc' -H 'te: trailers' --data-binary @- "http://$GRPC/$CP/$1"; }
+groups="$(printf '\0\0\0\0\0' | rpc NodeGroups | grep -ao 'pool pool-[^)]*): min [0-9]*, max [0-9]*' || true)"
+[[ -n "$groups" ]] || fail "NodeGroups returned nothing"
+printf '%s\n' "$groups" | sed 's/^/    node group: /'
+refused="$(printf '\0\0\0\0\x1c\x08\x07\x12\x18%s' 66a0f1c2b3d4e5f601a2b3c4 | curl -sv --http2-prior-knowledge \
+  -H 'content-type: application/grpc' -H 'te: trailers' --data-binary @- "http://$GRPC/$CP/NodeGroupIncreaseSize" 2>&1 \
+  | grep '< grpc-message' | tr -d '\r' || true)"
+[[ "$refused" == *"size increase is too large"* ]] || fail "IncreaseSize past max was not refused: $refused"
+ok "IncreaseSize by 7 refused as upstream does: ${refused#< grpc-message: }"
+kill -TERM "$ENGINE_PID"
+wait "$ENGINE_PID" || fail "exit status $?"
+ENGINE_PID=""
+
 printf '\n\033[1msummary\033[0m: sandboxed scripts loaded and checked, 4 generations served, 1 broken script rejected\n'
 printf 'with file:line, health and metrics answered, clean shutdown; %s instance types offered from the\n' "$types"
-printf 'simulated Alibaba account; ImageDrift detected by the policy. Every step checked out.\n'
+printf 'simulated Alibaba account; ImageDrift detected by the policy; Bizfly pools served to the Cluster\n'
+printf 'Autoscaler over gRPC with its size rules. Every step checked out.\n'
