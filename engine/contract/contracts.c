@@ -149,7 +149,10 @@ static void validate_nodegroup(lua_State *L, int idx, const char *file, lp_probl
       {"refresh", LUA_TFUNCTION, 1},
       {"set_target_size", LUA_TFUNCTION, 1},
       {"delete_node", LUA_TFUNCTION, 1},
-      {"template_node", LUA_TFUNCTION, 0},
+      {"template_node", LUA_TFUNCTION, 0}, /* the optional ones: without them, UNIMPLEMENTED */
+      {"get_options", LUA_TFUNCTION, 0},   /* NodeGroupGetOptions */
+      {"node_price", LUA_TFUNCTION, 0},    /* PricingNodePrice */
+      {"pod_price", LUA_TFUNCTION, 0},     /* PricingPodPrice */
       {NULL, 0, 0},
   };
   check_fields(L, idx, file, problems, "NodeGroup mapping", rules);

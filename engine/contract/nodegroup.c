@@ -96,6 +96,7 @@ void ng_finish(ng_op *o, lp_error *err, json_t *node) {
     o->done(err, o->ud);
   }
   json_decref(o->nodes);
+  json_decref(o->args);
   free(o->id);
   free(o);
 }
@@ -251,7 +252,7 @@ static void start(ng_op *o) {
               NULL);
     return;
   }
-  if (!o->run || !o->ng->snapshot) {
+  if (!o->run || (!o->ng->snapshot && !o->no_snapshot)) {
     join_refresh(o);
     return;
   }

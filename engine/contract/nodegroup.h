@@ -20,7 +20,8 @@
  *   NotFound            no node group has that id in the snapshot
  *   FailedPrecondition  the request does not fit the node group now (above max, below the node count
  *                       or min, a node of another group); the message is the upstream provider's
- *   Unimplemented       the mapping cannot build a template node for the group
+ *   Unimplemented       the mapping cannot build a template node for the group, or has no get_options,
+ *                       node_price or pod_price (or answered nil)
  *   Contract            the mapping broke its contract: "providers/bizfly/init.lua: refresh: ... (SPEC §4.5)"
  *   Cancelled           the engine is shutting down
  *   anything else       passed through from the mapping (Throttled, Transport, Auth, Timeout, ScriptError)
@@ -112,6 +113,28 @@ void lp_ng_delete_nodes(lp_nodegroups *ng, const char *id, const json_t *nodes, 
  * allocatable}, checked and completed (name "template-<id>", os/arch/hostname labels, Ready).
  * Unimplemented when the mapping has no template_node or answers nil / NotFound. */
 void lp_ng_template_node(lp_nodegroups *ng, const char *id, lp_ng_node_fn done, void *ud);
+
+/* NodeGroupGetOptions: get_options(ctx, id, defaults) -> a table of overrides, checked and merged over
+ * defaults. defaults and the result are objects of the NodeGroupAutoscalingOptions fields in
+ * snake_case, durations in seconds: scale_down_utilization_threshold and
+ * scale_down_gpu_utilization_threshold (numbers in [0, 1]), scale_down_unneeded_time,
+ * scale_down_unready_time and max_node_provision_time (seconds, 0 to LP_NG_MAX_OPTION_SECONDS),
+ * zero_or_max_node_scaling and ignore_daemon_sets_utilization (booleans). done gets the merged
+ * object. NotFound for a group the snapshot does not hold; Unimplemented when the mapping has no
+ * get_options or returns nil. defaults is borrowed. */
+#define LP_NG_MAX_OPTION_SECONDS 9223372036.0 /* what a meta.v1.Duration (int64 ns) holds */
+void lp_ng_get_options(lp_nodegroups *ng, const char *id, const json_t *defaults, lp_ng_node_fn done,
+                       void *ud);
+/* PricingNodePrice: node_price(ctx, node, start_time, end_time) -> a price (a number >= 0), given to
+ * done as a JSON real. node is {name, provider_id, labels, annotations}; times are RFC 3339 strings
+ * or NULL (json.null in Lua). Needs no snapshot. Unimplemented when the mapping has no node_price
+ * or returns nil. node is borrowed. */
+void lp_ng_node_price(lp_nodegroups *ng, const json_t *node, const char *start_time, const char *end_time,
+                      lp_ng_node_fn done, void *ud);
+/* PricingPodPrice: pod_price(ctx, pod, start_time, end_time), as lp_ng_node_price. pod is
+ * {name, namespace, labels, requests, limits, containers = {{name, requests, limits}}}. */
+void lp_ng_pod_price(lp_nodegroups *ng, const json_t *pod, const char *start_time, const char *end_time,
+                     lp_ng_node_fn done, void *ud);
 
 /* For callers that wait (tests, benchmarks): pass lp_ng_outcome_store / lp_ng_outcome_node as done
  * and an lp_ng_outcome as ud, then lp_ng_outcome_wait runs the loop until it is filled. Not from

@@ -1,6 +1,7 @@
 /* Shared by the NodeGroup files: nodegroup.c (operation plumbing, Refresh, readers),
  * nodegroup_resize.c (size changes, deletions, template node), nodegroup_snapshot.c (what refresh
- * returns, checked and indexed) and nodegroup_template.c (the template Node). */
+ * returns, checked and indexed), nodegroup_template.c (the template Node) and nodegroup_options.c
+ * (the optional get_options, node_price and pod_price). */
 #ifndef LUAPROV_CONTRACT_NODEGROUP_INTERNAL_H
 #define LUAPROV_CONTRACT_NODEGROUP_INTERNAL_H
 
@@ -60,7 +61,9 @@ struct ng_op {
   char *id;
   int delta;
   long long target;
-  json_t *nodes; /* DeleteNodes: the nodes to delete, checked and deduplicated */
+  json_t *nodes;   /* DeleteNodes: the nodes to delete, checked and deduplicated */
+  json_t *args;    /* GetOptions: the defaults; pricing: the call's arguments after ctx */
+  int no_snapshot; /* pricing: runs without a snapshot (and never refreshes for one) */
   size_t next_node;
   lane *lane;
   ng_op *next_ready, *next_in_lane, *next_waiter;

@@ -3,14 +3,15 @@
  * contract (contract/nodegroup.h) and encodes the answer.
  *
  * Answers from the snapshot (NodeGroups, NodeGroupForNode, NodeGroupTargetSize, NodeGroupNodes) need
- * no script call; before the first snapshot they refresh first. PricingNodePrice, PricingPodPrice and
- * NodeGroupGetOptions answer UNIMPLEMENTED (the client then uses its defaults), as does
- * NodeGroupTemplateNodeInfo when the mapping has no template for the group; never OK with an empty
- * body. Statuses: undecodable request bytes and wrong deltas INVALID_ARGUMENT; an unknown node group
- * NOT_FOUND; a request that does not fit the group now (above max, below the node count, a node of
- * another group) FAILED_PRECONDITION with the upstream provider's wording; a mapping that broke its
- * contract or failed as a script INTERNAL; a cloud failure UNAVAILABLE with its code and message.
- * Loop thread only. */
+ * no script call; before the first snapshot they refresh first. NodeGroupGetOptions, PricingNodePrice
+ * and PricingPodPrice ask the mapping's optional get_options, node_price and pod_price
+ * (lp_ng_get_options, lp_ng_node_price, lp_ng_pod_price) and answer UNIMPLEMENTED (the client then
+ * uses its defaults) when the mapping has none, as does NodeGroupTemplateNodeInfo when the mapping
+ * has no template for the group; never OK with an empty body. Statuses: undecodable request bytes
+ * and wrong deltas INVALID_ARGUMENT; an unknown node group NOT_FOUND; a request that does not fit
+ * the group now (above max, below the node count, a node of another group) FAILED_PRECONDITION with
+ * the upstream provider's wording; a mapping that broke its contract or failed as a script INTERNAL;
+ * a cloud failure UNAVAILABLE with its code and message. Loop thread only. */
 #ifndef LUAPROV_GRPC_EXTERNALGRPC_H
 #define LUAPROV_GRPC_EXTERNALGRPC_H
 
@@ -42,5 +43,11 @@ int lp_externalgrpc_status(const char *code);
  * podCIDR/unschedulable/taints, status.capacity/allocatable/phase/conditions/addresses/nodeInfo) as
  * the k8s.io.api.core.v1.Node protobuf message. Returns malloc'd bytes, their count in *len. */
 uint8_t *lp_externalgrpc_node_bytes(const json_t *node, size_t *len);
+
+/* Decodes a Kubernetes v1.Pod (k8s_core.proto) into {name, namespace, labels, node_name, requests,
+ * limits, containers = [{name, requests, limits}]}: the containers' quantities as strings, the pod's
+ * requests and limits as numbers of base units (cores, bytes): the containers' sum, or the largest
+ * init container when that is larger. NULL when the bytes are not a Pod. */
+json_t *lp_externalgrpc_pod_json(const uint8_t *bytes, size_t len);
 
 #endif

@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "grpc/externalgrpc.h"
+#include "contract/requirements.h"
 #include "k8s_core.pb-c.h"
 
 typedef K8s__Io__Api__Core__V1__Node pb_node;
@@ -198,5 +199,73 @@ uint8_t *lp_externalgrpc_node_bytes(const json_t *node, size_t *len) {
   uint8_t *out = lp_xmalloc(*len ? *len : 1);
   k8s__io__api__core__v1__node__pack(&pn, out);
   arena_free(&a);
+  return out;
+}
+
+/* ---- the Pod of a PricingPodPrice request -------------------------------------------------- */
+
+typedef K8s__Io__Api__Core__V1__Pod pb_pod;
+typedef K8s__Io__Api__Core__V1__Container pb_container;
+typedef K8s__Io__Api__Core__V1__ResourceRequirements__RequestsEntry pb_resource_entry; /* = limits' */
+
+/* name -> quantity string; *sum (when not NULL) gets each parsed quantity added (max: the largest). */
+static json_t *resources_of(pb_resource_entry **entries, size_t n, json_t *sum, int max) {
+  json_t *out = json_object();
+  for (size_t i = 0; i < n; i++) {
+    const char *q = entries[i]->value ? entries[i]->value->string : NULL;
+    if (!entries[i]->key || !q) continue;
+    json_object_set_new(out, entries[i]->key, json_string(q));
+    double v;
+    if (!sum || lp_quantity_parse(q, &v) != 0) continue;
+    double have = json_number_value(json_object_get(sum, entries[i]->key));
+    json_object_set_new(sum, entries[i]->key, json_real(max ? (v > have ? v : have) : have + v));
+  }
+  return out;
+}
+
+json_t *lp_externalgrpc_pod_json(const uint8_t *bytes, size_t len) {
+  pb_pod *pod = k8s__io__api__core__v1__pod__unpack(NULL, len, bytes);
+  if (!pod) return NULL;
+  const pb_meta *md = pod->metadata;
+  json_t *labels = json_object();
+  for (size_t i = 0; md && i < md->n_labels; i++)
+    if (md->labels[i]->key && md->labels[i]->value)
+      json_object_set_new(labels, md->labels[i]->key, json_string(md->labels[i]->value));
+  json_t *requests = json_object(), *limits = json_object(), *init_requests = json_object(),
+         *init_limits = json_object();
+  json_t *containers = json_array();
+  const K8s__Io__Api__Core__V1__PodSpec *spec = pod->spec;
+  for (size_t i = 0; spec && i < spec->n_containers + spec->n_initcontainers; i++) {
+    int init = i >= spec->n_containers;
+    const pb_container *c = init ? spec->initcontainers[i - spec->n_containers] : spec->containers[i];
+    const K8s__Io__Api__Core__V1__ResourceRequirements *r = c->resources;
+    json_t *req = resources_of(r ? (pb_resource_entry **)r->requests : NULL, r ? r->n_requests : 0,
+                               init ? init_requests : requests, init);
+    json_t *lim = resources_of(r ? (pb_resource_entry **)r->limits : NULL, r ? r->n_limits : 0,
+                               init ? init_limits : limits, init);
+    if (!init)
+      json_array_append_new(containers,
+                            json_pack("{s:s?, s:o, s:o}", "name", c->name, "requests", req, "limits", lim));
+    else {
+      json_decref(req);
+      json_decref(lim);
+    }
+  }
+  /* what the scheduler reserves: the containers' sum, or the largest init container when larger */
+  json_t *sums[] = {requests, limits}, *inits[] = {init_requests, init_limits};
+  for (int k = 0; k < 2; k++) {
+    const char *name;
+    json_t *v;
+    json_object_foreach(inits[k], name, v) {
+      if (json_number_value(v) > json_number_value(json_object_get(sums[k], name)))
+        json_object_set(sums[k], name, v);
+    }
+    json_decref(inits[k]);
+  }
+  json_t *out =
+      json_pack("{s:s?, s:s?, s:o, s:s?, s:o, s:o, s:o}", "name", md ? md->name : NULL, "namespace",
+                md ? md->namespace_ : NULL, "labels", labels, "node_name", spec ? spec->nodename : NULL,
+                "requests", requests, "limits", limits, "containers", containers);
+  k8s__io__api__core__v1__pod__free_unpacked(pod, NULL);
   return out;
 }

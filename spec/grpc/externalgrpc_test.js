@@ -2,9 +2,10 @@
 // an independent client: @grpc/grpc-js with @grpc/proto-loader reading engine/grpc/externalgrpc.proto,
 // as the Cluster Autoscaler's Go client would, over h2c and mTLS. The engine's Bizfly mapping talks to
 // the in-process Bizfly simulator, whose admin paths (/_sim/...) inject faults and show what the cloud
-// saw. Checks every RPC's success path, every SPEC §6 rule, the UNIMPLEMENTED answers, deadlines, 100
-// concurrent calls, malformed request bytes, the template Node's bytes (decoded with k8s_core.proto,
-// in both the CA >= 1.35 and the legacy <= 1.34 field) and a clean SIGTERM exit.
+// saw. Checks every RPC's success path, every SPEC §6 rule, the UNIMPLEMENTED answers (and GetOptions
+// and pricing from an operator mapping that supplies them), deadlines, 100 concurrent calls, malformed
+// request bytes, the template Node's bytes (decoded with k8s_core.proto, in both the CA >= 1.35 and
+// the legacy <= 1.34 field) and a clean SIGTERM exit.
 //
 //   LUAPROV=build/luaprov node spec/grpc/externalgrpc_test.js
 'use strict';
@@ -289,9 +290,9 @@ test('SPEC §6 rules: deltas, bounds, node count, foreign and label-less nodes, 
 test('optional RPCs answer UNIMPLEMENTED, never OK with an empty body', async ({ engine, client }) => {
   await fresh(engine, client);
   const C = grpc.status;
-  await fails(client, 'PricingNodePrice', { node: fakeNode('bizflycloud://x') }, C.UNIMPLEMENTED, /not implemented/);
-  await fails(client, 'PricingPodPrice', { pod_bytes: Buffer.from([0x0a, 0x00]) }, C.UNIMPLEMENTED, /not implemented/);
-  await fails(client, 'NodeGroupGetOptions', { id: GENERAL, defaults: {} }, C.UNIMPLEMENTED, /not implemented/);
+  await fails(client, 'PricingNodePrice', { node: fakeNode('bizflycloud://x') }, C.UNIMPLEMENTED, /has no node_price/);
+  await fails(client, 'PricingPodPrice', { pod_bytes: Buffer.from([0x0a, 0x00]) }, C.UNIMPLEMENTED, /has no pod_price/);
+  await fails(client, 'NodeGroupGetOptions', { id: GENERAL, defaults: {} }, C.UNIMPLEMENTED, /has no get_options/);
   await fails(client, 'NodeGroupTemplateNodeInfo', { id: SYSTEM }, C.NOT_FOUND);
 });
 
@@ -330,6 +331,106 @@ return M
       }
     }
   } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+// An operator's tree that wraps the default mapping and adds the optional get_options, node_price and
+// pod_price (SPEC §4.5): their answers, merged over the client's defaults, and their contract.
+test('GetOptions and pricing from an operator mapping', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'luaprov-egrpc-'));
+  const mapping = path.join(dir, 'providers', 'bizfly', 'init.lua');
+  fs.mkdirSync(path.dirname(mapping), { recursive: true });
+  fs.writeFileSync(mapping, `local default = require "defaults.providers.bizfly"
+local M = {}
+for k, v in pairs(default) do M[k] = v end
+function M.get_options(_ctx, id, defaults)
+  if id == "${BATCH}" then return nil end
+  if id == "${GPU}" then return { scale_down_gpu_utilization_threshold = 2 } end
+  return { scale_down_utilization_threshold = 0.25, scale_down_unneeded_time = 90,
+           max_node_provision_time = defaults.max_node_provision_time * 2, zero_or_max_node_scaling = true }
+end
+local WANT = "2026-01-02T03:00:00Z/2026-01-02T04:00:00Z"
+function M.node_price(_ctx, node, start_time, end_time)
+  if start_time .. "/" .. end_time ~= WANT then
+    return nil, { code = "InvalidArgument", message = start_time .. "/" .. end_time }
+  end
+  if node.name == "bad" then return -1 end
+  if node.labels["node.kubernetes.io/instance-type"] == "nix.2c_2g" then return 0.5 end
+  return nil
+end
+function M.pod_price(_ctx, pod, _start_time, _end_time)
+  if pod.name == "bad" then return -0.5 end
+  if pod.namespace ~= "shop" or #pod.containers ~= 2 then
+    return nil, { code = "InvalidArgument", message = "pod seen as " .. pod.namespace }
+  end
+  return pod.requests.cpu + pod.requests.memory / 2 ^ 30
+end
+return M
+`);
+  const engine = await startEngine(['--scripts', dir]);
+  const client = new CloudProvider(engine.addr, grpc.credentials.createInsecure());
+  const C = grpc.status;
+  try {
+    await ok(client, 'Refresh');
+    const defaults = {
+      scaleDownUtilizationThreshold: 0.5,
+      scaleDownGpuUtilizationThreshold: 0.5,
+      scaleDownUnneededDuration: { seconds: 600 },
+      scaleDownUnreadyDuration: { seconds: 1200 },
+      MaxNodeProvisionDuration: { seconds: 900 },
+    };
+    const got = (await ok(client, 'NodeGroupGetOptions', { id: GENERAL, defaults })).nodeGroupAutoscalingOptions;
+    assert.equal(got.scaleDownUtilizationThreshold, 0.25);
+    assert.equal(got.scaleDownGpuUtilizationThreshold, 0.5);
+    assert.equal(got.zeroOrMaxNodeScaling, true);
+    assert.equal(got.ignoreDaemonSetsUtilization, false);
+    assert.equal(String(got.scaleDownUnneededDuration.seconds), '90');
+    assert.equal(String(got.scaleDownUnreadyDuration.seconds), '1200');
+    assert.equal(String(got.MaxNodeProvisionDuration.seconds), '1800');
+    // CA <= 1.34 reads the legacy meta.v1.Duration fields (nanoseconds), always present
+    assert.equal(String(got.scaleDownUnneededTime.duration), '90000000000');
+    assert.equal(String(got.MaxNodeProvisionTime.duration), '1800000000000');
+    // legacy defaults in, the same merge out
+    const legacy = { scaleDownUnneededTime: { duration: 60e9 }, MaxNodeProvisionTime: { duration: 300e9 } };
+    const old = (await ok(client, 'NodeGroupGetOptions', { id: GENERAL, defaults: legacy }))
+      .nodeGroupAutoscalingOptions;
+    assert.equal(String(old.MaxNodeProvisionDuration.seconds), '600');
+    await fails(client, 'NodeGroupGetOptions', { id: BATCH, defaults }, C.UNIMPLEMENTED, /own options apply/);
+    await fails(client, 'NodeGroupGetOptions', { id: 'pool-z', defaults }, C.NOT_FOUND);
+    await fails(client, 'NodeGroupGetOptions', { id: GPU, defaults }, C.INTERNAL,
+      /^Contract: .*providers\/bizfly\/init\.lua: get_options: .*scale_down_gpu_utilization_threshold must be between 0 and 1, not 2 \(SPEC §4\.5\)$/);
+
+    const hour = { startTimestamp: { seconds: 1767322800 }, endTimestamp: { seconds: 1767326400 } };
+    const typed = { ...fakeNode('bizflycloud://a'), labels: { 'node.kubernetes.io/instance-type': 'nix.2c_2g' } };
+    assert.equal((await ok(client, 'PricingNodePrice', { node: typed, ...hour })).price, 0.5);
+    const legacyHour = { startTime: { seconds: 1767322800 }, endTime: { seconds: 1767326400 } };
+    assert.equal((await ok(client, 'PricingNodePrice', { node: typed, ...legacyHour })).price, 0.5);
+    await fails(client, 'PricingNodePrice', { node: fakeNode('bizflycloud://x'), ...hour }, C.UNIMPLEMENTED,
+      /no price for/);
+    await fails(client, 'PricingNodePrice', { node: { ...fakeNode('bizflycloud://b'), name: 'bad' }, ...hour },
+      C.INTERNAL, /node_price: bad: price -1 is not a finite number >= 0 \(SPEC §4\.5\)/);
+
+    const Pod = k8s.lookupType('k8s.io.api.core.v1.Pod');
+    const resources = (cpu, memory) => ({ requests: { cpu: { string: cpu }, memory: { string: memory } } });
+    const pod = (name) => Buffer.from(Pod.encode(Pod.fromObject({
+      metadata: { name, namespace: 'shop', labels: { app: 'web' } },
+      spec: {
+        containers: [{ name: 'web', resources: resources('500m', '1Gi') }, { name: 'log', resources: resources('100m', '128Mi') }],
+        initContainers: [{ name: 'init', resources: resources('2', '64Mi') }],
+      },
+    })).finish());
+    // cpu: the init container's 2 beats the containers' 0.6; memory: 1.125 GiB
+    const priced = await ok(client, 'PricingPodPrice', { pod_bytes: pod('web'), ...hour });
+    assert.ok(Math.abs(priced.price - 3.125) < 1e-9, String(priced.price));
+    assert.ok(Math.abs((await ok(client, 'PricingPodPrice', { pod: pod('web'), ...hour })).price - 3.125) < 1e-9);
+    await fails(client, 'PricingPodPrice', { pod_bytes: pod('bad'), ...hour }, C.INTERNAL,
+      /pod_price: bad: price -0\.5 is not a finite number >= 0/);
+    await fails(client, 'PricingPodPrice', { pod_bytes: Buffer.from([0x0a, 0x05, 0xff]) }, C.INVALID_ARGUMENT,
+      /cannot decode the pod/);
+  } finally {
+    client.close();
+    await stopEngine(engine);
     fs.rmSync(dir, { recursive: true, force: true });
   }
 });
