@@ -485,7 +485,8 @@ static char *rfc3339(int64_t seconds, int32_t nanos, int present) {
   char text[64], fraction[16] = "";
   if (nanos > 0 && nanos < 1000000000) {
     snprintf(fraction, sizeof fraction, ".%09d", nanos);
-    for (size_t n = strlen(fraction); fraction[n - 1] == '0'; n--) fraction[n - 1] = 0;
+    size_t n = strlen(fraction);
+    while (n > 2 && fraction[n - 1] == '0') fraction[--n] = '\0'; /* ".5", not ".500000000" */
   }
   strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S", &tm);
   return lp_xasprintf("%s%sZ", text, fraction);
