@@ -109,6 +109,34 @@ json_t *cp_ctx_args1(lp_cloudprovider *cp, json_t *a) {
 
 /* ---- lifecycle --------------------------------------------------------------------------- */
 
+static void destroy(lp_cloudprovider *cp);
+static void get_instance_types(lp_cloudprovider *cp, const json_t *nodeclass, lp_cp_done_fn done, void *ud);
+
+static void refresh_done(json_t *value, lp_error *err, void *ud) {
+  lp_cloudprovider *cp = ud;
+  if (err)
+    lp_warn(LOGGER, "background instance-type refresh failed", LPF_STR("code", err->code),
+            LPF_STR("error", err->message));
+  json_decref(value);
+  lp_error_free(err);
+  if (--cp->refreshing == 0 && cp->freed) destroy(cp);
+}
+
+static void refresh_tick(uv_timer_t *t) {
+  lp_cloudprovider *cp = t->data;
+  const char *name;
+  json_t *nodeclass;
+  json_object_foreach(cp->known_classes, name, nodeclass) {
+    cp->refreshing++;
+    get_instance_types(cp, nodeclass, refresh_done, cp); /* not remembered again: we iterate that map */
+  }
+}
+
+void cp_remember_class(lp_cloudprovider *cp, const json_t *nodeclass) {
+  const char *name = json_string_value(json_object_get(json_object_get(nodeclass, "metadata"), "name"));
+  if (name) json_object_set_new(cp->known_classes, name, json_deep_copy(nodeclass));
+}
+
 lp_cloudprovider *lp_cloudprovider_new(const lp_cloudprovider_config *cfg) {
   lp_cloudprovider *cp = lp_xcalloc(1, sizeof *cp);
   cp->loop = cfg->loop;
@@ -123,16 +151,40 @@ lp_cloudprovider *lp_cloudprovider_new(const lp_cloudprovider_config *cfg) {
   cp->max_launch_attempts = cfg->max_launch_attempts ? cfg->max_launch_attempts : 10;
   cp->launches = lp_metrics_counter(lp_metrics_default(), "luaprov_cloudprovider_launches_total",
                                     "Instance launch attempts by outcome.", LP_LABELS("result"));
+  cp->known_classes = json_object();
+  double interval = cfg->refresh_interval_s == 0 ? 20 * 60 : cfg->refresh_interval_s;
+  if (interval > 0 && cp->loop) {
+    cp->refresh_timer = lp_xmalloc(sizeof *cp->refresh_timer);
+    uv_timer_init(cp->loop, cp->refresh_timer);
+    cp->refresh_timer->data = cp;
+    uint64_t ms = (uint64_t)(interval * 1000.0);
+    uv_timer_start(cp->refresh_timer, refresh_tick, ms ? ms : 1, ms ? ms : 1);
+    uv_unref((uv_handle_t *)cp->refresh_timer); /* never keeps the process alive by itself */
+  }
   return cp;
 }
 
-void lp_cloudprovider_free(lp_cloudprovider *cp) {
-  if (!cp) return;
+static void destroy(lp_cloudprovider *cp) {
   free(cp->mapping);
   free(cp->name);
   json_decref(cp->ctx);
   lp_cache_free(cp->unavailable);
+  json_decref(cp->known_classes);
   free(cp);
+}
+
+static void timer_closed(uv_handle_t *h) {
+  free(h);
+}
+
+void lp_cloudprovider_free(lp_cloudprovider *cp) {
+  if (!cp) return;
+  if (cp->refresh_timer) {
+    uv_close((uv_handle_t *)cp->refresh_timer, timer_closed);
+    cp->refresh_timer = NULL;
+  }
+  cp->freed = 1;
+  if (cp->refreshing == 0) destroy(cp);
 }
 
 const char *lp_cloudprovider_name(lp_cloudprovider *cp) {
@@ -208,9 +260,14 @@ static void types_done(op *o, json_t *values, lp_error *err) {
   cp_finish(o, types, NULL);
 }
 
-void lp_cp_get_instance_types(lp_cloudprovider *cp, const json_t *nodeclass, lp_cp_done_fn done, void *ud) {
+static void get_instance_types(lp_cloudprovider *cp, const json_t *nodeclass, lp_cp_done_fn done, void *ud) {
   op *o = cp_op_new(cp, done, ud);
   cp_call(o, cp->mapping, "instance_types", cp_ctx_args1(cp, json_deep_copy(nodeclass)), types_done);
+}
+
+void lp_cp_get_instance_types(lp_cloudprovider *cp, const json_t *nodeclass, lp_cp_done_fn done, void *ud) {
+  cp_remember_class(cp, nodeclass);
+  get_instance_types(cp, nodeclass, done, ud);
 }
 
 /* ---- Delete, Get, List ------------------------------------------------------------------- */

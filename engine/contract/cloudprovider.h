@@ -33,12 +33,16 @@ typedef struct lp_cloudprovider_config {
   const char *endpoint;         /* ctx.endpoint: one URL for every cloud API (the simulator); may be NULL */
   double unavailable_ttl_s;     /* how long an offering stays unavailable after a NoStock error; 0 = 180 */
   unsigned max_launch_attempts; /* offerings tried per Create; 0 = 10 */
+  /* how often the instance types (prices, availability) of every ECSNodeClass seen are refreshed in
+   * the background; 0 = every 20 minutes (the mapping caches prices 30 minutes), < 0 = never */
+  double refresh_interval_s;
 } lp_cloudprovider_config;
 
 typedef void (*lp_cp_done_fn)(json_t *value, lp_error *err, void *ud);
 
 lp_cloudprovider *lp_cloudprovider_new(const lp_cloudprovider_config *cfg);
-/* Frees the provider; operations still in flight must have completed. */
+/* Frees the provider. Operations the caller started must have completed; a background refresh still
+ * in flight finishes on its own (the provider's memory goes with it). */
 void lp_cloudprovider_free(lp_cloudprovider *cp);
 
 /* "alibabacloud" (the mapping's name), valid while the provider lives. */

@@ -316,5 +316,6 @@ void lp_cp_create(lp_cloudprovider *cp, const json_t *nodeclaim, const json_t *n
                         json_string_value(json_object_get(json_object_get(nodeclass, "metadata"), "name"))));
     return;
   }
+  cp_remember_class(cp, nodeclass);
   cp_call(o, cp->mapping, "instance_types", cp_ctx_args1(cp, json_deep_copy(nodeclass)), create_types_done);
 }

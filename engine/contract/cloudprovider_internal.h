@@ -17,7 +17,16 @@ struct lp_cloudprovider {
   lp_cache *unavailable;
   unsigned max_launch_attempts;
   lp_metric *launches;
+  /* background refresh: every ECSNodeClass seen, asked for its instance types again periodically so
+   * expired prices and availability are fetched before a Create needs them */
+  json_t *known_classes; /* name -> ECSNodeClass */
+  uv_timer_t *refresh_timer;
+  unsigned refreshing; /* background GetInstanceTypes in flight */
+  int freed;           /* lp_cloudprovider_free ran; the last background call frees the struct */
 };
+
+/* Remembers the class for the background refresh (and starts it on first use). */
+void cp_remember_class(lp_cloudprovider *cp, const json_t *nodeclass);
 
 /* One operation in flight: the caller's callback plus whatever the steps carry along. */
 typedef struct op {

@@ -10,6 +10,7 @@
 #include "contract/contracts.h"
 #include "contract/shapes.h"
 #include "core/cache.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "http/client.h"
 #include "sim/sim.h"
@@ -423,6 +424,29 @@ static void test_contract_violation(void) {
   CHECK(system(cmd) == 0);
 }
 
+/* Instance types of every ECSNodeClass seen are refreshed in the background, with no caller. */
+static void test_background_refresh(void) {
+  lp_cloudprovider *quick =
+      lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &loop,
+                                                      .scripts = scripts,
+                                                      .cluster_id = "luaprov-sim",
+                                                      .endpoint = lp_sim_url(sim, "alibaba"),
+                                                      .refresh_interval_s = 0.1});
+  lp_metric *calls = lp_metrics_counter(lp_metrics_default(), "luaprov_script_calls_total", "",
+                                        LP_LABELS("module", "function", "result"));
+  const char *const *labels = LP_LABELS("providers.alibaba", "instance_types", "ok");
+  lp_cp_outcome o = {0};
+  const char *code;
+  lp_cp_get_instance_types(quick, nodeclass, lp_cp_outcome_store, &o);
+  json_decref(wait_outcome(&o, &code));
+  double before = lp_metric_value(calls, labels);
+  double until = lp_clock_monotonic() + 0.35;
+  while (lp_clock_monotonic() < until) uv_run(&loop, UV_RUN_NOWAIT);
+  CHECK(lp_metric_value(calls, labels) - before >= 2); /* refreshed at least twice by itself */
+  lp_cloudprovider_free(quick); /* with a refresh possibly in flight: it finishes on its own */
+  uv_run(&loop, UV_RUN_NOWAIT);
+}
+
 int main(void) {
   lp_log_configure(LP_LOG_ERROR, LP_LOG_FORMAT_JSON, 2);
   setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", "LTAI5simulatoraccess", 1);
@@ -459,6 +483,7 @@ int main(void) {
   RUN(test_throttling_and_garbage);
   RUN(test_drift_and_repair);
   RUN(test_contract_violation);
+  RUN(test_background_refresh);
 
   json_decref(nodeclass);
   lp_cloudprovider_free(cp);
