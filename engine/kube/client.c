@@ -18,7 +18,7 @@ struct lp_kube_client {
   void *on_closed_ud;
 };
 
-typedef enum { OP_GET, OP_LIST, OP_CREATE, OP_DELETE, OP_PATCH, OP_UPDATE } op_kind;
+typedef enum { OP_GET, OP_LIST, OP_CREATE, OP_DELETE, OP_PATCH, OP_UPDATE, OP_REPLACE } op_kind;
 
 typedef struct kube_call {
   lp_kube_client *c;
@@ -176,6 +176,8 @@ static const char *verb_of(kube_call *k) {
     return "DELETE";
   case OP_PATCH:
     return "PATCH";
+  case OP_REPLACE:
+    return "PUT";
   case OP_UPDATE:
     return k->patching ? "PATCH" : "GET";
   }
@@ -339,6 +341,10 @@ void lp_kube_merge_patch(lp_kube_client *c, const lp_kube_ref *ref, const char *
                          lp_kube_done_fn done, void *ud) {
   call_send(call_new(c, OP_PATCH, ref_path(ref, 1, subresource), ref->name, done, ud), patch,
             "application/merge-patch+json");
+}
+
+void lp_kube_replace(lp_kube_client *c, const lp_kube_ref *ref, json_t *obj, lp_kube_done_fn done, void *ud) {
+  call_send(call_new(c, OP_REPLACE, ref_path(ref, 1, NULL), ref->name, done, ud), obj, "application/json");
 }
 
 void lp_kube_update(lp_kube_client *c, const lp_kube_ref *ref, const char *subresource,

@@ -1,6 +1,7 @@
 /* A small asynchronous Kubernetes API client over lp_http_client: typed resource paths, get, paginated
- * list, create, delete, JSON merge patch (also on /status) and a read-modify-write helper that retries
- * on 409 Conflict. Objects are jansson values; nothing here knows a resource's schema.
+ * list, create, delete, replace (PUT with a resourceVersion precondition), JSON merge patch (also on
+ * /status) and a read-modify-write helper that retries on 409 Conflict. Objects are jansson values; nothing
+ * here knows a resource's schema.
  *
  * Every call sends `Authorization: Bearer <token>` when the config has a token (re-read as it rotates,
  * see lp_kube_config_token) and uses the config's TLS material. Results arrive in a done callback on
@@ -83,6 +84,13 @@ void lp_kube_delete(lp_kube_client *c, const lp_kube_ref *ref, const char *resou
  * application/merge-patch+json. reply.object is the patched object. */
 void lp_kube_merge_patch(lp_kube_client *c, const lp_kube_ref *ref, const char *subresource, json_t *patch,
                          lp_kube_done_fn done, void *ud);
+
+/* PUT obj (borrowed) to ref (name required): replaces the whole object. When obj carries
+ * metadata.resourceVersion the server applies it only if the stored object still has that version and
+ * otherwise answers 409 Conflict (error code "Conflict"), which is delivered as is: no retry, the caller
+ * decides (leader election counts it as "another candidate won this round"). reply.object is the
+ * stored object with its new resourceVersion. */
+void lp_kube_replace(lp_kube_client *c, const lp_kube_ref *ref, json_t *obj, lp_kube_done_fn done, void *ud);
 
 /* Builds a merge patch from the current object (borrowed). Returns a new reference; NULL without *err
  * means "nothing to change" (done then gets the current object), NULL with *err fails the update. */
