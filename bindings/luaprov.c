@@ -43,8 +43,9 @@ int luaopen_luaprov(lua_State *L) {
     const char *name;
     lua_CFunction open;
   } parts[] = {
-      {"http", lp_open_http}, {"json", lp_open_json},   {"crypto", lp_open_crypto}, {"time", lp_open_time},
-      {"log", lp_open_log},   {"cache", lp_open_cache}, {"env", lp_open_env},       {"fs", lp_open_fs},
+      {"http", lp_open_http}, {"json", lp_open_json}, {"crypto", lp_open_crypto},
+      {"time", lp_open_time}, {"log", lp_open_log},   {"cache", lp_open_cache},
+      {"env", lp_open_env},   {"fs", lp_open_fs},     {"stream", lp_open_stream},
   };
   lua_createtable(L, 0, (int)(sizeof parts / sizeof parts[0]) + 1);
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {

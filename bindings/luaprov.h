@@ -1,5 +1,6 @@
 /* The `luaprov` Lua module: the only API scripts see (SPEC §4.1). One C source per sub-module
- * (http.c, json.c, crypto.c, time.c, log.c, cache.c, env.c, fs.c), assembled by luaprov.c.
+ * (http.c, json.c, crypto.c, time.c, log.c, cache.c, env.c, fs.c,
+ * stream.c), assembled by luaprov.c.
  *
  * Conventions (as Lua's own lauxlib): misuse (a wrong argument type) raises; an operational failure
  * returns `nil, message, code` where code is a stable string scripts can branch on ("Timeout",
@@ -39,8 +40,15 @@ typedef struct lp_lua_host {
   /* Logger name for log lines written by the script running on L, e.g. "script.drift"; NULL =
    * "script". The returned string must live until the next call. */
   const char *(*logger_name)(lua_State *L, void *ud);
+  /* luaprov.stream: one operation (LP_STREAM_OPEN, _WRITE, _CLOSE) on the streaming response the host
+   * registered under id (script/handler.h). Returns 1 when the stream is open (OPEN), the bytes were
+   * queued (WRITE) or it was open and is now ended (CLOSE); 0 when no open stream has that id. data
+   * is copied. NULL = no streams (plain lua5.4): the binding answers nil, "Unavailable". */
+  int (*stream)(const char *id, int op, const char *data, size_t len, void *ud);
   void *ud;
 } lp_lua_host;
+
+enum { LP_STREAM_OPEN, LP_STREAM_WRITE, LP_STREAM_CLOSE };
 
 /* Registers host on L's registry (the struct is referenced, not copied: it must outlive L). */
 void lp_bindings_set_host(lua_State *L, const lp_lua_host *host);
@@ -59,6 +67,7 @@ int lp_open_log(lua_State *L);
 int lp_open_cache(lua_State *L);
 int lp_open_env(lua_State *L);
 int lp_open_fs(lua_State *L);
+int lp_open_stream(lua_State *L);
 
 /* Pushes nil, message, code and returns 3: the operational-failure convention. [-0, +3, m] */
 int lp_push_fail(lua_State *L, const char *message, const char *code);

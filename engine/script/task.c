@@ -8,6 +8,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "json.h"
+#include "script/handler.h"
 #include "script/host_internal.h"
 
 static lp_task *task_of(lua_State *L) {
@@ -297,7 +298,12 @@ static const char *host_logger_name(lua_State *L, void *ud) {
   return name;
 }
 
+static int host_stream(const char *id, int op, const char *data, size_t len, void *ud) {
+  return lp_script_stream_op(ud, id, op, data, len);
+}
+
 void lp_task_host_bindings(lp_lua_host *lua_host) {
+  lua_host->stream = host_stream;
   lua_host->http_request = host_http_request;
   lua_host->sleep = host_sleep;
   lua_host->http_request_all = lp_task_http_request_all;
