@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "contract/contracts.h"
 #include "http/client.h"
+#include "script/host.h"
 #include "sim/sim.h"
 
 typedef struct sim_admin_reply {
@@ -46,6 +48,33 @@ static inline json_t *sim_admin(uv_loop_t *loop, lp_http_client *http, lp_sim *s
   if (r.status >= 300) fprintf(stderr, "admin %s %s -> %ld %s\n", method, path, r.status, r.body);
   free(r.body);
   return v;
+}
+
+/* Starts the in-process simulators of the source tree, an HTTP client and an engine script host with
+ * the contract modules, all on loop. Returns 0, or -1 after printing why (service's simulator
+ * missing, scripts not loading). */
+static inline int sim_fixture_start(uv_loop_t *loop, const char *service, lp_sim **sim, lp_http_client **http,
+                                    lp_script_host **scripts) {
+  uv_loop_init(loop);
+  lp_error *err = NULL;
+  *sim = lp_sim_start(loop, &(lp_sim_options){.scripts_dir = LUAPROV_SOURCE_DIR}, &err);
+  if (!*sim || !lp_sim_url(*sim, service)) {
+    fprintf(stderr, "simulator: %s\n", err ? err->message : "no simulator for this service");
+    return -1;
+  }
+  *http = lp_http_client_new(loop, NULL, &err);
+  lp_script_host_config cfg = {
+      .loop = loop, .defaults_dir = LUAPROV_SOURCE_DIR, .modules = lp_contract_modules, .http = *http};
+  lp_problems problems = {0};
+  *scripts = lp_script_host_new(&cfg, &problems);
+  if (!*scripts) {
+    char *text = lp_problems_render(&problems);
+    fprintf(stderr, "%s", text);
+    free(text);
+    lp_problems_free(&problems);
+    return -1;
+  }
+  return 0;
 }
 
 #endif

@@ -451,22 +451,7 @@ int main(void) {
   lp_log_configure(LP_LOG_ERROR, LP_LOG_FORMAT_JSON, 2);
   setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", "LTAI5simulatoraccess", 1);
   setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "simulator-secret-do-not-use", 1);
-  uv_loop_init(&loop);
-  lp_error *err = NULL;
-  sim = lp_sim_start(&loop, &(lp_sim_options){.scripts_dir = LUAPROV_SOURCE_DIR}, &err);
-  if (!sim || !lp_sim_url(sim, "alibaba")) {
-    fprintf(stderr, "simulator: %s\n", err ? err->message : "no alibaba simulator");
-    return 1;
-  }
-  http = lp_http_client_new(&loop, NULL, &err);
-  lp_script_host_config cfg = {
-      .loop = &loop, .defaults_dir = LUAPROV_SOURCE_DIR, .modules = lp_contract_modules, .http = http};
-  lp_problems problems = {0};
-  scripts = lp_script_host_new(&cfg, &problems);
-  if (!scripts) {
-    fprintf(stderr, "%s", lp_problems_render(&problems));
-    return 1;
-  }
+  if (sim_fixture_start(&loop, "alibaba", &sim, &http, &scripts) != 0) return 1;
   cp = lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &loop,
                                                        .scripts = scripts,
                                                        .region = "cn-hangzhou",

@@ -16,6 +16,7 @@
 #include "http/client.h"
 #include "k8s_core.pb-c.h"
 #include "sim/sim.h"
+#include "sim_admin.h"
 
 /* The simulator's fixture (sim/bizfly/fixture.lua). */
 #define GENERAL "66a0f1c2b3d4e5f601a2b3c4" /* min 1, max 5, target 2, 2 nodes */
@@ -29,38 +30,9 @@ static lp_http_client *http;
 static lp_script_host *scripts;
 static lp_nodegroups *ng;
 
-typedef struct reply {
-  int done;
-  long status;
-  char *body;
-} reply;
-
-static void got_reply(lp_http_result *r, void *ud) {
-  reply *out = ud;
-  out->status = r->status;
-  out->body = strdup(r->body ? r->body : "");
-  out->done = 1;
-  lp_http_result_free(r);
-}
-
-/* The simulator's admin API, answered by the same loop. */
+/* The simulator's admin API, answered by the same loop (spec/c/sim_admin.h). */
 static json_t *admin(const char *method, const char *path, const char *body) {
-  char url[256];
-  snprintf(url, sizeof url, "%s%s", lp_sim_url(sim, "bizfly"), path);
-  lp_http_header ct = {"Content-Type", "application/json"};
-  lp_http_request_opts req = {.method = method,
-                              .url = url,
-                              .headers = &ct,
-                              .nheaders = 1,
-                              .body = body,
-                              .body_len = body ? strlen(body) : 0};
-  reply r = {0};
-  lp_http_client_request(http, &req, got_reply, &r);
-  while (!r.done) uv_run(&loop, UV_RUN_ONCE);
-  if (r.status >= 300) fprintf(stderr, "admin %s %s -> %ld %s\n", method, path, r.status, r.body);
-  json_t *v = json_loads(r.body, JSON_DECODE_ANY, NULL);
-  free(r.body);
-  return v;
+  return sim_admin(&loop, http, sim, "bizfly", method, path, body);
 }
 
 static json_t *sim_pool(const char *id) {
@@ -280,22 +252,7 @@ int main(void) {
   setenv("BIZFLYCLOUD_AUTH_METHOD", "application_credential", 1);
   setenv("BIZFLYCLOUD_APP_CREDENTIAL_ID", "luaprov-sim-credential", 1);
   setenv("BIZFLYCLOUD_APP_CREDENTIAL_SECRET", "luaprov-sim-secret", 1);
-  uv_loop_init(&loop);
-  lp_error *err = NULL;
-  sim = lp_sim_start(&loop, &(lp_sim_options){.scripts_dir = LUAPROV_SOURCE_DIR}, &err);
-  if (!sim || !lp_sim_url(sim, "bizfly")) {
-    fprintf(stderr, "simulator: %s\n", err ? err->message : "no bizfly simulator");
-    return 1;
-  }
-  http = lp_http_client_new(&loop, NULL, &err);
-  lp_script_host_config cfg = {
-      .loop = &loop, .defaults_dir = LUAPROV_SOURCE_DIR, .modules = lp_contract_modules, .http = http};
-  lp_problems problems = {0};
-  scripts = lp_script_host_new(&cfg, &problems);
-  if (!scripts) {
-    fprintf(stderr, "%s", lp_problems_render(&problems));
-    return 1;
-  }
+  if (sim_fixture_start(&loop, "bizfly", &sim, &http, &scripts) != 0) return 1;
   json_t *summary = admin("GET", "/_sim/cluster", NULL);
   ng =
       lp_nodegroups_new(&(lp_nodegroups_config){.loop = &loop,
