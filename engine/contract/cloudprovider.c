@@ -134,7 +134,11 @@ static void refresh_tick(uv_timer_t *t) {
 
 void cp_remember_class(lp_cloudprovider *cp, const json_t *nodeclass) {
   const char *name = json_string_value(json_object_get(json_object_get(nodeclass, "metadata"), "name"));
-  if (name) json_object_set_new(cp->known_classes, name, json_deep_copy(nodeclass));
+  if (!name) return;
+  /* every Create passes the class: copy it only when it changed since the last call */
+  json_t *known = json_object_get(cp->known_classes, name);
+  if (!known || !json_equal(known, (json_t *)nodeclass))
+    json_object_set_new(cp->known_classes, name, json_deep_copy(nodeclass));
 }
 
 lp_cloudprovider *lp_cloudprovider_new(const lp_cloudprovider_config *cfg) {
