@@ -6,6 +6,7 @@
 local luaprov = require "luaprov"
 local clock = require "sim.clock"
 local store = require "sim.kubernetes.store"
+local discovery = require "sim.kubernetes.discovery"
 
 local json = luaprov.json
 local array_mt = json.array_mt
@@ -152,40 +153,6 @@ local function make_filter(params)
     if fields["metadata.namespace"] and (md.namespace or "") ~= fields["metadata.namespace"] then return false end
     return selector_matches(terms, md.labels)
   end
-end
-
--- ---- discovery ------------------------------------------------------------------------------
-
-local VERBS = array { "create", "delete", "get", "list", "patch", "update", "watch" }
-
-local function resource_list(group, version)
-  local out = array()
-  for _, r in ipairs(store.RESOURCES) do
-    if r.group == group and r.version == version then
-      out[#out + 1] = { name = r.name, singularName = r.singular, namespaced = r.namespaced, kind = r.kind,
-        verbs = VERBS, shortNames = r.short and array(r.short) or nil,
-        categories = r.categories and array(r.categories) or nil }
-      if r.status then
-        out[#out + 1] = { name = r.name .. "/status", singularName = "", namespaced = r.namespaced, kind = r.kind,
-          verbs = array { "get", "patch", "update" } }
-      end
-    end
-  end
-  if #out == 0 then return nil end
-  return { kind = "APIResourceList", apiVersion = "v1", groupVersion = group == "" and version
-    or (group .. "/" .. version), resources = out }
-end
-
-local function group_list()
-  local groups, seen = array(), {}
-  for _, r in ipairs(store.RESOURCES) do
-    if r.group ~= "" and not seen[r.group] then
-      seen[r.group] = true
-      local gv = { groupVersion = r.group_version, version = r.version }
-      groups[#groups + 1] = { name = r.group, versions = array { gv }, preferredVersion = gv }
-    end
-  end
-  return { kind = "APIGroupList", apiVersion = "v1", groups = groups }
 end
 
 -- ---- faults ---------------------------------------------------------------------------------
@@ -521,20 +488,20 @@ local function api(request)
         { clientCIDR = "0.0.0.0/0", serverAddress = request.headers.host or "127.0.0.1" } } })
     end
     if parts[2] ~= "v1" then fail(404, "NotFound", "the server could not find the requested resource") end
-    if #parts == 2 then return respond(200, resource_list("", "v1")) end
+    if #parts == 2 then return respond(200, discovery.resource_list("", "v1")) end
     return serve_resource(request, "", "v1", { table.unpack(parts, 3) })
   end
   if parts[1] == "apis" then
-    if #parts == 1 then return respond(200, group_list()) end
+    if #parts == 1 then return respond(200, discovery.group_list()) end
     if #parts == 2 then
-      for _, g in ipairs(group_list().groups) do
+      for _, g in ipairs(discovery.group_list().groups) do
         if g.name == parts[2] then return respond(200, { kind = "APIGroup", apiVersion = "v1", name = g.name,
           versions = g.versions, preferredVersion = g.preferredVersion }) end
       end
       fail(404, "NotFound", "the server could not find the requested resource")
     end
     if #parts == 3 then
-      local list_of = resource_list(parts[2], parts[3])
+      local list_of = discovery.resource_list(parts[2], parts[3])
       if not list_of then fail(404, "NotFound", "the server could not find the requested resource") end
       return respond(200, list_of)
     end
