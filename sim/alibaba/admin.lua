@@ -3,6 +3,7 @@
 -- stopped node). Tests and the demo drive the simulated cloud through these; see docs/sim.md.
 local luaprov = require "luaprov"
 local clock = require "sim.clock"
+local rules = require "sim.rules"
 local account = require "sim.alibaba.account"
 local auth = require "sim.alibaba.auth"
 local catalogue = require "sim.alibaba.catalogue"
@@ -14,23 +15,8 @@ local json = luaprov.json
 
 local M = {}
 
-local function reply(status, value) return wire.json_response(status, value) end
-local function bad(message) return reply(400, { error = message }) end
-
-local function body_json(request, required)
-  local text = request.body or ""
-  if text == "" then
-    if required then return nil, "a JSON body is required" end
-    return {}
-  end
-  local ok, value = pcall(json.decode, text)
-  if not ok or value == nil then return nil, "the body is not JSON" end
-  return value
-end
-
-local function fault_list()
-  return wire.list({ table.unpack(faults.list()) })
-end
+local admin = rules.admin({ json = json, wire = wire, faults = faults })
+local reply, bad, body_json, fault_list = admin.reply, admin.bad, admin.body_json, admin.fault_list
 
 --- reset_all(): everything back to how `luaprov sim` starts (the shared clock too).
 function M.reset_all()
@@ -47,23 +33,6 @@ local function get_state()
   return reply(200, { time = clock.state(), catalogue = catalogue.summary(), faults = fault_list(),
     credentials = auth.state(), instances = summary.instances, calls = summary.calls, errors = summary.errors,
     total_calls = summary.total_calls })
-end
-
-local function post_faults(request)
-  local spec, err = body_json(request, true)
-  if not spec then return bad(err) end
-  -- One rule, or a list of rules added in order (all or nothing).
-  local specs = (type(spec) == "table" and #spec > 0) and spec or { spec }
-  local added = {}
-  for i, s in ipairs(specs) do
-    local rule, message = faults.add(s)
-    if not rule then
-      for _, r in ipairs(added) do faults.remove(r.id) end
-      return bad(("fault %d: %s"):format(i, message))
-    end
-    added[#added + 1] = rule
-  end
-  return reply(200, { added = wire.list(added), faults = fault_list() })
 end
 
 local function post_advance(request)
@@ -142,19 +111,8 @@ end
 function M.handle(request)
   local path, method = request.path, request.method
   if path == "/_sim/state" and method == "GET" then return get_state() end
-  if path == "/_sim/faults" then
-    if method == "GET" then return reply(200, { faults = fault_list() }) end
-    if method == "POST" then return post_faults(request) end
-    if method == "DELETE" then
-      faults.reset()
-      return reply(200, { faults = fault_list() })
-    end
-  end
-  local fault_id = path:match("^/_sim/faults/(%d+)$")
-  if fault_id and method == "DELETE" then
-    if not faults.remove(tonumber(fault_id)) then return reply(404, { error = "no fault " .. fault_id }) end
-    return reply(200, { faults = fault_list() })
-  end
+  local faults_response = admin.handle_faults(request)
+  if faults_response then return faults_response end
   if path == "/_sim/advance" and method == "POST" then return post_advance(request) end
   if path == "/_sim/clock" then
     if method == "GET" then return reply(200, clock.state()) end

@@ -12,6 +12,7 @@
 -- first, then fire `count` times (forever when count is absent). Rules are tried in insertion order
 -- and at most one fires per call.
 local catalogue = require "sim.alibaba.catalogue"
+local rules_mod = require "sim.rules"
 
 local M = {}
 
@@ -34,54 +35,24 @@ local KNOWN = {
 local KINDS = { error = true, throttle = true, ["5xx"] = true, timeout = true, malformed = true, nostock = true }
 local CAPACITY = { ["on-demand"] = true, spot = true }
 
-local rules, next_id
+local rules = rules_mod.new()
 
 function M.reset()
-  rules, next_id = {}, 0
+  rules:reset()
   catalogue.clear_sold_out()
-end
-
-local function opt_string(spec, name)
-  local v = spec[name]
-  if v ~= nil and type(v) ~= "string" then return nil, name .. " must be a string" end
-  return v
-end
-
-local function opt_int(spec, name, min, max)
-  local v = spec[name]
-  if v == nil then return nil end
-  if math.type(v) ~= "integer" or v < min or (max and v > max) then
-    return nil, ("%s must be an integer between %d and %s"):format(name, min, max or "any")
-  end
-  return v
 end
 
 --- add(spec) -> rule | nil, message. `spec` is the decoded JSON object of one rule.
 function M.add(spec)
   if type(spec) ~= "table" then return nil, "a fault rule must be a JSON object" end
-  local rule, err = { action = "*" }
-  for _, name in ipairs({ "action", "product", "kind", "code", "message", "zone", "instance_type", "capacity_type",
-    "body" }) do
-    local v
-    v, err = opt_string(spec, name)
-    if err then return nil, err end
-    if v ~= nil then rule[name] = v end
-  end
+  local rule, err = rules_mod.read_strings(spec, { action = "*" }, { "action", "product", "kind", "code", "message",
+    "zone", "instance_type", "capacity_type", "body" })
+  if not rule then return nil, err end
   rule.kind = rule.kind or (rule.code and "error")
   if not rule.kind then return nil, "give a kind (error, throttle, 5xx, timeout, malformed, nostock) or a code" end
   if not KINDS[rule.kind] then return nil, "unknown kind '" .. rule.kind .. "'" end
-  for _, f in ipairs({ { "count", 1, nil }, { "skip", 0, nil }, { "status", 400, 599 } }) do
-    local v
-    v, err = opt_int(spec, f[1], f[2], f[3])
-    if err then return nil, err end
-    rule[f[1]] = v
-  end
-  if spec.seconds ~= nil then
-    if type(spec.seconds) ~= "number" or spec.seconds <= 0 or spec.seconds > 50 then
-      return nil, "seconds must be a number in (0, 50] (a handler call may not outlive 60 s)"
-    end
-    rule.seconds = spec.seconds
-  end
+  rule, err = rules_mod.read_limits(spec, rule)
+  if not rule then return nil, err end
   if rule.kind == "error" and not rule.code then return nil, "an error fault needs a code" end
   if rule.kind == "throttle" then rule.code = rule.code or "Throttling.User" end
   if rule.kind == "5xx" then
@@ -105,55 +76,34 @@ function M.add(spec)
     rule.status = rule.status or (known and known[1]) or 400
     rule.message = rule.message or (known and known[2]) or ("Simulated fault " .. rule.code .. ".")
   end
-  next_id = next_id + 1
-  rule.id = next_id
-  rule.fired = 0
-  rules[#rules + 1] = rule
-  return rule
+  return rules:add(rule)
 end
 
 --- take(call) -> the rule to apply to this call, or nil. Consumes one use of it.
 function M.take(call)
-  for i, r in ipairs(rules) do
-    if r.kind ~= "nostock" and (r.action == "*" or r.action == call.action)
-      and (r.product == nil or r.product == call.product) then
-      if r.skip and r.skip > 0 then
-        r.skip = r.skip - 1
-      else
-        r.fired = r.fired + 1
-        if r.count then
-          r.count = r.count - 1
-          if r.count == 0 then table.remove(rules, i) end
-        end
-        return r
-      end
-    end
-  end
-  return nil
+  return rules:take(function(r)
+    return r.kind ~= "nostock" and (r.action == "*" or r.action == call.action)
+      and (r.product == nil or r.product == call.product)
+  end)
 end
 
 --- list() -> the active rules (plain tables).
 function M.list()
-  return rules
+  return rules:list()
 end
 
 --- remove(id) -> whether a rule was removed. Removing a nostock rule restocks only when no other
 -- nostock rule remains for it, so the sold-out set is rebuilt from the rules left.
 function M.remove(id)
-  for i, r in ipairs(rules) do
-    if r.id == id then
-      table.remove(rules, i)
-      catalogue.clear_sold_out()
-      for _, other in ipairs(rules) do
-        if other.kind == "nostock" then
-          catalogue.add_sold_out({ zone = other.zone, instance_type = other.instance_type,
-            capacity_type = other.capacity_type })
-        end
-      end
-      return true
+  if not rules:remove(id) then return false end
+  catalogue.clear_sold_out()
+  for _, other in ipairs(rules:list()) do
+    if other.kind == "nostock" then
+      catalogue.add_sold_out({ zone = other.zone, instance_type = other.instance_type,
+        capacity_type = other.capacity_type })
     end
   end
-  return false
+  return true
 end
 
 M.reset()

@@ -4,6 +4,7 @@
 -- See docs/sim.md.
 local luaprov = require "luaprov"
 local clock = require "sim.clock"
+local rules = require "sim.rules"
 local auth = require "sim.bizfly.auth"
 local calls = require "sim.bizfly.calls"
 local cluster = require "sim.bizfly.cluster"
@@ -18,25 +19,8 @@ local M = {}
 M.MAX_POOLS = 500
 M.MAX_NODES = 20000
 
-local function reply(status, value) return wire.json_response(status, value) end
-local function bad(message) return reply(400, { error = message }) end
-
-local function body_json(request, required)
-  local text = request.body or ""
-  if text == "" then
-    if required then return nil, "a JSON body is required" end
-    return {}
-  end
-  local ok, value = pcall(json.decode, text)
-  if not ok or type(value) ~= "table" then return nil, "the body is not a JSON object or list" end
-  return value
-end
-
-local function fault_list()
-  local out = {}
-  for i, r in ipairs(faults.list()) do out[i] = r end
-  return wire.list(out)
-end
+local admin = rules.admin({ json = json, wire = wire, faults = faults, objects_only = true })
+local reply, bad, body_json, fault_list = admin.reply, admin.bad, admin.body_json, admin.fault_list
 
 --- reset_all(): everything back to how `luaprov sim` starts (the shared clock too).
 function M.reset_all()
@@ -52,23 +36,6 @@ local function get_state()
   return reply(200, { time = clock.state(), cluster = cluster.summary(), capacity = cluster.capacity(),
     faults = fault_list(), credentials = auth.state(), calls = c.calls, errors = c.errors,
     total_calls = c.total_calls })
-end
-
-local function post_faults(request)
-  local spec, err = body_json(request, true)
-  if not spec then return bad(err) end
-  -- One rule, or a list of rules added in order (all or nothing).
-  local specs = (getmetatable(spec) == json.array_mt or #spec > 0) and spec or { spec }
-  local added = {}
-  for i, s in ipairs(specs) do
-    local rule, message = faults.add(s)
-    if not rule then
-      for _, r in ipairs(added) do faults.remove(r.id) end
-      return bad(("fault %d: %s"):format(i, message))
-    end
-    added[#added + 1] = rule
-  end
-  return reply(200, { added = wire.list(added), faults = fault_list() })
 end
 
 local function post_advance(request)
@@ -163,19 +130,8 @@ end
 function M.handle(request)
   local path, method = request.path, request.method
   if path == "/_sim/state" and method == "GET" then return get_state() end
-  if path == "/_sim/faults" then
-    if method == "GET" then return reply(200, { faults = fault_list() }) end
-    if method == "POST" then return post_faults(request) end
-    if method == "DELETE" then
-      faults.reset()
-      return reply(200, { faults = fault_list() })
-    end
-  end
-  local fault_id = path:match("^/_sim/faults/(%d+)$")
-  if fault_id and method == "DELETE" then
-    if not faults.remove(tonumber(fault_id)) then return reply(404, { error = "no fault " .. fault_id }) end
-    return reply(200, { faults = fault_list() })
-  end
+  local faults_response = admin.handle_faults(request)
+  if faults_response then return faults_response end
   if path == "/_sim/advance" and method == "POST" then return post_advance(request) end
   if path == "/_sim/clock" then
     if method == "GET" then return reply(200, clock.state()) end
