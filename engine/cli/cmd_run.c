@@ -5,9 +5,12 @@
 
 #include "cli/cli.h"
 #include "cli/engine.h"
+#include "cli/run_config.h"
 
 static const char usage[] =
-    "usage: luaprov run [--sim] [--scripts DIR] [--metrics-addr HOST:PORT] [--shutdown-timeout SECONDS]\n"
+    "usage: luaprov run [--sim] [--config FILE] [--kubeconfig FILE] [--leader-elect] [--cluster-id ID]\n"
+    "                   [--region REGION]\n"
+    "                   [--scripts DIR] [--metrics-addr HOST:PORT] [--shutdown-timeout SECONDS]\n"
     "                   [--grpc-addr HOST:PORT [--grpc-cert FILE --grpc-key FILE --grpc-ca FILE]]\n"
     "                   [--bizfly-cluster UID] [--ca-file FILE] [--log-level LEVEL] [--log-format "
     "json|text]\n"
@@ -19,6 +22,16 @@ static const char usage[] =
     "SIGTERM or SIGINT shut down gracefully: script calls in flight get --shutdown-timeout (default 10)\n"
     "seconds to finish.\n"
     "\n"
+    "The in-cluster controller (ECSNodeClass status, NodeClaim launch/registration/initialization,\n"
+    "termination, garbage collection) runs against the Kubernetes API named by --kubeconfig, or the\n"
+    "service account's when KUBERNETES_SERVICE_HOST is set (in a Pod), or the simulator with --sim.\n"
+    "It needs the ACK cluster ID and the region: --cluster-id / $CLUSTER_ID, --region / $REGION_ID\n"
+    "(or $ALIBABA_CLOUD_REGION_ID).\n"
+    "--leader-elect campaigns for the Lease luaprov-leader-election in $POD_NAMESPACE (else the\n"
+    "kubeconfig's namespace, else kube-system): only the holder reconciles, the others keep warm caches.\n"
+    "/readyz turns 200 once every cache has listed. --config FILE (YAML) tunes the controllers'\n"
+    "timings (launch and registration timeouts, garbage collection, workers): see docs/controllers.md.\n"
+    "\n"
     "--grpc-addr serves the Cluster Autoscaler's externalgrpc CloudProvider protocol (use it with\n"
     "--cloud-provider=externalgrpc) from the Bizfly mapping, providers/bizfly/init.lua: plaintext h2c,\n"
     "or mTLS when --grpc-cert, --grpc-key and --grpc-ca are all given (client certificates signed by\n"
@@ -27,10 +40,9 @@ static const char usage[] =
     "$CLUSTER_NAME) is the BKE cluster UID whose worker pools are the node groups.\n"
     "\n"
     "--sim starts the built-in simulators in-process (Kubernetes API, Alibaba ECS/VPC/STS, Bizfly\n"
-    "KaaS, as `luaprov sim` serves them) and points the providers at them with the simulators'\n"
-    "credentials: today that serves the simulated clouds to the provider mappings (and so the\n"
-    "externalgrpc server answers from the simulated Bizfly cluster); the Kubernetes controllers come\n"
-    "later. The \"engine started\" line names the simulators' URLs (sim).\n";
+    "KaaS, as `luaprov sim` serves them), points the providers at them with the simulators'\n"
+    "credentials and runs every controller against the simulated Kubernetes API (cluster ID\n"
+    "luaprov-sim, region cn-hangzhou). The \"engine started\" line names the simulators' URLs (sim).\n";
 
 int lp_cmd_run(int argc, char **argv) {
   if (lp_cli_wants_help(argc, argv)) {
@@ -38,7 +50,7 @@ int lp_cmd_run(int argc, char **argv) {
     return 0;
   }
   lp_engine_options opts = {.metrics_port = 8080};
-  const char *level = NULL, *format = NULL, *metrics_addr = NULL, *grpc_addr = NULL;
+  const char *level = NULL, *format = NULL, *metrics_addr = NULL, *grpc_addr = NULL, *config = NULL;
   char *metrics_host = NULL, *grpc_host = NULL;
   for (int i = 1; i < argc; i++) {
     const char *arg = argv[i];
@@ -65,7 +77,18 @@ int lp_cmd_run(int argc, char **argv) {
       opts.grpc_ca = value;
     else if (strcmp(arg, "--bizfly-cluster") == 0 && value)
       opts.bizfly_cluster = value;
-    else if (strcmp(arg, "--sim") == 0) {
+    else if (strcmp(arg, "--config") == 0 && value)
+      config = value;
+    else if (strcmp(arg, "--kubeconfig") == 0 && value)
+      opts.kubeconfig = value;
+    else if (strcmp(arg, "--cluster-id") == 0 && value)
+      opts.cluster_id = value;
+    else if (strcmp(arg, "--region") == 0 && value)
+      opts.region = value;
+    else if (strcmp(arg, "--leader-elect") == 0) {
+      opts.leader_elect = 1;
+      continue; /* takes no value */
+    } else if (strcmp(arg, "--sim") == 0) {
       opts.sim = 1;
       continue; /* takes no value */
     } else {
@@ -76,6 +99,7 @@ int lp_cmd_run(int argc, char **argv) {
     i++;
   }
   if (lp_cli_configure_logging(level, format) != 0) return 2;
+  if (config && lp_run_config_load(config, &opts.settings) != 0) return 2;
   if (metrics_addr &&
       lp_cli_parse_addr("--metrics-addr", metrics_addr, &metrics_host, &opts.metrics_port) != 0)
     return 2;

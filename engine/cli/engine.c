@@ -1,5 +1,6 @@
 #include "cli/engine.h"
 
+#include "cli/engine_kube.h"
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,26 +34,40 @@ typedef struct engine {
   lp_grpc_server *grpc;      /* --grpc-addr */
   lp_nodegroups *nodegroups; /* the NodeGroup contract behind it */
   lp_externalgrpc *externalgrpc;
+  engine_kube *kube; /* the controllers, when a Kubernetes API is configured */
+  int waiting_for_kube;
   int shutting_down;
   double shutdown_deadline;
 } engine;
 
 /* ---- health and metrics ------------------------------------------------------------------ */
 
+/* The loop answers, so it turns; only a wedged leader renew loop makes the process unhealthy. */
 static void serve_healthz(const lp_http_request *req, lp_http_response *res, void *ud) {
+  engine *e = ud;
+  if (e->kube && !engine_kube_healthy(e->kube)) {
+    static const char body[] = "leader election: the lease was not renewed in time\n";
+    lp_http_respond(res, 500, "text/plain; charset=utf-8", body, sizeof body - 1);
+    return;
+  }
   lp_http_respond(res, 200, "text/plain; charset=utf-8", "ok\n", 3);
 }
 
 static void serve_readyz(const lp_http_request *req, lp_http_response *res, void *ud) {
   engine *e = ud;
   int scripts_ok = e->scripts != NULL;
-  int ready = scripts_ok && !e->shutting_down;
+  int caches_ok = !e->kube || engine_kube_ready(e->kube);
+  int ready = scripts_ok && caches_ok && !e->shutting_down;
   char body[256];
   int n;
   if (strstr(req->query, "verbose")) {
-    n = snprintf(body, sizeof body, "[%c]scripts %s\n[%c]shutdown %s\nreadyz check %s\n",
-                 scripts_ok ? '+' : '-', scripts_ok ? "ok" : "failed", e->shutting_down ? '-' : '+',
-                 e->shutting_down ? "in progress" : "ok", ready ? "passed" : "failed");
+    n = snprintf(body, sizeof body, "[%c]scripts %s\n[%c]caches %s\n[%c]shutdown %s\nreadyz check %s\n",
+                 scripts_ok ? '+' : '-', scripts_ok ? "ok" : "failed", caches_ok ? '+' : '-',
+                 !e->kube    ? "ok (no controllers)"
+                 : caches_ok ? "synced"
+                             : "not synced yet",
+                 e->shutting_down ? '-' : '+', e->shutting_down ? "in progress" : "ok",
+                 ready ? "passed" : "failed");
   } else {
     n = snprintf(body, sizeof body, "%s\n", ready ? "ok" : "not ready");
   }
@@ -88,6 +103,20 @@ static void sim_closed(void *ud) {
   lp_http_client_close(e->http, http_client_closed, e);
 }
 
+/* The simulators and the HTTP client go last: the controllers' requests need them until they stop. */
+static void close_simulators(engine *e) {
+  if (e->sim)
+    lp_sim_close(e->sim, sim_closed, e);
+  else
+    sim_closed(e);
+}
+
+static void kube_stopped(void *ud) {
+  engine *e = ud;
+  e->kube = NULL;
+  if (e->waiting_for_kube) close_simulators(e);
+}
+
 static void grpc_closed(void *ud) {
   engine *e = ud;
   e->grpc = NULL;
@@ -95,10 +124,11 @@ static void grpc_closed(void *ud) {
   lp_nodegroups_free(e->nodegroups);
   e->externalgrpc = NULL;
   e->nodegroups = NULL;
-  if (e->sim)
-    lp_sim_close(e->sim, sim_closed, e);
-  else
-    sim_closed(e);
+  if (e->kube) {
+    e->waiting_for_kube = 1; /* kube_stopped continues */
+    return;
+  }
+  close_simulators(e);
 }
 
 /* The NodeGroup operations cancelled by the script host's close end on the next loop turns. */
@@ -126,13 +156,17 @@ static void drain_tick(uv_timer_t *t) {
   if (in_flight > 0)
     lp_warn(LOGGER, "shutdown deadline reached, cancelling script calls",
             LPF_INT("in_flight", (long long)in_flight));
-  if (e->nodegroups) lp_nodegroups_shutdown(e->nodegroups); /* no new script calls from here on */
+  /* no new script calls from here on */
+  if (e->nodegroups) lp_nodegroups_shutdown(e->nodegroups);
+  if (e->kube) engine_kube_shutdown_cloud(e->kube);
   lp_script_host_close(e->scripts, scripts_closed, e);
 }
 
 static void server_closed(void *ud) {
   engine *e = ud;
   e->server = NULL;
+  /* the controllers stop taking keys now; reconciles awaiting script calls end by the deadline */
+  if (e->kube) engine_kube_stop(e->kube, kube_stopped, e);
   uv_timer_start(&e->drain, drain_tick, 0, 50);
 }
 
@@ -262,6 +296,27 @@ static int start_externalgrpc(engine *e, const lp_engine_options *opts) {
   return 0;
 }
 
+/* The in-cluster controller, when a Kubernetes API is configured (--sim names the simulator's). */
+static int start_controllers(engine *e, const lp_engine_options *opts) {
+  engine_kube_options kopts = {
+      .kubeconfig = opts->kubeconfig,
+      .sim_server = e->sim ? lp_sim_url(e->sim, "kubernetes") : NULL,
+      .leader_elect = opts->leader_elect,
+      .cluster_id = opts->cluster_id ? opts->cluster_id : (e->sim ? "luaprov-sim" : NULL),
+      .region = opts->region ? opts->region : (e->sim ? "cn-hangzhou" : NULL),
+      .alibaba_endpoint = e->sim ? lp_sim_url(e->sim, "alibaba") : NULL,
+      .ca_file = opts->ca_file,
+      .settings = opts->settings,
+  };
+  if (!engine_kube_wanted(&kopts)) {
+    lp_info(LOGGER, "no Kubernetes API configured: the controllers are off",
+            LPF_STR("fix", "pass --kubeconfig, run in a cluster, or use --sim"));
+    return 0;
+  }
+  e->kube = engine_kube_start(&e->loop, e->scripts, &kopts);
+  return e->kube ? 0 : -1;
+}
+
 int lp_engine_run(const lp_engine_options *opts) {
   engine e;
   memset(&e, 0, sizeof e);
@@ -314,6 +369,7 @@ int lp_engine_run(const lp_engine_options *opts) {
     return 1;
   }
   if (opts->grpc_host && start_externalgrpc(&e, opts) != 0) return 1;
+  if (start_controllers(&e, opts) != 0) return 1;
 
   uv_timer_init(&e.loop, &e.drain);
   e.drain.data = &e;

@@ -5,6 +5,8 @@
 #ifndef LUAPROV_CLI_ENGINE_H
 #define LUAPROV_CLI_ENGINE_H
 
+#include "controller/controller.h"
+
 typedef struct lp_engine_options {
   const char *scripts_dir;      /* operator tree; NULL = defaults only */
   const char *metrics_host;     /* NULL = 127.0.0.1 */
@@ -21,6 +23,13 @@ typedef struct lp_engine_options {
   const char *grpc_cert, *grpc_key, *grpc_ca;
   const char
       *bizfly_cluster; /* ctx.cluster of the NodeGroup mapping; NULL = $CLUSTER_NAME, or the simulator's */
+  /* The in-cluster controller: the Kubernetes API from --kubeconfig, or in-cluster when
+   * KUBERNETES_SERVICE_HOST is set, or the simulator with --sim; none of them = no controllers. */
+  const char *kubeconfig;
+  int leader_elect;
+  const char *cluster_id;    /* NULL = $CLUSTER_ID ("luaprov-sim" with --sim) */
+  const char *region;        /* NULL = $REGION_ID ("cn-hangzhou" with --sim) */
+  lp_ctrl_settings settings; /* --config; zeros = defaults */
 } lp_engine_options;
 
 /* Runs until shut down. Returns the process exit status: 0 after a clean shutdown, 1 when the

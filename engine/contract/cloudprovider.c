@@ -97,6 +97,12 @@ static void call_done(const lp_task_result *r, void *ud) {
 }
 
 void cp_call(op *o, const char *module, const char *function, json_t *args, step_fn next) {
+  if (o->cp->shut_down) {
+    json_decref(args);
+    cp_fail_soon(
+        o, lp_error_new("ShuttingDown", "%s.%s not called: the engine is shutting down", module, function));
+    return;
+  }
   call_ctx *c = lp_xmalloc(sizeof *c);
   c->o = o;
   c->next = next;
@@ -181,12 +187,17 @@ static void timer_closed(uv_handle_t *h) {
   free(h);
 }
 
-void lp_cloudprovider_free(lp_cloudprovider *cp) {
-  if (!cp) return;
+void lp_cloudprovider_shutdown(lp_cloudprovider *cp) {
+  cp->shut_down = 1;
   if (cp->refresh_timer) {
     uv_close((uv_handle_t *)cp->refresh_timer, timer_closed);
     cp->refresh_timer = NULL;
   }
+}
+
+void lp_cloudprovider_free(lp_cloudprovider *cp) {
+  if (!cp) return;
+  lp_cloudprovider_shutdown(cp);
   cp->freed = 1;
   if (cp->refreshing == 0) destroy(cp);
 }

@@ -45,6 +45,11 @@ lp_cloudprovider *lp_cloudprovider_new(const lp_cloudprovider_config *cfg);
  * in flight finishes on its own (the provider's memory goes with it). */
 void lp_cloudprovider_free(lp_cloudprovider *cp);
 
+/* Before the script host closes: operations started from now on fail at once (on a later loop turn)
+ * with code "ShuttingDown", and the background refresh stops. Operations in flight are not touched
+ * (closing the host cancels them). */
+void lp_cloudprovider_shutdown(lp_cloudprovider *cp);
+
 /* "alibabacloud" (the mapping's name), valid while the provider lives. */
 const char *lp_cloudprovider_name(lp_cloudprovider *cp);
 /* [{"group", "version", "kind"}] of the node classes this provider serves; caller decrefs. */
@@ -79,5 +84,19 @@ typedef struct lp_cp_outcome {
 } lp_cp_outcome;
 void lp_cp_outcome_store(json_t *value, lp_error *err, void *outcome);
 void lp_cp_outcome_wait(uv_loop_t *loop, lp_cp_outcome *outcome);
+
+/* ---- ECSNodeClass status (cloudprovider_nodeclass.c) ------------------------------------- */
+
+/* Resolves the class's selector terms (object borrowed) through the mapping's
+ * resolve_nodeclass(ctx, nodeclass). Value: the status to write, checked to be an object with the
+ * arrays vSwitches, securityGroups, images and conditions (each {type, status True|False|Unknown,
+ * reason?, message?}) plus whatever else the mapping adds; anything else is a Contract error naming
+ * the script. The mapping reports cloud API failures as conditions (status Unknown), so an error here
+ * means the call itself failed (script error, budget, Contract). */
+void lp_cp_resolve_nodeclass(lp_cloudprovider *cp, const json_t *nodeclass, lp_cp_done_fn done, void *ud);
+
+/* Value: {"hash": "...", "version": "..."}, the mapping's nodeclass_hash(nodeclass) (object borrowed):
+ * the values of the ecsnodeclass-hash and -hash-version annotations (shapes.h). No cloud call. */
+void lp_cp_nodeclass_hash(lp_cloudprovider *cp, const json_t *nodeclass, lp_cp_done_fn done, void *ud);
 
 #endif

@@ -136,7 +136,6 @@ static void provider_id_done(op *o, json_t *values, lp_error *err) {
     return;
   }
   json_t *claim = lp_nodeclaim_for_instance(o->nodeclaim, o->instance, o->chosen_type, pid);
-  json_decref(values);
   json_t *annotations = json_object_get(json_object_get(claim, "metadata"), "annotations");
   if (!json_is_object(annotations)) {
     annotations = json_object();
@@ -158,6 +157,7 @@ static void provider_id_done(op *o, json_t *values, lp_error *err) {
                                json_string_value(json_object_get(o->instance, "id")), missing);
     free(missing);
     json_decref(claim);
+    json_decref(values);
     cp_finish(o, NULL, e);
     return;
   }
@@ -168,6 +168,7 @@ static void provider_id_done(op *o, json_t *values, lp_error *err) {
       LPF_STR("provider_id", pid),
       LPF_STR("instance_type", json_string_value(json_object_get(o->instance, "instance_type"))),
       LPF_STR("zone", json_string_value(json_object_get(o->instance, "zone"))));
+  json_decref(values); /* pid points into it */
   cp_finish(o, claim, NULL);
 }
 

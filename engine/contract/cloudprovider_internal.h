@@ -23,6 +23,7 @@ struct lp_cloudprovider {
   uv_timer_t *refresh_timer;
   unsigned refreshing; /* background GetInstanceTypes in flight */
   int freed;           /* lp_cloudprovider_free ran; the last background call frees the struct */
+  int shut_down;       /* lp_cloudprovider_shutdown ran: no script call starts any more */
 };
 
 /* Remembers the class for the background refresh (and starts it on first use). */

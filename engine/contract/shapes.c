@@ -269,6 +269,10 @@ json_t *lp_nodeclaim_for_instance(const json_t *template_claim, const json_t *in
   const json_t *name = json_object_get(tags, "karpenter.sh/nodeclaim");
   if (nonempty_string(name) && !json_object_get(metadata, "name"))
     json_object_set(metadata, "name", (json_t *)name);
+  /* a listed instance is as old as its launch (garbage collection's grace period counts from it) */
+  const json_t *launched = json_object_get(instance, "launch_time");
+  if (nonempty_string(launched) && !json_object_get(metadata, "creationTimestamp"))
+    json_object_set(metadata, "creationTimestamp", (json_t *)launched);
 
   json_t *status = object_at(claim, "status");
   json_object_set_new(status, "providerID", json_string(provider_id));

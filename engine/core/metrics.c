@@ -260,6 +260,12 @@ static lp_metric *register_family(lp_metrics *m, metric_kind kind, const char *n
   return f;
 }
 
+lp_metric *lp_metrics_find(lp_metrics *m, const char *name) {
+  for (lp_metric *f = m->first; f; f = f->next)
+    if (strcmp(f->name, name) == 0) return f;
+  return NULL;
+}
+
 lp_metric *lp_metrics_counter(lp_metrics *m, const char *name, const char *help,
                               const char *const *label_names) {
   return register_family(m, KIND_COUNTER, name, help, label_names, NULL, 0);

@@ -51,6 +51,9 @@ void lp_gauge_set(lp_metric *g, const char *const *label_values, double value);
 void lp_gauge_add(lp_metric *g, const char *const *label_values, double delta);
 void lp_histogram_observe(lp_metric *h, const char *const *label_values, double value);
 
+/* The family registered under name, or NULL (tests read values through it). */
+lp_metric *lp_metrics_find(lp_metrics *m, const char *name);
+
 /* Current value of a counter or gauge series, or the count of a histogram series; 0 when the series
  * does not exist yet. For tests and for the engine's own decisions (e.g. reload status). */
 double lp_metric_value(lp_metric *metric, const char *const *label_values);

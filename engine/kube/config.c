@@ -257,6 +257,14 @@ lp_kube_config *lp_kube_config_load_file(const char *path, lp_error **err) {
   return cfg;
 }
 
+lp_kube_config *lp_kube_config_for_server(const char *server, const char *namespace) {
+  lp_kube_config *cfg = lp_xcalloc(1, sizeof *cfg);
+  cfg->server = lp_xstrdup(server);
+  cfg->namespace = namespace ? lp_xstrdup(namespace) : NULL;
+  cfg->source = lp_xstrdup(server);
+  return cfg;
+}
+
 lp_kube_config *lp_kube_config_in_cluster(const char *sa_dir, lp_error **err) {
   const char *host = getenv("KUBERNETES_SERVICE_HOST"), *port = getenv("KUBERNETES_SERVICE_PORT");
   if (!host || !*host || !port || !*port) {

@@ -42,6 +42,11 @@ typedef struct lp_kube_config {
  * lp_kube_config_free. */
 lp_kube_config *lp_kube_config_load_file(const char *path, lp_error **err);
 
+/* A config for server (copied) with no credentials and the system trust: the in-process Kubernetes
+ * API simulator of `luaprov run --sim`, or an API behind a local authenticating proxy (kubectl proxy).
+ * Never fails; free it with lp_kube_config_free. */
+lp_kube_config *lp_kube_config_for_server(const char *server, const char *namespace);
+
 /* In-cluster configuration: KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT (both required; an
  * IPv6 host is bracketed), token and ca.crt (and namespace, optional) from sa_dir, NULL meaning
  * /var/run/secrets/kubernetes.io/serviceaccount. Returns NULL and fills err (code "InvalidConfig")

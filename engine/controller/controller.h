@@ -1,0 +1,161 @@
+/* The controller framework: what every reconciler (nodeclass.c, lifecycle*.c, termination.c, gc.c) is
+ * built from, and the shared view of the cluster they read (controller-runtime's manager, cut down).
+ *
+ * A controller is a definition (lp_controller_def: a name, a reconcile function, which changes enqueue
+ * which keys) run by the manager (manager.h) with its own workqueue (kube/workqueue.h). Reconciles read
+ * the cluster from the manager's informer caches (lp_env_get, lp_env_index_*) and write through the
+ * Kubernetes client (lp_env_kube) and the CloudProvider contract (lp_env_cloud). Writes carry the
+ * cached object's resourceVersion (optimistic concurrency), so a reconcile that acted on a stale cache
+ * gets a 409 Conflict and runs again once the cache has caught up: no sleep after writes is needed.
+ *
+ * Keys are the informers' ("name" for cluster-scoped objects, "namespace/name" otherwise); a
+ * controller's keys are of its primary kind, or its singleton key.
+ *
+ * Every reconcile ends with exactly one lp_controller_done. The framework counts
+ * luaprov_controller_reconciles_total{controller, result="success|error|requeue"} and logs each error
+ * (logger "controller.<name>", fields controller, key, code, error) before retrying it with the
+ * workqueue's per-key backoff.
+ * Loop thread only. */
+#ifndef LUAPROV_CONTROLLER_H
+#define LUAPROV_CONTROLLER_H
+
+#include <jansson.h>
+#include <uv.h>
+
+#include "contract/cloudprovider.h"
+#include "core/error.h"
+#include "core/metrics.h"
+#include "kube/client.h"
+
+/* The resources the manager keeps cached. */
+typedef enum {
+  LP_KIND_NODECLAIM = 0, /* karpenter.sh/v1 nodeclaims */
+  LP_KIND_NODE,          /* v1 nodes */
+  LP_KIND_NODEPOOL,      /* karpenter.sh/v1 nodepools */
+  LP_KIND_NODECLASS,     /* karpenter.k8s.alibabacloud/v1alpha1 ecsnodeclasses */
+  LP_KIND_POD,           /* v1 pods, every namespace */
+  LP_KIND_COUNT,
+  LP_KIND_NONE = LP_KIND_COUNT /* a controller with no primary kind (a singleton) */
+} lp_kind;
+
+/* Secondary lookups the manager keeps current with the caches. */
+typedef enum {
+  LP_INDEX_NODE_BY_PROVIDER_ID = 0,  /* spec.providerID -> node keys */
+  LP_INDEX_NODECLAIM_BY_PROVIDER_ID, /* status.providerID -> nodeclaim keys */
+  LP_INDEX_NODECLAIM_BY_NODECLASS,   /* spec.nodeClassRef.name -> nodeclaim keys */
+  LP_INDEX_POD_BY_NODE,              /* spec.nodeName -> pod keys */
+  LP_INDEX_COUNT
+} lp_index;
+
+/* Tunables; zeros take the defaults given (Karpenter's where it has one). */
+typedef struct lp_ctrl_settings {
+  double launch_timeout_s;       /* 300: Launched not True this long after its condition appeared */
+  double registration_timeout_s; /* 900: Registered not True this long after Launched */
+  double gc_interval_s;          /* 120: how often instances and NodeClaims are compared */
+  double gc_leak_grace_s;        /* 60: an instance with no NodeClaim younger than this is left alone */
+  double nodeclass_resync_s;     /* 300: how often a Ready ECSNodeClass is resolved again */
+  double drain_requeue_s;        /* 1: while pods are being evicted */
+  double terminate_requeue_s;    /* 5: while the instance is shutting down */
+  unsigned workers;              /* 10: reconciles at once per controller */
+} lp_ctrl_settings;
+
+/* The settings with every zero replaced by its default. */
+lp_ctrl_settings lp_ctrl_settings_resolve(const lp_ctrl_settings *s);
+
+typedef struct lp_ctrl_env lp_ctrl_env; /* owned by the manager */
+typedef struct lp_controller lp_controller;
+
+typedef struct lp_controller_def {
+  const char *name;          /* "nodeclaim.lifecycle": queue name, logger suffix, metrics label */
+  lp_kind primary;           /* its keys: every change of this kind enqueues the object's key; LP_KIND_NONE
+                                for a singleton */
+  const char *singleton_key; /* LP_KIND_NONE only: the one key ("gc"), enqueued at start */
+  double resync_s; /* > 0: every key of the primary kind (or the singleton) is enqueued this often */
+  /* Optional: changes of any kind (primary included) that should enqueue keys besides the default,
+   * with lp_controller_enqueue. old_obj is NULL on add, new_obj NULL on delete (both borrowed). */
+  void (*on_change)(lp_controller *c, lp_kind kind, const json_t *old_obj, const json_t *new_obj);
+  /* Reconciles key; must end, now or later, with lp_controller_done(c, key, ...). The key is owned by
+   * the framework and valid until then. The cached object may be gone (deleted): handle that. */
+  void (*reconcile)(lp_controller *c, const char *key);
+  /* Optional per-controller state, made when the controller starts and freed when it stops (after
+   * its last reconcile ended). */
+  void *(*state_new)(lp_controller *c);
+  void (*state_free)(void *state);
+} lp_controller_def;
+
+/* ---- used by reconcilers ----------------------------------------------------------------- */
+
+lp_ctrl_env *lp_controller_env(lp_controller *c);
+void *lp_controller_state(lp_controller *c);
+const char *lp_controller_name(const lp_controller *c);
+/* "controller.<name>", the logger every line of this controller uses. */
+const char *lp_controller_logger(const lp_controller *c);
+
+/* Adds key to this controller's queue (deduplicated; ignored once the controller stops). */
+void lp_controller_enqueue(lp_controller *c, const char *key);
+/* Adds key after seconds. */
+void lp_controller_enqueue_after(lp_controller *c, const char *key, double seconds);
+
+/* Ends the reconcile of key. err (owned, freed here) NULL = success; otherwise it is logged and the key
+ * retried with backoff. requeue_after_s > 0 (on success) reconciles the key again after that delay
+ * (polling something the caches cannot tell: an instance shutting down, a drain in progress). */
+void lp_controller_done(lp_controller *c, const char *key, lp_error *err, double requeue_after_s);
+
+/* ---- the shared view --------------------------------------------------------------------- */
+
+uv_loop_t *lp_env_loop(lp_ctrl_env *env);
+lp_kube_client *lp_env_kube(lp_ctrl_env *env);
+lp_cloudprovider *lp_env_cloud(lp_ctrl_env *env);
+lp_metrics *lp_env_metrics(lp_ctrl_env *env);
+const lp_ctrl_settings *lp_env_settings(lp_ctrl_env *env);
+
+/* The resource of kind (group, version, plural; no namespace or name). Static storage. */
+const lp_kube_ref *lp_kind_ref(lp_kind kind);
+/* ref for the object of kind at key ("ns/name" or "name"); key must outlive the ref's use, and buf
+ * (at least strlen(key) + 1 bytes) holds the split namespace. */
+lp_kube_ref lp_kind_ref_for(lp_kind kind, const char *key, char *buf);
+
+/* The cached object of kind at key, borrowed (valid until the cache changes that key; json_incref to
+ * keep across an await), or NULL. */
+json_t *lp_env_get(lp_ctrl_env *env, lp_kind kind, const char *key);
+/* Calls fn for every cached object of kind (borrowed). fn must not change the caches. */
+void lp_env_each(lp_ctrl_env *env, lp_kind kind, void (*fn)(const char *key, json_t *obj, void *ud),
+                 void *ud);
+size_t lp_env_count(lp_ctrl_env *env, lp_kind kind);
+/* Calls fn for each object whose indexed value is value (borrowed key and object). Returns how many. */
+size_t lp_env_index_each(lp_ctrl_env *env, lp_index idx, const char *value,
+                         void (*fn)(const char *key, json_t *obj, void *ud), void *ud);
+/* The first object indexed under value, or NULL; *count (may be NULL) gets how many there are. */
+json_t *lp_env_index_first(lp_ctrl_env *env, lp_index idx, const char *value, size_t *count);
+
+/* Records a Kubernetes Event about involved (borrowed; a cached object) — type "Normal" or "Warning",
+ * reason in CamelCase — in its namespace ("default" for cluster-scoped objects), source component
+ * "luaprov". Fire and forget: a failure is logged at debug level. The same (object uid, reason,
+ * message) is recorded at most once per 10 minutes, as client-go's event correlator spams less. */
+void lp_env_event(lp_ctrl_env *env, const json_t *involved, const char *type, const char *reason,
+                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
+/* ---- object helpers ---------------------------------------------------------------------- */
+
+/* metadata.name / metadata.uid / metadata.resourceVersion of obj, or NULL. Borrowed. */
+const char *lp_obj_name(const json_t *obj);
+const char *lp_obj_uid(const json_t *obj);
+const char *lp_obj_resource_version(const json_t *obj);
+/* Non-zero when metadata.deletionTimestamp is set. */
+int lp_obj_deleting(const json_t *obj);
+/* Non-zero when metadata.finalizers holds name. */
+int lp_obj_has_finalizer(const json_t *obj, const char *name);
+/* A new JSON array: obj's finalizers with name added (add != 0) or removed. */
+json_t *lp_obj_finalizers_with(const json_t *obj, const char *name, int add);
+/* A string at a dotted path ("status.providerID", "spec.nodeClassRef.name"), borrowed, or NULL. */
+const char *lp_obj_str(const json_t *obj, const char *dotted_path);
+
+/* A Go duration ("90s", "1m30s", "1h", "500ms", "1.5h") in seconds; < 0 when s is not one. */
+double lp_duration_parse(const char *s);
+
+/* RFC 3339 UTC with seconds ("2026-11-30T06:01:36Z") for wall time t; out has >= 21 bytes. */
+void lp_rfc3339(double t, char out[21]);
+/* Parses RFC 3339 (fraction and offset allowed) into epoch seconds; < 0 on failure. */
+double lp_rfc3339_parse(const char *s);
+
+#endif

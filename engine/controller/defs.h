@@ -1,0 +1,12 @@
+/* The engine's controllers (one file each); the manager runs lp_controllers_default, tests pick. */
+#ifndef LUAPROV_CONTROLLER_DEFS_H
+#define LUAPROV_CONTROLLER_DEFS_H
+
+#include "controller/controller.h"
+
+extern const lp_controller_def lp_nodeclass_controller;           /* nodeclass.c */
+extern const lp_controller_def lp_nodeclaim_lifecycle_controller; /* lifecycle.c */
+extern const lp_controller_def lp_termination_controller;         /* termination.c */
+extern const lp_controller_def lp_gc_controller;                  /* gc.c */
+
+#endif

@@ -1,0 +1,269 @@
+/* The controller manager (manager.h): informers feeding indices and controllers, leader election
+ * deciding when the controllers run. */
+#include "controller/manager.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "controller/controller_internal.h"
+#include "core/log.h"
+#include "kube/leader.h"
+
+#define LOGGER "controller.manager"
+
+typedef struct informer_ud {
+  lp_controllers *m;
+  lp_kind kind;
+} informer_ud;
+
+struct lp_controllers {
+  lp_ctrl_env env;
+  const lp_controller_def *const *defs;
+  size_t ndefs;
+  lp_controller **running; /* ndefs entries while active, else NULL */
+  size_t closing;          /* controllers still stopping */
+  informer_ud informer_uds[LP_KIND_COUNT];
+  lp_leader *leader;
+  int leader_elect, leading, synced, stopping;
+  lp_metric *synced_gauge, *active_gauge;
+  uv_timer_t done_timer; /* runs on_done on a later loop turn */
+  int pending_stop;      /* parts of the shutdown still in progress */
+  void (*on_done)(void *ud);
+  void *on_done_ud;
+};
+
+static void maybe_start_controllers(lp_controllers *m);
+
+/* ---- informers ----------------------------------------------------------------------------- */
+
+static void fan_out(lp_controllers *m, lp_kind kind, const char *key, const json_t *old_obj,
+                    const json_t *new_obj) {
+  env_index_update(&m->env, kind, key, old_obj, new_obj);
+  if (!m->running) return;
+  for (size_t i = 0; i < m->ndefs; i++) {
+    const lp_controller_def *def = m->defs[i];
+    if (def->primary == kind) lp_controller_enqueue(m->running[i], key);
+    if (def->on_change) def->on_change(m->running[i], kind, old_obj, new_obj);
+  }
+}
+
+static void on_add(lp_informer *inf, json_t *obj, void *ud) {
+  (void)inf;
+  informer_ud *iu = ud;
+  char *key = lp_informer_key(obj);
+  if (key) fan_out(iu->m, iu->kind, key, NULL, obj);
+  free(key);
+}
+
+static void on_update(lp_informer *inf, json_t *old_obj, json_t *new_obj, void *ud) {
+  (void)inf;
+  informer_ud *iu = ud;
+  char *key = lp_informer_key(new_obj);
+  if (key) fan_out(iu->m, iu->kind, key, old_obj, new_obj);
+  free(key);
+}
+
+static void on_delete(lp_informer *inf, json_t *obj, void *ud) {
+  (void)inf;
+  informer_ud *iu = ud;
+  char *key = lp_informer_key(obj);
+  if (key) fan_out(iu->m, iu->kind, key, obj, NULL);
+  free(key);
+}
+
+static void on_synced(lp_informer *inf, void *ud) {
+  (void)inf;
+  lp_controllers *m = ((informer_ud *)ud)->m;
+  for (int k = 0; k < LP_KIND_COUNT; k++)
+    if (!lp_informer_synced(m->env.informers[k])) return;
+  m->synced = 1;
+  lp_gauge_set(m->synced_gauge, NULL, 1);
+  size_t counts[LP_KIND_COUNT];
+  for (int k = 0; k < LP_KIND_COUNT; k++) counts[k] = lp_informer_size(m->env.informers[k]);
+  lp_info(LOGGER, "caches synced", LPF_INT("nodeclaims", counts[LP_KIND_NODECLAIM]),
+          LPF_INT("nodes", counts[LP_KIND_NODE]), LPF_INT("nodepools", counts[LP_KIND_NODEPOOL]),
+          LPF_INT("nodeclasses", counts[LP_KIND_NODECLASS]), LPF_INT("pods", counts[LP_KIND_POD]));
+  maybe_start_controllers(m);
+}
+
+/* ---- controllers --------------------------------------------------------------------------- */
+
+typedef struct replay {
+  lp_controller *c;
+  lp_kind kind;
+} replay;
+
+static void replay_one(const char *key, json_t *obj, void *ud) {
+  (void)key;
+  replay *r = ud;
+  controller_def(r->c)->on_change(r->c, r->kind, NULL, obj);
+}
+
+/* Changes seen before the controllers ran (while listing, or as a standby) reach their on_change as
+ * adds, so a Node deleted while no engine led still finds its NodeClaim. */
+static void replay_cache(lp_controllers *m, lp_controller *c) {
+  if (!controller_def(c)->on_change) return;
+  for (int k = 0; k < LP_KIND_COUNT; k++) {
+    replay r = {c, (lp_kind)k};
+    lp_env_each(&m->env, (lp_kind)k, replay_one, &r);
+  }
+}
+
+static void maybe_start_controllers(lp_controllers *m) {
+  if (m->stopping || m->running || m->closing || !m->synced) return;
+  if (m->leader_elect && !m->leading) return;
+  m->running = lp_xcalloc(m->ndefs, sizeof *m->running);
+  for (size_t i = 0; i < m->ndefs; i++) {
+    m->running[i] = controller_start(m->defs[i], &m->env);
+    replay_cache(m, m->running[i]);
+  }
+  lp_gauge_set(m->active_gauge, NULL, 1);
+  lp_info(LOGGER, "controllers running", LPF_INT("controllers", (long long)m->ndefs));
+}
+
+static void finish_stop_part(lp_controllers *m);
+
+static void controller_closed(void *ud) {
+  lp_controllers *m = ud;
+  if (--m->closing > 0) return;
+  if (m->stopping)
+    finish_stop_part(m);
+  else
+    maybe_start_controllers(m); /* leadership may have come back meanwhile */
+}
+
+/* Stops every running controller; returns how many are closing (0 when none ran). */
+static size_t stop_controllers(lp_controllers *m) {
+  if (!m->running) return 0;
+  lp_controller **running = m->running;
+  m->running = NULL;
+  m->closing += m->ndefs;
+  lp_gauge_set(m->active_gauge, NULL, 0);
+  for (size_t i = 0; i < m->ndefs; i++) controller_stop(running[i], controller_closed, m);
+  free(running);
+  return m->ndefs;
+}
+
+/* ---- leader election ----------------------------------------------------------------------- */
+
+static void started_leading(lp_leader *le, void *ud) {
+  (void)le;
+  lp_controllers *m = ud;
+  m->leading = 1;
+  maybe_start_controllers(m);
+}
+
+static void stopped_leading(lp_leader *le, void *ud) {
+  (void)le;
+  lp_controllers *m = ud;
+  m->leading = 0;
+  if (!m->stopping) lp_warn(LOGGER, "lost the lease: controllers stop until it is won again");
+  stop_controllers(m);
+}
+
+static const char *leader_namespace(const lp_controllers_config *cfg) {
+  if (cfg->leader_namespace) return cfg->leader_namespace;
+  const char *ns = getenv("POD_NAMESPACE");
+  if (ns && *ns) return ns;
+  lp_kube_config *kc = lp_kube_client_config(cfg->kube);
+  return kc && kc->namespace ? kc->namespace : "kube-system";
+}
+
+/* ---- lifecycle ----------------------------------------------------------------------------- */
+
+lp_controllers *lp_controllers_start(const lp_controllers_config *cfg, lp_error **err) {
+  lp_controllers *m = lp_xcalloc(1, sizeof *m);
+  m->env.loop = cfg->loop;
+  m->env.kube = cfg->kube;
+  m->env.cloud = cfg->cloud;
+  m->env.metrics = cfg->metrics ? cfg->metrics : lp_metrics_default();
+  m->env.settings = lp_ctrl_settings_resolve(&cfg->settings);
+  env_init(&m->env);
+  m->defs = cfg->controllers;
+  while (m->defs[m->ndefs]) m->ndefs++;
+  m->leader_elect = cfg->leader_elect;
+  m->synced_gauge = lp_metrics_gauge(m->env.metrics, "luaprov_caches_synced",
+                                     "1 once every informer cache has listed.", LP_NO_LABELS);
+  m->active_gauge =
+      lp_metrics_gauge(m->env.metrics, "luaprov_controllers_active",
+                       "1 while this process runs the controllers (leading and synced).", LP_NO_LABELS);
+  lp_gauge_set(m->synced_gauge, NULL, 0);
+  lp_gauge_set(m->active_gauge, NULL, 0);
+  uv_timer_init(cfg->loop, &m->done_timer);
+  m->done_timer.data = m;
+  if (cfg->leader_elect) {
+    m->leader = lp_leader_start(cfg->kube,
+                                &(lp_leader_opts){.namespace = leader_namespace(cfg),
+                                                  .identity = cfg->leader_identity,
+                                                  .metrics = m->env.metrics,
+                                                  .on_started_leading = started_leading,
+                                                  .on_stopped_leading = stopped_leading,
+                                                  .ud = m},
+                                err);
+    if (!m->leader) {
+      uv_close((uv_handle_t *)&m->done_timer, NULL);
+      env_free(&m->env);
+      free(m);
+      return NULL;
+    }
+  }
+  lp_informer_handlers h = {
+      .on_add = on_add, .on_update = on_update, .on_delete = on_delete, .on_synced = on_synced};
+  for (int k = 0; k < LP_KIND_COUNT; k++) {
+    m->informer_uds[k] = (informer_ud){m, (lp_kind)k};
+    h.ud = &m->informer_uds[k];
+    m->env.informers[k] = lp_informer_start(cfg->kube, lp_kind_ref((lp_kind)k),
+                                            &(lp_informer_opts){.metrics = m->env.metrics}, &h);
+  }
+  return m;
+}
+
+int lp_controllers_synced(const lp_controllers *m) {
+  return m->synced;
+}
+int lp_controllers_active(const lp_controllers *m) {
+  return m->running != NULL;
+}
+int lp_controllers_healthy(const lp_controllers *m) {
+  return !m->leader || lp_leader_healthy(m->leader);
+}
+lp_ctrl_env *lp_controllers_env(lp_controllers *m) {
+  return &m->env;
+}
+
+static void done_timer_closed(uv_handle_t *h) {
+  lp_controllers *m = h->data;
+  void (*cb)(void *) = m->on_done;
+  void *ud = m->on_done_ud;
+  env_free(&m->env);
+  free(m);
+  if (cb) cb(ud);
+}
+
+static void finish_stop_part(lp_controllers *m) {
+  if (--m->pending_stop > 0) return;
+  for (int k = 0; k < LP_KIND_COUNT; k++) {
+    if (m->env.informers[k]) lp_informer_stop(m->env.informers[k]);
+    m->env.informers[k] = NULL;
+  }
+  uv_close((uv_handle_t *)&m->done_timer, done_timer_closed);
+}
+
+static void leader_stopped(void *ud) {
+  finish_stop_part(ud);
+}
+
+void lp_controllers_stop(lp_controllers *m, void (*on_done)(void *ud), void *ud) {
+  m->stopping = 1;
+  m->on_done = on_done;
+  m->on_done_ud = ud;
+  /* one part for this call, one per phase still running: controllers, then the Lease */
+  m->pending_stop = 1;
+  if (stop_controllers(m) > 0 || m->closing > 0) m->pending_stop++;
+  if (m->leader) {
+    m->pending_stop++;
+    lp_leader_stop(m->leader, 1, leader_stopped, m);
+    m->leader = NULL;
+  }
+  finish_stop_part(m);
+}
