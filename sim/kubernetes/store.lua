@@ -12,18 +12,24 @@ local json = luaprov.json
 
 local M = {}
 
--- group, version, plural, kind, namespaced, status subresource, short names.
+-- group, version, plural, kind, namespaced, status subresource, short names, categories, and the
+-- action subresources (a POST to pods/<name>/eviction) with the kind each takes.
 M.RESOURCES = {
   { group = "", version = "v1", name = "namespaces", kind = "Namespace", singular = "namespace",
     namespaced = false, status = true, short = { "ns" } },
   { group = "", version = "v1", name = "nodes", kind = "Node", singular = "node", namespaced = false,
     status = true, short = { "no" } },
   { group = "", version = "v1", name = "pods", kind = "Pod", singular = "pod", namespaced = true,
-    status = true, short = { "po" } },
+    status = true, short = { "po" }, categories = { "all" },
+    -- POST-only subresources, answered by another kind than the pod's
+    actions = { { name = "binding", group = "", version = "v1", kind = "Binding" },
+      { name = "eviction", group = "policy", version = "v1", kind = "Eviction" } } },
   { group = "", version = "v1", name = "events", kind = "Event", singular = "event", namespaced = true,
     short = { "ev" } },
   { group = "coordination.k8s.io", version = "v1", name = "leases", kind = "Lease", singular = "lease",
     namespaced = true },
+  { group = "policy", version = "v1", name = "poddisruptionbudgets", kind = "PodDisruptionBudget",
+    singular = "poddisruptionbudget", namespaced = true, status = true, short = { "pdb" } },
   { group = "karpenter.sh", version = "v1", name = "nodepools", kind = "NodePool", singular = "nodepool",
     namespaced = false, status = true, crd = true, categories = { "karpenter" } },
   { group = "karpenter.sh", version = "v1", name = "nodeclaims", kind = "NodeClaim", singular = "nodeclaim",
@@ -50,7 +56,7 @@ end
 local DEFAULT_LOG = 1000
 
 M.config = {}
-local objects, rv, uids, log, compacted, watchers
+local objects, rv, uids, log, compacted, watchers, changed_at
 
 function M.copy(value)
   return json.decode(json.encode(value))
@@ -59,17 +65,22 @@ end
 --- reset(): no objects but the namespaces every cluster has; the log and the watches are dropped.
 function M.reset()
   for id in pairs(watchers or {}) do luaprov.stream.close(id) end
-  objects, rv, uids, log, compacted, watchers = {}, 0, 0, {}, 0, {}
-  M.config = { bookmark_seconds = 60, event_log = DEFAULT_LOG }
+  objects, rv, uids, log, compacted, watchers, changed_at = {}, 0, 0, {}, 0, {}, {}
+  M.config = { bookmark_seconds = 60, event_log = DEFAULT_LOG, sync_seconds = 1 }
   for _, ns in ipairs { "default", "kube-system", "kube-node-lease" } do
     M.put(M.find("", "v1", "namespaces"), "", ns, {
-      apiVersion = "v1", kind = "Namespace", metadata = { name = ns },
+      apiVersion = "v1", kind = "Namespace",
+      metadata = { name = ns, uid = M.next_uid(), creationTimestamp = M.now(), generation = 1 },
       spec = { finalizers = { "kubernetes" } }, status = { phase = "Active" },
     }, "ADDED")
   end
 end
 
 function M.resource_version() return rv end
+
+--- last_change(res) -> the resourceVersion of the last change to any object of res (0: none yet), so
+-- the simulated cluster's actors skip work when what they read did not change.
+function M.last_change(res) return changed_at[res.id] or 0 end
 function M.compacted() return compacted end
 
 local function key(ns, name) return (ns or "") .. "/" .. name end
@@ -118,6 +129,7 @@ end
 -- watchers. kind is ADDED, MODIFIED or DELETED. Returns a copy of what was stored (or deleted).
 function M.put(res, ns, name, obj, kind)
   rv = rv + 1
+  changed_at[res.id] = rv
   obj.metadata.resourceVersion = tostring(rv)
   local by = objects[res.id]
   if not by then
@@ -126,7 +138,7 @@ function M.put(res, ns, name, obj, kind)
   end
   by[key(ns, name)] = kind ~= "DELETED" and obj or nil
   local line = watch_line(kind, obj)
-  log[#log + 1] = { rv = rv, res = res, object = obj, line = line }
+  log[#log + 1] = { rv = rv, res = res, type = kind, object = obj, line = line }
   local keep = M.config.event_log or DEFAULT_LOG
   if #log > keep then
     local drop = #log - keep
@@ -135,7 +147,9 @@ function M.put(res, ns, name, obj, kind)
     for i = #log - drop + 1, #log do log[i] = nil end
   end
   for id, w in pairs(watchers) do
-    if matches(w, res, obj) and not luaprov.stream.write(id, line) then watchers[id] = nil end
+    if matches(w, res, obj) and not luaprov.stream.write(id, w.render and w.render(kind, obj) or line) then
+      watchers[id] = nil
+    end
   end
   return M.copy(obj)
 end
@@ -147,12 +161,14 @@ function M.compact()
 end
 
 --- since(w, from) -> the lines of the changes after resourceVersion from that w wants, or nil when
--- from is older than the log.
+-- from is older than the log. A watcher with render(type, object) -> line gets its own lines (tables).
 function M.since(w, from)
   if from < compacted then return nil end
   local out = {}
   for _, e in ipairs(log) do
-    if e.rv > from and matches(w, e.res, e.object) then out[#out + 1] = e.line end
+    if e.rv > from and matches(w, e.res, e.object) then
+      out[#out + 1] = w.render and w.render(e.type, e.object) or e.line
+    end
   end
   return out
 end

@@ -16,6 +16,9 @@ echo
 echo "== CloudProvider against the Alibaba simulator"
 "$BUILD/spec/bench_cloudprovider"
 echo
+echo "== controllers: 5,000 NodeClaims and 5,000 Nodes in the informer caches"
+"$BUILD/spec/bench_controllers" 5000
+echo
 echo "== externalgrpc NodeGroup service (grpc-js client)"
 if [[ -d spec/grpc/node_modules/@grpc/grpc-js ]]; then
   node spec/bench/bench_nodegroup.js "$BUILD/luaprov"

@@ -217,14 +217,16 @@ local function grants(role, group, resource, verb)
   return false
 end
 for _, g in ipairs({
-  { "", "nodes", "delete" }, { "", "pods", "watch" }, { "", "pods/eviction", "create" }, { "", "events", "create" },
+  { "", "nodes", "delete" }, { "", "pods", "watch" }, { "", "pods", "delete" }, { "", "pods/eviction", "create" },
+  { "", "events", "create" },
   { "karpenter.sh", "nodeclaims", "create" }, { "karpenter.sh", "nodeclaims/status", "patch" },
   { "karpenter.sh", "nodepools", "watch" }, { "karpenter.k8s.alibabacloud", "ecsnodeclasses/status", "patch" },
   { "policy", "poddisruptionbudgets", "list" },
 }) do
   if not grants(cr, g[1], g[2], g[3]) then problem("ClusterRole luaprov does not grant %s %s/%s", g[3], g[1], g[2]) end
 end
-for _, v in ipairs({ "create", "update", "delete" }) do
+-- pods are deleted (termination past the grace period), never created or changed
+for _, v in ipairs({ "create", "update", "patch" }) do
   if grants(cr, "", "pods", v) then problem("ClusterRole luaprov may %s pods", v) end
 end
 if grants(cr, "karpenter.sh", "nodepools", "update") then problem("ClusterRole luaprov may edit NodePool specs") end

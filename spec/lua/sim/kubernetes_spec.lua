@@ -1,6 +1,8 @@
 -- The Kubernetes API simulator over real HTTP (`luaprov sim`): discovery, CRUD, conflicts,
--- finalizers, pagination, and watch streams (ended by timeoutSeconds) with bookmarks and 410.
+-- finalizers, pagination, watch streams (ended by timeoutSeconds) with bookmarks and 410, and the
+-- watch ticks that keep the simulated kubelet going when a client only watches.
 local luaprov = require "luaprov"
+local alibaba = require "sim.alibaba_support"
 
 local json = luaprov.json
 
@@ -13,7 +15,7 @@ local function read_all(path)
 end
 
 describe("kubernetes simulator", function()
-  local pid, out, err, url
+  local pid, out, err, url, cloud
 
   local function call(method, path, body, ctype)
     local res = assert(luaprov.http.request {
@@ -41,6 +43,7 @@ describe("kubernetes simulator", function()
       local line = read_all(out):match("^[^\n]*\n")
       if line then
         url = json.decode(line).kubernetes
+        cloud = { url = json.decode(line).alibaba }
         break
       end
       os.execute("sleep 0.02")
@@ -54,7 +57,10 @@ describe("kubernetes simulator", function()
     os.remove(err)
   end)
 
-  before_each(function() assert.equal(200, (call("POST", "/_sim/reset"))) end)
+  before_each(function()
+    alibaba.reset(cloud)
+    assert.equal(200, (call("POST", "/_sim/reset")))
+  end)
 
   it("serves discovery for the core group and the CRD groups", function()
     local _, api = call("GET", "/api")
@@ -197,6 +203,27 @@ describe("kubernetes simulator", function()
     end
     assert.equal(1, adds)
     assert.is_true(bookmarks >= 3, text)
+  end)
+
+  it("registers the node of a Running instance while a client only watches", function()
+    call("POST", "/_sim/config", { sync_seconds = 0.2 })
+    local tmp = os.tmpname()
+    os.execute(string.format("curl -sN '%s/api/v1/nodes?watch=1&timeoutSeconds=2' >%s &", url, tmp))
+    os.execute("sleep 0.3")
+    local launched = alibaba.ok(cloud, "ecs", "RunInstances", { RegionId = "cn-hangzhou", InstanceType = "ecs.g7.large",
+      ImageId = "aliyun_3_x64_20G_alibase_20240819.vhd", VSwitchId = "vsw-bp1simh0000001",
+      ["SecurityGroupIds.1"] = "sg-bp1sim0nodes00001" })
+    alibaba.admin(cloud, "POST", "/_sim/advance", { seconds = 15 })
+    os.execute("sleep 2")
+    local text = read_all(tmp)
+    os.remove(tmp)
+    local added
+    for line in text:gmatch("[^\n]+") do
+      local e = json.decode(line)
+      if e.type == "ADDED" then added = e.object end
+    end
+    assert.truthy(added, text)
+    assert.equal("cn-hangzhou." .. launched.InstanceIdSets.InstanceIdSet[1], added.spec.providerID)
   end)
 
   it("injects faults", function()
