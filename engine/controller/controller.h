@@ -34,6 +34,7 @@ typedef enum {
   LP_KIND_NODEPOOL,      /* karpenter.sh/v1 nodepools */
   LP_KIND_NODECLASS,     /* karpenter.k8s.alibabacloud/v1alpha1 ecsnodeclasses */
   LP_KIND_POD,           /* v1 pods, every namespace */
+  LP_KIND_DAEMONSET,     /* apps/v1 daemonsets: their pod templates are every new node's overhead */
   LP_KIND_COUNT,
   LP_KIND_NONE = LP_KIND_COUNT /* a controller with no primary kind (a singleton) */
 } lp_kind;

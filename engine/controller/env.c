@@ -39,6 +39,7 @@ static const lp_kube_ref kind_refs[LP_KIND_COUNT] = {
                            .version = "v1alpha1",
                            .resource = "ecsnodeclasses"},
     [LP_KIND_POD] = {.version = "v1", .resource = "pods"},
+    [LP_KIND_DAEMONSET] = {.group = "apps", .version = "v1", .resource = "daemonsets"},
 };
 
 const lp_kube_ref *lp_kind_ref(lp_kind kind) {

@@ -82,7 +82,8 @@ static void on_synced(lp_informer *inf, void *ud) {
   for (int k = 0; k < LP_KIND_COUNT; k++) counts[k] = lp_informer_size(m->env.informers[k]);
   lp_info(LOGGER, "caches synced", LPF_INT("nodeclaims", counts[LP_KIND_NODECLAIM]),
           LPF_INT("nodes", counts[LP_KIND_NODE]), LPF_INT("nodepools", counts[LP_KIND_NODEPOOL]),
-          LPF_INT("nodeclasses", counts[LP_KIND_NODECLASS]), LPF_INT("pods", counts[LP_KIND_POD]));
+          LPF_INT("nodeclasses", counts[LP_KIND_NODECLASS]), LPF_INT("pods", counts[LP_KIND_POD]),
+          LPF_INT("daemonsets", counts[LP_KIND_DAEMONSET]));
   maybe_start_controllers(m);
 }
 

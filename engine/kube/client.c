@@ -106,6 +106,10 @@ lp_kube_client *lp_kube_client_new(uv_loop_t *loop, lp_kube_config *cfg,
                                    const lp_http_client_options *http_opts, lp_error **err) {
   lp_http_client_options o = {0};
   if (http_opts) o = *http_opts;
+  /* Over HTTP/1.1 every watch holds a connection for minutes; the HTTP client's default of 16 per host
+   * would leave a controller's few informers, its workers and the leader's renewals queueing behind
+   * each other (a renewal stuck in that queue costs the lease). Over HTTP/2 they share one. */
+  if (!o.max_per_host) o.max_per_host = LP_KUBE_MAX_CONNECTIONS;
   o.ca_file = cfg->ca_file;
   o.client_cert_file = cfg->client_cert_file;
   o.client_key_file = cfg->client_key_file;

@@ -50,7 +50,8 @@ char *lp_kube_path(const char *group, const char *version, const char *resource,
                    const char *name, const char *subresource);
 
 /* Creates a client for cfg, which is borrowed and must outlive the client. http_opts may be NULL; its
- * TLS fields are replaced by the config's. Returns NULL with err (the HTTP client's error). */
+ * TLS fields are replaced by the config's, and max_per_host 0 means LP_KUBE_MAX_CONNECTIONS. Returns NULL
+ * with err (the HTTP client's error). */
 lp_kube_client *lp_kube_client_new(uv_loop_t *loop, lp_kube_config *cfg,
                                    const lp_http_client_options *http_opts, lp_error **err);
 
@@ -104,6 +105,7 @@ void lp_kube_update(lp_kube_client *c, const lp_kube_ref *ref, const char *subre
                     lp_kube_mutate_fn mutate, lp_kube_done_fn done, void *ud);
 
 #define LP_KUBE_UPDATE_ATTEMPTS 5
+#define LP_KUBE_MAX_CONNECTIONS 128 /* per API server; watches over HTTP/1.1 hold one each */
 #define LP_KUBE_LIST_LIMIT      500
 
 #endif

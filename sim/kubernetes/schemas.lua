@@ -80,6 +80,7 @@ local BODIES = {
   Namespace = resource_body(free(), free()),
   Node = resource_body(free(), free()),
   Pod = resource_body(free(), free()),
+  DaemonSet = resource_body(free(), free()),
   Event = event_body,
   Lease = resource_body(lease_spec),
   PodDisruptionBudget = resource_body(pdb_spec, free()),

@@ -28,6 +28,10 @@ M.RESOURCES = {
     short = { "ev" } },
   { group = "coordination.k8s.io", version = "v1", name = "leases", kind = "Lease", singular = "lease",
     namespaced = true },
+  -- DaemonSets only as objects (no pods are made from them): the provisioner reads their pod templates
+  -- for the overhead every new node carries.
+  { group = "apps", version = "v1", name = "daemonsets", kind = "DaemonSet", singular = "daemonset",
+    namespaced = true, status = true, short = { "ds" }, categories = { "all" } },
   { group = "policy", version = "v1", name = "poddisruptionbudgets", kind = "PodDisruptionBudget",
     singular = "poddisruptionbudget", namespaced = true, status = true, short = { "pdb" } },
   { group = "karpenter.sh", version = "v1", name = "nodepools", kind = "NodePool", singular = "nodepool",
