@@ -97,6 +97,15 @@ static void set_size_gauge(lp_informer *inf, size_t before) {
   lp_gauge_add(inf->m_objects, LP_LABELS(inf->metric), (double)json_object_size(inf->store) - (double)before);
 }
 
+/* What no controller reads but every object may carry, often larger than the rest of it: the
+ * server-side apply bookkeeping and kubectl's copy of the whole applied object. Dropped before an
+ * object is stored (controller-runtime's cache transform does the same). */
+static void trim(json_t *obj) {
+  json_t *md = json_object_get(obj, "metadata");
+  json_object_del(md, "managedFields");
+  json_object_del(json_object_get(md, "annotations"), "kubectl.kubernetes.io/last-applied-configuration");
+}
+
 /* ---- the watch ---- */
 
 static void on_event(lp_kube_watch *w, const char *type, json_t *obj, void *ud) {
@@ -111,6 +120,7 @@ static void on_event(lp_kube_watch *w, const char *type, json_t *obj, void *ud) 
     set_size_gauge(inf, before);
     deliver_delete(inf, obj);
   } else {
+    trim(obj);
     json_object_set_nocheck(inf->store, key, obj);
     set_size_gauge(inf, before);
     if (old_obj)
@@ -146,6 +156,7 @@ static void adopt(lp_informer *inf, json_t *items) {
   for (size_t i = 0; i < n; i++) {
     json_t *obj = json_array_get(items, i);
     keys[i] = lp_informer_key(obj);
+    trim(obj);
     if (keys[i]) json_object_set_nocheck(shadow, keys[i], obj);
   }
   json_t *old_store = inf->store;

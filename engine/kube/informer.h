@@ -15,6 +15,9 @@
  *             from the list. Unchanged objects are not reported again. Then the watch resumes from the
  *             relist's resourceVersion.
  *
+ * Stored objects lose metadata.managedFields and the kubectl.kubernetes.io/last-applied-configuration
+ * annotation (no controller reads them; they can be larger than the rest of the object).
+ *
  * Keys are client-go's: "namespace/name" for namespaced objects, "name" for cluster-scoped ones.
  * Objects handed to handlers, lp_informer_get and lp_informer_list are borrowed: valid until the
  * informer next changes that key (json_incref to keep them) and never to be modified.

@@ -289,25 +289,37 @@ int main(int argc, char **argv) {
                                                                          .cluster_id = "bench",
                                                                          .refresh_interval_s = -1});
   const lp_controller_def *const only_lifecycle[] = {&lp_nodeclaim_lifecycle_controller, NULL};
-  lp_metrics *metrics2 = lp_metrics_new();
-  m = start_manager(kc, cp, only_lifecycle, metrics2, 0);
-  lp_metric *reconciles = lp_metrics_find(metrics2, "luaprov_controller_reconciles_total");
-  t0 = lp_clock_monotonic();
-  double deadline = t0 + 120, total = 0;
-  while (lp_clock_monotonic() < deadline) {
-    total = lp_metric_value(reconciles, LP_LABELS("nodeclaim.lifecycle", "success")) +
-            lp_metric_value(reconciles, LP_LABELS("nodeclaim.lifecycle", "requeue")) +
-            lp_metric_value(reconciles, LP_LABELS("nodeclaim.lifecycle", "error"));
-    if (total >= (double)n_objects) break;
-    uv_run(&loop, UV_RUN_ONCE);
+  /* pass 1 brings the seeded objects in line (owner references, labels: writes); pass 2, after a
+   * restart of the manager, is the steady state: every NodeClaim read and compared, nothing written */
+  uv_timer_t tick; /* wakes the loop so the quiet second is noticed */
+  uv_timer_init(&loop, &tick);
+  uv_timer_start(&tick, (uv_timer_cb)(void (*)(void))uv_update_time, 50, 50);
+  for (int pass = 1; pass <= 2; pass++) {
+    lp_metrics *pm = lp_metrics_new();
+    m = start_manager(kc, cp, only_lifecycle, pm, 0);
+    lp_metric *reconciles = lp_metrics_find(pm, "luaprov_controller_reconciles_total");
+    t0 = lp_clock_monotonic();
+    double total = 0, last_change = t0;
+    while (lp_clock_monotonic() - last_change < 1.0 && lp_clock_monotonic() - t0 < 300) {
+      double now_total = lp_metric_value(reconciles, LP_LABELS("nodeclaim.lifecycle", "success")) +
+                         lp_metric_value(reconciles, LP_LABELS("nodeclaim.lifecycle", "requeue")) +
+                         lp_metric_value(reconciles, LP_LABELS("nodeclaim.lifecycle", "error"));
+      if (now_total != total) {
+        total = now_total;
+        last_change = lp_clock_monotonic();
+      }
+      uv_run(&loop, UV_RUN_ONCE);
+    }
+    dt = last_change - t0;
+    printf("lifecycle reconciles, %s: %.0f in %.3f s = %.0f reconciles/s (%.0f ended in error)\n",
+           pass == 1 ? "first pass (writes owner refs, labels)" : "steady state (reads only)   ", total, dt,
+           total / dt, lp_metric_value(reconciles, LP_LABELS("nodeclaim.lifecycle", "error")));
+    done = 0;
+    lp_controllers_stop(m, stopped, &done);
+    while (!done) uv_run(&loop, UV_RUN_ONCE);
+    lp_metrics_free(pm);
   }
-  dt = lp_clock_monotonic() - t0;
-  printf(
-      "lifecycle reconciles:      %.0f in %.3f s = %.0f reconciles/s (steady state; %.0f ended in error)\n",
-      total, dt, total / dt, lp_metric_value(reconciles, LP_LABELS("nodeclaim.lifecycle", "error")));
-  done = 0;
-  lp_controllers_stop(m, stopped, &done);
-  while (!done) uv_run(&loop, UV_RUN_ONCE);
+  uv_close((uv_handle_t *)&tick, NULL);
 
   lp_cloudprovider_free(cp);
   lp_script_host_close(scripts, NULL, NULL);
@@ -316,7 +328,6 @@ int main(int argc, char **argv) {
   uv_run(&loop, UV_RUN_DEFAULT);
   lp_kube_config_free(kcfg);
   lp_metrics_free(metrics);
-  lp_metrics_free(metrics2);
   kill(sim_pid, SIGTERM);
   waitpid(sim_pid, NULL, 0);
   return 0;

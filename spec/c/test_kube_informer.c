@@ -31,13 +31,24 @@ static struct {
   char events[1024]; /* "op name rv;" as handlers saw them */
   int synced_calls, synced_at_first_watch_event, stopped;
   int bad_query;
+  int untrimmed; /* objects handed over still carrying managedFields or kubectl's last-applied copy */
 } seen;
 
 /* ---- the fake API server ---- */
 
+/* Every pod carries the bookkeeping the informer drops before storing. */
 static json_t *pod(const char *name, const char *rv, const char *phase) {
-  return json_pack("{s:{s:s,s:s,s:s,s:{s:s}},s:{s:s}}", "metadata", "name", name, "namespace", "default",
-                   "resourceVersion", rv, "labels", "app", "web", "status", "phase", phase);
+  return json_pack("{s:{s:s,s:s,s:s,s:{s:s},s:[{s:s}],s:{s:s}},s:{s:s}}", "metadata", "name", name,
+                   "namespace", "default", "resourceVersion", rv, "labels", "app", "web", "managedFields",
+                   "manager", "kubectl", "annotations", "kubectl.kubernetes.io/last-applied-configuration",
+                   "{\"huge\":true}", "status", "phase", phase);
+}
+
+static void note_untrimmed(const json_t *obj) {
+  const json_t *md = json_object_get(obj, "metadata");
+  if (json_object_get(md, "managedFields") ||
+      json_object_get(json_object_get(md, "annotations"), "kubectl.kubernetes.io/last-applied-configuration"))
+    seen.untrimmed++;
 }
 
 static void reply_json(lp_http_response *res, json_t *obj) {
@@ -75,7 +86,8 @@ static void h_list(const lp_http_request *req, lp_http_response *res) {
 
 static const char watch1[] =
     "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"f\",\"namespace\":\"default\","
-    "\"resourceVersion\":\"101\"},\"status\":{\"phase\":\"Pending\"}}}\n"
+    "\"resourceVersion\":\"101\",\"managedFields\":[{\"manager\":\"kubectl\"}]},\"status\":{\"phase\":"
+    "\"Pending\"}}}\n"
     "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"a\",\"namespace\":\"default\","
     "\"resourceVersion\":\"102\"},\"status\":{\"phase\":\"Running\"}}}\n"
     "{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"102\"}}}\n"
@@ -146,6 +158,7 @@ static void on_add(lp_informer *i, json_t *obj, void *ud) {
   if (!seen.synced_at_first_watch_event && seen.watches)
     seen.synced_at_first_watch_event = lp_informer_synced(i);
   note("add", obj);
+  note_untrimmed(obj);
   char *key = lp_informer_key(obj);
   CHECK(lp_informer_get(i, key) == obj); /* the store holds the new state first */
   if (strcmp(key, "default/g") == 0) {   /* the relist's store, plus g */
@@ -163,6 +176,7 @@ static void on_add(lp_informer *i, json_t *obj, void *ud) {
 
 static void on_update(lp_informer *i, json_t *old_obj, json_t *new_obj, void *ud) {
   note("update", old_obj);
+  note_untrimmed(new_obj);
   size_t len = strlen(seen.events);
   snprintf(seen.events + len - 1, sizeof seen.events - len + 1, "->%s;",
            json_string_value(json_object_get(json_object_get(new_obj, "metadata"), "resourceVersion")));
@@ -261,6 +275,7 @@ static void test_informer_script(void) {
   CHECK_STR(seen.watch_rvs[0], "100");
   CHECK_STR(seen.watch_rvs[1], "200");
   CHECK_INT(seen.bad_query, 0);
+  CHECK_INT(seen.untrimmed, 0);
   CHECK_STR(store_at_g, "default/a=102 default/c=150 default/d=4 default/f=101 default/g=201 ");
 
   CHECK(metric("luaprov_informer_relists_total{resource=\"pods\"} ") == 1);
