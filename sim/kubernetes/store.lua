@@ -6,7 +6,6 @@
 -- and is appended to the event log as the exact line a watcher receives. The log keeps the last
 -- `event_log` changes; a watch from an older resourceVersion gets 410 Expired.
 local luaprov = require "luaprov"
-local clock = require "sim.clock"
 
 local json = luaprov.json
 
@@ -199,7 +198,11 @@ function M.drop_watches()
   return n
 end
 
-function M.now() return clock.iso8601() end
+--- now() -> the time the API server stamps on objects (creationTimestamp, deletionTimestamp, condition
+-- transitions): the engine's clock, not simulated time. Controllers compare these stamps with their
+-- own clock, as against a real API server; simulated time only moves what the clouds decide
+-- (instance boot, token expiry), so advancing it never puts Kubernetes timestamps in the future.
+function M.now() return luaprov.time.iso8601() end
 
 M.reset()
 

@@ -3,7 +3,6 @@
 -- built-in kinds (a node's STATUS and VERSION, a pod's READY and STATUS) and the CRDs' printer columns
 -- (examples/deploy/crds), so kubectl's output reads as it does against a cluster.
 local luaprov = require "luaprov"
-local clock = require "sim.clock"
 local jsonpath = require "sim.kubernetes.jsonpath"
 local wire = require "sim.kubernetes.wire"
 
@@ -18,7 +17,7 @@ M.VERSIONS = { v1 = true, v1beta1 = true }
 function M.age(timestamp)
   local t = type(timestamp) == "string" and luaprov.time.parse_iso8601(timestamp)
   if not t then return "<unknown>" end
-  local s = math.floor(clock.now() - t)
+  local s = math.floor(luaprov.time.now() - t)
   if s < 0 then return "0s" end
   if s < 120 then return s .. "s" end
   local m = s // 60
