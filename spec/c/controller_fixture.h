@@ -3,18 +3,23 @@
  * the simulated API, and the controller manager running the controllers a test names — all on one
  * loop, over real HTTP. Helpers run the loop until a condition holds, so tests read like a story:
  *
+ *   static const lp_controller_def *const only[] = {&lp_nodeclaim_lifecycle_controller, NULL};
  *   ctrl_fixture f;
- *   ctrl_fixture_start(&f, (const lp_controller_def *const[]){&lp_nodeclaim_lifecycle_controller, NULL},
- * NULL); ctrl_fixture_apply_defaults(&f);                      // ECSNodeClass "default" (Ready), NodePool
- * "default" json_decref(ctrl_kube(&f, "POST", "/apis/karpenter.sh/v1/nodeclaims", claim_json, NULL));
+ *   ctrl_fixture_start(&f, only, NULL);
+ *   ctrl_fixture_apply_defaults(&f); // ECSNodeClass "default", NodePool "default"
+ *   json_decref(ctrl_kube(&f, "POST", "/apis/karpenter.sh/v1/nodeclaims", claim_json, NULL));
  *   CHECK(ctrl_wait_for(&f, 10, launched, "nc-1"));
  *   ctrl_fixture_stop(&f);
+ *
+ * The Alibaba mapping's helpers (spec/c/mapping_fixture.h) come with it, e.g.
+ * mapping_resolved_nodeclass(f.scripts, f.sim) for the CloudProvider's calls.
  *
  * Header-only: each test is its own executable. */
 #ifndef LUAPROV_SPEC_CONTROLLER_FIXTURE_H
 #define LUAPROV_SPEC_CONTROLLER_FIXTURE_H
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +35,7 @@
 #include "core/log.h"
 #include "kube/client.h"
 #include "kube/config.h"
+#include "mapping_fixture.h"
 #include "sim_admin.h"
 
 typedef struct ctrl_fixture {
@@ -45,9 +51,21 @@ typedef struct ctrl_fixture {
   char kubeconfig_path[256];
 } ctrl_fixture;
 
+/* The manager's configuration over the fixture's loop, Kubernetes client, CloudProvider and metrics
+ * registry, running controllers (NULL-terminated); the rest (settings, leader election) is the
+ * caller's to fill in. */
+static inline lp_controllers_config ctrl_manager_config(ctrl_fixture *f,
+                                                        const lp_controller_def *const *controllers) {
+  return (lp_controllers_config){.loop = &f->loop,
+                                 .kube = f->kube,
+                                 .cloud = f->cloud,
+                                 .metrics = f->metrics,
+                                 .controllers = controllers};
+}
+
 /* Starts everything; controllers NULL-terminated (lp_controllers_default for all of them; a test naming
- * only some links only those), settings may be
- * NULL (defaults, but fast GC and timeouts are up to the test). Aborts when something cannot start. */
+ * only some links only those), settings may be NULL (defaults, but fast GC and timeouts are up to the
+ * test). Aborts when something cannot start. */
 static inline void ctrl_fixture_start(ctrl_fixture *f, const lp_controller_def *const *controllers,
                                       const lp_ctrl_settings *settings) {
   memset(f, 0, sizeof *f);
@@ -78,11 +96,7 @@ static inline void ctrl_fixture_start(ctrl_fixture *f, const lp_controller_def *
     abort();
   }
   f->metrics = lp_metrics_new();
-  lp_controllers_config cfg = {.loop = &f->loop,
-                               .kube = f->kube,
-                               .cloud = f->cloud,
-                               .metrics = f->metrics,
-                               .controllers = controllers};
+  lp_controllers_config cfg = ctrl_manager_config(f, controllers);
   if (settings) cfg.settings = *settings;
   f->manager = lp_controllers_start(&cfg, &err);
   if (!f->manager) {
@@ -121,29 +135,98 @@ static inline void ctrl_run_for(ctrl_fixture *f, double seconds) {
  * merge-patch for PATCH. Returns the decoded answer (caller decrefs) and the status in *status. */
 static inline json_t *ctrl_kube(ctrl_fixture *f, const char *method, const char *path, const char *body,
                                 long *status) {
-  char url[512];
-  snprintf(url, sizeof url, "%s%s", lp_sim_url(f->sim, "kubernetes"), path);
-  lp_http_header ct = {"Content-Type",
-                       strcmp(method, "PATCH") == 0 ? "application/merge-patch+json" : "application/json"};
-  lp_http_request_opts req = {.method = method,
-                              .url = url,
-                              .headers = &ct,
-                              .nheaders = 1,
-                              .body = body,
-                              .body_len = body ? strlen(body) : 0};
-  sim_admin_reply r = {0};
-  lp_http_client_request(f->http, &req, sim_admin_got_reply, &r);
-  while (!r.done) uv_run(&f->loop, UV_RUN_ONCE);
-  if (status) *status = r.status;
-  json_t *v = json_loads(r.body, JSON_DECODE_ANY, NULL);
-  free(r.body);
-  return v;
+  const char *content_type =
+      strcmp(method, "PATCH") == 0 ? "application/merge-patch+json" : "application/json";
+  return sim_request(&f->loop, f->http, f->sim, "kubernetes", method, path, content_type, body, status, NULL);
+}
+
+/* ctrl_kube with the body built like json_pack from fmt and what follows (fmt NULL: no body); the
+ * answer is dropped. Returns the status. */
+static inline long ctrl_kube_pack(ctrl_fixture *f, const char *method, const char *path, const char *fmt,
+                                  ...) {
+  char *body = NULL;
+  if (fmt) {
+    va_list ap;
+    va_start(ap, fmt);
+    json_t *v = json_vpack_ex(NULL, 0, fmt, ap);
+    va_end(ap);
+    body = json_dumps(v, JSON_COMPACT);
+    json_decref(v);
+  }
+  long status = 0;
+  json_decref(ctrl_kube(f, method, path, body, &status));
+  free(body);
+  return status;
+}
+
+/* GET path from the simulated Kubernetes API: the object (caller decrefs), or NULL unless 200. */
+static inline json_t *ctrl_get(ctrl_fixture *f, const char *path) {
+  long status = 0;
+  json_t *v = ctrl_kube(f, "GET", path, NULL, &status);
+  if (status == 200) return v;
+  json_decref(v);
+  return NULL;
+}
+
+/* A ctrl_wait_for condition: GET path (a const char *) answers 404. */
+static inline int ctrl_gone(ctrl_fixture *f, const void *path) {
+  return ctrl_kube_pack(f, "GET", path, NULL) == 404;
+}
+
+/* Non-zero when the NodeClaim named name has the condition type at status ("True", "False",
+ * "Unknown") and, unless reason is NULL, with that reason. */
+static inline int ctrl_claim_condition(ctrl_fixture *f, const char *name, const char *type,
+                                       const char *status, const char *reason) {
+  char path[256];
+  snprintf(path, sizeof path, "/apis/karpenter.sh/v1/nodeclaims/%s", name);
+  json_t *claim = ctrl_get(f, path);
+  json_t *cond = lp_condition_get(claim, type);
+  int ok = cond && lp_condition_is(claim, type, status) &&
+           (!reason || strcmp(json_string_value(json_object_get(cond, "reason")) ?: "", reason) == 0);
+  json_decref(claim);
+  return ok;
+}
+
+/* Non-zero when an Event in namespace default with reason is about the object named name. */
+static inline int ctrl_has_event(ctrl_fixture *f, const char *name, const char *reason) {
+  json_t *list = ctrl_get(f, "/api/v1/namespaces/default/events");
+  int found = 0;
+  size_t i;
+  json_t *ev;
+  json_array_foreach(json_object_get(list, "items"), i, ev) {
+    const char *who = lp_obj_str(ev, "involvedObject.name");
+    const char *why = json_string_value(json_object_get(ev, "reason"));
+    found |= who && why && strcmp(who, name) == 0 && strcmp(why, reason) == 0;
+  }
+  json_decref(list);
+  return found;
 }
 
 /* The simulators' admin API: service "alibaba" or "kubernetes". */
 static inline json_t *ctrl_admin(ctrl_fixture *f, const char *service, const char *method, const char *path,
                                  const char *body) {
   return sim_admin(&f->loop, f->http, f->sim, service, method, path, body);
+}
+
+/* The Alibaba simulator's state (GET /_sim/state: instances, calls); caller decrefs. */
+static inline json_t *ctrl_alibaba_state(ctrl_fixture *f) {
+  return ctrl_admin(f, "alibaba", "GET", "/_sim/state", NULL);
+}
+
+/* How many calls of action (e.g. "RunInstances") the Alibaba simulator has answered. */
+static inline long long ctrl_alibaba_calls(ctrl_fixture *f, const char *action) {
+  json_t *state = ctrl_alibaba_state(f);
+  long long n = mapping_sim_calls(state, action);
+  json_decref(state);
+  return n;
+}
+
+/* Non-zero while the simulated account still has the instance behind provider_id. */
+static inline int ctrl_instance_exists(ctrl_fixture *f, const char *provider_id) {
+  json_t *state = ctrl_alibaba_state(f);
+  int found = mapping_sim_instance(state, provider_id) != NULL;
+  json_decref(state);
+  return found;
 }
 
 /* Moves simulated time forward (instances boot, the kubelet registers). */
@@ -153,18 +236,16 @@ static inline void ctrl_advance(ctrl_fixture *f, double seconds) {
   json_decref(ctrl_admin(f, "alibaba", "POST", "/_sim/advance", body));
 }
 
-/* The ECSNodeClass "default" selecting the simulated account's vSwitches, security groups and image,
- * and the NodePool "default" using it. */
+/* The ECSNodeClass "default" selecting the simulated account's vSwitches, security groups and image
+ * (mapping_nodeclass), and the NodePool "default" using it. */
 static inline void ctrl_fixture_apply_defaults(ctrl_fixture *f) {
   long status = 0;
+  json_t *nodeclass = mapping_nodeclass("default", "luaprov-sim");
+  char *body = json_dumps(nodeclass, JSON_COMPACT);
   json_decref(
-      ctrl_kube(f, "POST", "/apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses",
-                "{\"apiVersion\":\"karpenter.k8s.alibabacloud/v1alpha1\",\"kind\":\"ECSNodeClass\","
-                "\"metadata\":{\"name\":\"default\"},\"spec\":{"
-                "\"vSwitchSelectorTerms\":[{\"tags\":{\"karpenter.sh/discovery\":\"luaprov-sim\"}}],"
-                "\"securityGroupSelectorTerms\":[{\"tags\":{\"karpenter.sh/discovery\":\"luaprov-sim\"}}],"
-                "\"imageSelectorTerms\":[{\"alias\":\"AlibabaCloudLinux3\"}]}}",
-                &status));
+      ctrl_kube(f, "POST", "/apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses", body, &status));
+  free(body);
+  json_decref(nodeclass);
   if (status != 201) fprintf(stderr, "create ECSNodeClass default: %ld\n", status);
   json_decref(ctrl_kube(f, "POST", "/apis/karpenter.sh/v1/nodepools",
                         "{\"apiVersion\":\"karpenter.sh/v1\",\"kind\":\"NodePool\",\"metadata\":{\"name\":"
@@ -176,28 +257,37 @@ static inline void ctrl_fixture_apply_defaults(ctrl_fixture *f) {
   if (status != 201) fprintf(stderr, "create NodePool default: %ld\n", status);
 }
 
+/* A ctrl_wait_for condition: the manager's cache has the ECSNodeClass named name (a const char *)
+ * with a Ready condition, whatever its status. */
+static inline int ctrl_nodeclass_has_ready(ctrl_fixture *f, const void *name) {
+  return lp_condition_get(lp_env_get(lp_controllers_env(f->manager), LP_KIND_NODECLASS, name), "Ready") !=
+         NULL;
+}
+
 /* The value of a metric in the manager's registry (0 when never set). */
 static inline double ctrl_metric(ctrl_fixture *f, const char *name, const char *const *labels) {
   lp_metric *m = lp_metrics_find(f->metrics, name);
   return m ? lp_metric_value(m, labels) : 0;
 }
 
-static inline void ctrl_fixture_stop_done(void *ud) {
+/* A done callback (lp_controllers_stop's) that sets the int ud points to. */
+static inline void ctrl_set_flag(void *ud) {
   *(int *)ud = 1;
+}
+
+/* Stops manager m (the fixture's or another one on its loop) and runs the loop until it has. */
+static inline void ctrl_stop_manager(ctrl_fixture *f, lp_controllers *m) {
+  int stopped = 0;
+  lp_controllers_stop(m, ctrl_set_flag, &stopped);
+  while (!stopped) uv_run(&f->loop, UV_RUN_ONCE);
 }
 
 /* Stops the manager and everything else, runs the loop dry. */
 static inline void ctrl_fixture_stop(ctrl_fixture *f) {
-  int stopped = 0;
-  lp_controllers_stop(f->manager, ctrl_fixture_stop_done, &stopped);
-  while (!stopped) uv_run(&f->loop, UV_RUN_ONCE);
+  ctrl_stop_manager(f, f->manager);
   lp_kube_client_close(f->kube, NULL, NULL);
   lp_cloudprovider_free(f->cloud);
-  lp_script_host_close(f->scripts, NULL, NULL);
-  lp_http_client_close(f->http, NULL, NULL);
-  lp_sim_close(f->sim, NULL, NULL);
-  uv_run(&f->loop, UV_RUN_DEFAULT);
-  uv_loop_close(&f->loop);
+  sim_fixture_stop(&f->loop, f->sim, f->http, f->scripts);
   lp_kube_config_free(f->kube_config);
   lp_metrics_free(f->metrics);
   unlink(f->kubeconfig_path);

@@ -1,5 +1,6 @@
 /* Helpers for C tests and benchmarks that drive an in-process simulator (engine/sim/sim.h) on their
- * own loop: its unsigned admin API (/_sim/...) through the engine's HTTP client. Header-only: each
+ * own loop: requests to its services (sim_request; spec/c/controller_fixture.h's ctrl_kube is one) and
+ * its unsigned admin API (/_sim/...: sim_admin), through the engine's HTTP client. Header-only: each
  * test is its own executable. */
 #ifndef LUAPROV_SPEC_SIM_ADMIN_H
 #define LUAPROV_SPEC_SIM_ADMIN_H
@@ -28,13 +29,16 @@ static void sim_admin_got_reply(lp_http_result *r, void *ud) {
   lp_http_result_free(r);
 }
 
-/* METHOD service/_sim/... with an optional JSON body; runs the loop until the answer is in and
- * returns it decoded (NULL when not JSON). A status >= 300 is printed to stderr. */
-static inline json_t *sim_admin(uv_loop_t *loop, lp_http_client *http, lp_sim *sim, const char *service,
-                                const char *method, const char *path, const char *body) {
-  char url[256];
+/* METHOD path on the simulated service ("alibaba", "kubernetes", ...) with an optional body of
+ * content_type; runs the loop until the answer is in and returns it decoded (NULL when not JSON), its
+ * status in *status when status is not NULL. With report, a status >= 300 is printed to stderr as
+ * "report METHOD path -> status body"; NULL keeps it quiet (for tests that expect errors). */
+static inline json_t *sim_request(uv_loop_t *loop, lp_http_client *http, lp_sim *sim, const char *service,
+                                  const char *method, const char *path, const char *content_type,
+                                  const char *body, long *status, const char *report) {
+  char url[512];
   snprintf(url, sizeof url, "%s%s", lp_sim_url(sim, service), path);
-  lp_http_header ct = {"Content-Type", "application/json"};
+  lp_http_header ct = {"Content-Type", (char *)content_type}; /* the client copies it */
   lp_http_request_opts req = {.method = method,
                               .url = url,
                               .headers = &ct,
@@ -44,10 +48,19 @@ static inline json_t *sim_admin(uv_loop_t *loop, lp_http_client *http, lp_sim *s
   sim_admin_reply r = {0};
   lp_http_client_request(http, &req, sim_admin_got_reply, &r);
   while (!r.done) uv_run(loop, UV_RUN_ONCE);
+  if (status) *status = r.status;
   json_t *v = json_loads(r.body, JSON_DECODE_ANY, NULL);
-  if (r.status >= 300) fprintf(stderr, "admin %s %s -> %ld %s\n", method, path, r.status, r.body);
+  if (report && r.status >= 300)
+    fprintf(stderr, "%s %s %s -> %ld %s\n", report, method, path, r.status, r.body);
   free(r.body);
   return v;
+}
+
+/* METHOD service/_sim/... with an optional JSON body; runs the loop until the answer is in and
+ * returns it decoded (NULL when not JSON). A status >= 300 is printed to stderr. */
+static inline json_t *sim_admin(uv_loop_t *loop, lp_http_client *http, lp_sim *sim, const char *service,
+                                const char *method, const char *path, const char *body) {
+  return sim_request(loop, http, sim, service, method, path, "application/json", body, NULL, "admin");
 }
 
 /* Starts the in-process simulators of the source tree, an HTTP client and an engine script host with
@@ -75,6 +88,17 @@ static inline int sim_fixture_start(uv_loop_t *loop, const char *service, lp_sim
     return -1;
   }
   return 0;
+}
+
+/* Undoes sim_fixture_start once what else runs on loop is closed: closes the script host, the HTTP
+ * client and the simulators, runs the loop dry and closes it. */
+static inline void sim_fixture_stop(uv_loop_t *loop, lp_sim *sim, lp_http_client *http,
+                                    lp_script_host *scripts) {
+  lp_script_host_close(scripts, NULL, NULL);
+  lp_http_client_close(http, NULL, NULL);
+  lp_sim_close(sim, NULL, NULL);
+  uv_run(loop, UV_RUN_DEFAULT);
+  uv_loop_close(loop);
 }
 
 #endif

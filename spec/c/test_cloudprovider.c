@@ -13,6 +13,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "http/client.h"
+#include "mapping_fixture.h"
 #include "sim/sim.h"
 #include "sim_admin.h"
 
@@ -31,8 +32,7 @@ static json_t *admin(const char *method, const char *path, const char *body) {
 
 static long long action_calls(const char *action) {
   json_t *state = admin("GET", "/_sim/state", NULL);
-  json_t *n = json_object_get(json_object_get(state, "calls"), action);
-  long long count = json_integer_value(n);
+  long long count = mapping_sim_calls(state, action);
   json_decref(state);
   return count;
 }
@@ -52,14 +52,8 @@ static size_t live_instances(void) {
 
 /* The simulator's record of the instance behind a provider ID ("cn-hangzhou.i-..."). */
 static json_t *sim_instance(const char *provider_id) {
-  const char *id = provider_id ? strchr(provider_id, '.') : NULL;
   json_t *state = admin("GET", "/_sim/state", NULL);
-  json_t *found = NULL;
-  size_t i;
-  json_t *inst;
-  json_array_foreach(json_object_get(state, "instances"), i, inst) {
-    if (id && strcmp(json_string_value(json_object_get(inst, "id")), id + 1) == 0) found = json_incref(inst);
-  }
+  json_t *found = json_incref(mapping_sim_instance(state, provider_id));
   json_decref(state);
   return found;
 }
@@ -69,41 +63,6 @@ static json_t *wait_outcome(lp_cp_outcome *o, const char **code) {
   *code = o->error ? o->error->code : NULL;
   if (o->error) fprintf(stderr, "  (%s: %s)\n", o->error->code, o->error->message);
   return o->value;
-}
-
-static json_t *call_mapping(const char *function, json_t *args) {
-  lp_task_result *r = lp_script_host_call_sync(scripts, "providers.alibaba", function, args);
-  json_t *v = r->json ? json_loads(r->json, JSON_DECODE_ANY, NULL) : NULL;
-  if (r->error) fprintf(stderr, "%s: %s\n", function, r->error->message);
-  lp_task_result_free(r);
-  json_t *first = json_incref(json_array_get(v, 0));
-  json_decref(v);
-  return first;
-}
-
-static json_t *ctx(void) {
-  return json_pack("{s:s, s:s, s:s}", "region", "cn-hangzhou", "cluster_id", "luaprov-sim", "endpoint",
-                   lp_sim_url(sim, "alibaba"));
-}
-
-/* An ECSNodeClass resolved by the mapping against the simulated account, Ready, with its hash. */
-static json_t *resolved_nodeclass(void) {
-  json_t *nc = json_pack("{s:s, s:s, s:{s:s}, s:{s:[{s:{s:s}}], s:[{s:{s:s}}], s:[{s:s}]}}", "apiVersion",
-                         "karpenter.k8s.alibabacloud/v1alpha1", "kind", "ECSNodeClass", "metadata", "name",
-                         "default", "spec", "vSwitchSelectorTerms", "tags", "karpenter.sh/discovery",
-                         "luaprov-sim", "securityGroupSelectorTerms", "tags", "karpenter.sh/discovery",
-                         "luaprov-sim", "imageSelectorTerms", "alias", "AlibabaCloudLinux3");
-  json_t *status = call_mapping("resolve_nodeclass", json_pack("[oO]", ctx(), nc));
-  if (status) json_object_set_new(nc, "status", status);
-  lp_task_result *r =
-      lp_script_host_call_sync(scripts, "providers.alibaba", "nodeclass_hash", json_pack("[O]", nc));
-  json_t *values = r->json ? json_loads(r->json, 0, NULL) : NULL;
-  lp_task_result_free(r);
-  json_object_set_new(json_object_get(nc, "metadata"), "annotations",
-                      json_pack("{s:O, s:O}", LP_ANNOTATION_HASH, json_array_get(values, 0),
-                                LP_ANNOTATION_HASH_VERSION, json_array_get(values, 1)));
-  json_decref(values);
-  return nc;
 }
 
 static json_t *nodeclaim(const char *name, const char *uid, const char *requirements_json,
@@ -457,9 +416,7 @@ int main(void) {
                                                        .region = "cn-hangzhou",
                                                        .cluster_id = "luaprov-sim",
                                                        .endpoint = lp_sim_url(sim, "alibaba")});
-  nodeclass = resolved_nodeclass();
-  json_object_set_new(json_object_get(nodeclass, "status"), "conditions",
-                      json_pack("[{s:s, s:s}]", "type", "Ready", "status", "True"));
+  nodeclass = mapping_resolved_nodeclass(scripts, sim); /* Ready */
 
   RUN(test_instance_types);
   RUN(test_create_and_rules);
@@ -472,11 +429,7 @@ int main(void) {
 
   json_decref(nodeclass);
   lp_cloudprovider_free(cp);
-  lp_script_host_close(scripts, NULL, NULL);
-  lp_http_client_close(http, NULL, NULL);
-  lp_sim_close(sim, NULL, NULL);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  uv_loop_close(&loop);
+  sim_fixture_stop(&loop, sim, http, scripts);
   lp_cache_registry_clear();
   return check_summary();
 }

@@ -27,26 +27,6 @@ static json_t *await(ctrl_fixture *f, lp_cp_outcome *o) {
   return o->value;
 }
 
-/* The ECSNodeClass "default" as the status controller would leave it: resolved, Ready, hashed. */
-static json_t *resolved_nodeclass(ctrl_fixture *f) {
-  json_t *nc = json_pack("{s:s, s:s, s:{s:s}, s:{s:[{s:{s:s}}], s:[{s:{s:s}}], s:[{s:s}]}}", "apiVersion",
-                         "karpenter.k8s.alibabacloud/v1alpha1", "kind", "ECSNodeClass", "metadata", "name",
-                         "default", "spec", "vSwitchSelectorTerms", "tags", "karpenter.sh/discovery",
-                         "luaprov-sim", "securityGroupSelectorTerms", "tags", "karpenter.sh/discovery",
-                         "luaprov-sim", "imageSelectorTerms", "alias", "AlibabaCloudLinux3");
-  lp_cp_outcome st = {0}, h = {0};
-  lp_cp_resolve_nodeclass(f->cloud, nc, lp_cp_outcome_store, &st);
-  json_t *status = await(f, &st);
-  if (status) json_object_set_new(nc, "status", status);
-  lp_cp_nodeclass_hash(f->cloud, nc, lp_cp_outcome_store, &h);
-  json_t *hash = await(f, &h);
-  json_object_set_new(json_object_get(nc, "metadata"), "annotations",
-                      json_pack("{s:O, s:O}", LP_ANNOTATION_HASH, json_object_get(hash, "hash"),
-                                LP_ANNOTATION_HASH_VERSION, json_object_get(hash, "version")));
-  json_decref(hash);
-  return nc;
-}
-
 /* Launches an instance for a NodeClaim named name (which is not persisted); returns its provider ID
  * (malloc'd) or NULL. Simulated time moves on so the instance is Running (deletable). */
 static char *launch(ctrl_fixture *f, const char *name) {
@@ -82,22 +62,8 @@ static void delete_instance(ctrl_fixture *f, const char *provider_id) {
   json_decref(claim);
 }
 
-static int instance_exists(ctrl_fixture *f, const char *provider_id) {
-  const char *id = strchr(provider_id, '.');
-  json_t *state = ctrl_admin(f, "alibaba", "GET", "/_sim/state", NULL);
-  int found = 0;
-  size_t i;
-  json_t *inst;
-  json_array_foreach(json_object_get(state, "instances"), i, inst) {
-    const char *iid = json_string_value(json_object_get(inst, "id"));
-    if (id && iid && strcmp(iid, id + 1) == 0) found = 1;
-  }
-  json_decref(state);
-  return found;
-}
-
 static int instance_gone(ctrl_fixture *f, const void *ud) {
-  return !instance_exists(f, ud);
+  return !ctrl_instance_exists(f, ud);
 }
 
 /* A NodeClaim with status.providerID (when given) and, when registered, Registered=True. */
@@ -169,7 +135,7 @@ static void test_leaked_instance_released(void) {
   if (!pid) return;
   /* within the grace period it stays: the launch may not have persisted its NodeClaim yet */
   ctrl_run_for(f, 0.5);
-  CHECK(instance_exists(f, pid));
+  CHECK(ctrl_instance_exists(f, pid));
   CHECK(ctrl_wait_for(f, 10, instance_gone, pid));
   CHECK_INT(ctrl_metric(f, "luaprov_gc_instances_deleted_total", NULL), deleted + 1);
   free(pid);
@@ -187,8 +153,8 @@ static void test_owned_instances_kept(void) {
   double passes = gc_passes(f, "requeue");
   ctrl_run_for(f, LEAK_GRACE_S + 2);
   CHECK(gc_passes(f, "requeue") >= passes + 2);
-  CHECK(instance_exists(f, by_name));
-  CHECK(instance_exists(f, by_id));
+  CHECK(ctrl_instance_exists(f, by_name));
+  CHECK(ctrl_instance_exists(f, by_id));
   free(by_name);
   free(by_id);
 }
@@ -260,7 +226,7 @@ static void test_list_failing(void) {
   ctrl_run_for(f, 2.0);
   CHECK(gc_passes(f, "error") >= errors + 2); /* retried */
   CHECK_INT(nodeclaim_status(f, "list-fails"), 200);
-  CHECK(instance_exists(f, pid));
+  CHECK(ctrl_instance_exists(f, pid));
 
   json_decref(ctrl_admin(f, "alibaba", "DELETE", "/_sim/faults", NULL));
   double passes = gc_passes(f, "requeue");
@@ -273,7 +239,7 @@ static void test_list_failing(void) {
 int main(void) {
   lp_ctrl_settings settings = {.gc_interval_s = 0.5, .gc_leak_grace_s = LEAK_GRACE_S};
   ctrl_fixture_start(&fx, gc_only, &settings);
-  nodeclass = resolved_nodeclass(&fx);
+  nodeclass = mapping_resolved_nodeclass(fx.scripts, fx.sim);
   RUN(test_leaked_instance_released);
   RUN(test_owned_instances_kept);
   RUN(test_lost_nodeclaims);

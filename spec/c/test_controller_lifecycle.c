@@ -21,11 +21,7 @@ static ctrl_fixture f;
 static json_t *api_get(const char *fmt, const char *name) {
   char path[256];
   snprintf(path, sizeof path, fmt, name);
-  long status = 0;
-  json_t *v = ctrl_kube(&f, "GET", path, NULL, &status);
-  if (status == 200) return v;
-  json_decref(v);
-  return NULL;
+  return ctrl_get(&f, path);
 }
 
 static json_t *claim(const char *name) {
@@ -44,30 +40,11 @@ static long api_send(const char *method, const char *path, json_t *body) {
   return status;
 }
 
-static json_t *call_mapping(const char *function, json_t *args) {
-  lp_task_result *r = lp_script_host_call_sync(f.scripts, "providers.alibaba", function, args);
-  json_t *v = r->json ? json_loads(r->json, JSON_DECODE_ANY, NULL) : NULL;
-  if (r->error) fprintf(stderr, "%s: %s\n", function, r->error->message);
-  lp_task_result_free(r);
-  return v;
-}
-
-static int class_cached(ctrl_fixture *fx, const void *name) {
-  json_t *nc = lp_env_get(lp_controllers_env(fx->manager), LP_KIND_NODECLASS, name);
-  return nc && lp_condition_get(nc, "Ready") != NULL;
-}
-
 /* Writes the status the nodeclass controller would: the mapping's resolution, Ready (or not), and the
  * hash annotations; waits until the manager's cache has it. */
 static void set_nodeclass_status(const char *name, int ready) {
   json_t *nc = api_get(NODECLASSES "/%s", name);
-  json_t *ctx = json_pack("{s:s, s:s, s:s}", "region", "cn-hangzhou", "cluster_id", "luaprov-sim", "endpoint",
-                          lp_sim_url(f.sim, "alibaba"));
-  json_t *resolved = ready ? call_mapping("resolve_nodeclass", json_pack("[oO]", ctx, nc)) : NULL;
-  if (!ready) json_decref(ctx);
-  json_t *status =
-      json_is_object(json_array_get(resolved, 0)) ? json_incref(json_array_get(resolved, 0)) : json_object();
-  json_decref(resolved);
+  json_t *status = ready ? mapping_resolved_status(f.scripts, f.sim, nc) : json_object();
   char now[21];
   lp_rfc3339(lp_clock_wall(), now);
   json_object_set_new(
@@ -75,18 +52,14 @@ static void set_nodeclass_status(const char *name, int ready) {
       json_pack("[{s:s, s:s, s:s, s:s, s:s}]", "type", "Ready", "status", ready ? "True" : "False", "reason",
                 ready ? "Ready" : "SecurityGroupsNotFound", "message", "", "lastTransitionTime", now));
   json_object_set(nc, "status", status);
-  json_t *hash = call_mapping("nodeclass_hash", json_pack("[O]", nc));
+  json_t *annotations = mapping_hash_annotations(f.scripts, nc);
   char path[256];
   snprintf(path, sizeof path, NODECLASSES "/%s/status", name);
   CHECK_INT(api_send("PATCH", path, json_pack("{s:o}", "status", status)), 200);
   snprintf(path, sizeof path, NODECLASSES "/%s", name);
-  CHECK_INT(api_send("PATCH", path,
-                     json_pack("{s:{s:{s:O, s:O}}}", "metadata", "annotations", LP_ANNOTATION_HASH,
-                               json_array_get(hash, 0), LP_ANNOTATION_HASH_VERSION, json_array_get(hash, 1))),
-            200);
-  json_decref(hash);
+  CHECK_INT(api_send("PATCH", path, json_pack("{s:{s:o}}", "metadata", "annotations", annotations)), 200);
   json_decref(nc);
-  CHECK(ctrl_wait_for(&f, 5, class_cached, name));
+  CHECK(ctrl_wait_for(&f, 5, ctrl_nodeclass_has_ready, name));
 }
 
 /* A NodeClaim of NodePool "default" for on-demand capacity and one CPU, referencing class_name. */
@@ -108,14 +81,8 @@ typedef struct expect {
 } expect;
 
 static int condition_is(ctrl_fixture *fx, const void *ud) {
-  (void)fx;
   const expect *e = ud;
-  json_t *c = claim(e->claim);
-  json_t *cond = lp_condition_get(c, e->type);
-  int ok = cond && lp_condition_is(c, e->type, e->status) &&
-           (!e->reason || strcmp(json_string_value(json_object_get(cond, "reason")) ?: "", e->reason) == 0);
-  json_decref(c);
-  return ok;
+  return ctrl_claim_condition(fx, e->claim, e->type, e->status, e->reason);
 }
 
 #define WAIT_CONDITION(name, type, status, reason)                                                           \
@@ -129,37 +96,11 @@ static int deleting(ctrl_fixture *fx, const void *name) {
   return gone;
 }
 
-static json_t *alibaba_state(void) {
-  return ctrl_admin(&f, "alibaba", "GET", "/_sim/state", NULL);
-}
-
-static long long run_instances_calls(void) {
-  json_t *s = alibaba_state();
-  long long n = json_integer_value(json_object_get(json_object_get(s, "calls"), "RunInstances"));
-  json_decref(s);
-  return n;
-}
-
 static size_t instances(void) {
-  json_t *s = alibaba_state();
+  json_t *s = ctrl_alibaba_state(&f);
   size_t n = json_array_size(json_object_get(s, "instances"));
   json_decref(s);
   return n;
-}
-
-/* Non-zero when an Event with reason names the NodeClaim. */
-static int has_event(const char *claim_name, const char *reason) {
-  json_t *list = api_get("/api/v1/namespaces/%s/events", "default");
-  size_t i;
-  json_t *ev;
-  int found = 0;
-  json_array_foreach(json_object_get(list, "items"), i, ev) {
-    const char *who = json_string_value(json_object_get(json_object_get(ev, "involvedObject"), "name"));
-    const char *why = json_string_value(json_object_get(ev, "reason"));
-    found |= who && why && strcmp(who, claim_name) == 0 && strcmp(why, reason) == 0;
-  }
-  json_decref(list);
-  return found;
 }
 
 static const json_t *find_taint(const json_t *n, const char *key) {
@@ -199,10 +140,6 @@ static char *provider_id_of(const char *claim_name) {
   return out;
 }
 
-static double metric(const char *name, const char *const *labels) {
-  return ctrl_metric(&f, name, labels);
-}
-
 /* ---- tests -------------------------------------------------------------------------------- */
 
 static void test_launch_register_initialize(void) {
@@ -228,7 +165,7 @@ static void test_launch_register_initialize(void) {
   CHECK(label(got, LP_LABEL_INSTANCE_TYPE) != NULL); /* the provider's labels merged in */
   CHECK(json_object_get(json_object_get(got, "status"), "allocatable") != NULL);
   CHECK_INT(instances(), before + 1);
-  CHECK_INT(metric("luaprov_nodeclaims_launched_total", LP_LABELS("default")), 1);
+  CHECK_INT(ctrl_metric(&f, "luaprov_nodeclaims_launched_total", LP_LABELS("default")), 1);
   json_decref(got);
 
   /* the kubelet registers: not Ready yet, tainted unregistered */
@@ -252,7 +189,7 @@ static void test_launch_register_initialize(void) {
   CHECK(find_taint(n, "dedicated") != NULL);
   CHECK(find_taint(n, "example.com/agent") != NULL);
   CHECK_STR(lp_obj_str(got, "status.nodeName"), "node-a");
-  CHECK_INT(metric("luaprov_nodes_created_total", LP_LABELS("default")), 1);
+  CHECK_INT(ctrl_metric(&f, "luaprov_nodes_created_total", LP_LABELS("default")), 1);
   json_decref(got);
   json_decref(n);
 
@@ -281,17 +218,17 @@ static void test_launch_register_initialize(void) {
   n = node("node-a");
   CHECK_STR(label(n, "karpenter.sh/initialized"), "true");
   json_decref(n);
-  CHECK_INT(metric("luaprov_nodeclaims_registered_total", LP_LABELS("default")), 1);
-  CHECK_INT(metric("luaprov_nodeclaims_initialized_total", LP_LABELS("default")), 1);
-  CHECK_INT(metric("luaprov_nodeclaims_startup_duration_seconds", LP_LABELS("default")), 1);
-  CHECK_INT(metric("luaprov_nodeclaims_launched_total", LP_LABELS("default")), 1);
+  CHECK_INT(ctrl_metric(&f, "luaprov_nodeclaims_registered_total", LP_LABELS("default")), 1);
+  CHECK_INT(ctrl_metric(&f, "luaprov_nodeclaims_initialized_total", LP_LABELS("default")), 1);
+  CHECK_INT(ctrl_metric(&f, "luaprov_nodeclaims_startup_duration_seconds", LP_LABELS("default")), 1);
+  CHECK_INT(ctrl_metric(&f, "luaprov_nodeclaims_launched_total", LP_LABELS("default")), 1);
   free(pid);
 }
 
 /* The status write after Create fails twice (409, then 500): the launch is reused, not repeated. */
 static void test_lost_status_write(void) {
   size_t before = instances();
-  long long calls = run_instances_calls();
+  long long calls = ctrl_alibaba_calls(&f, "RunInstances");
   const char *const *errors = LP_LABELS("nodeclaim.lifecycle", "error");
   double failed = ctrl_metric(&f, "luaprov_controller_reconciles_total", errors);
   /* patches 1 and 2 (finalizer, then the launch's labels) pass; 3 and 4 (the status) fail */
@@ -304,7 +241,7 @@ static void test_lost_status_write(void) {
   json_t *faults = ctrl_admin(&f, "kubernetes", "GET", "/_sim/faults", NULL);
   CHECK_INT(json_array_size(json_object_get(faults, "faults")), 0); /* both failures happened */
   json_decref(faults);
-  CHECK_INT(run_instances_calls(), calls + 1);
+  CHECK_INT(ctrl_alibaba_calls(&f, "RunInstances"), calls + 1);
   CHECK_INT(instances(), before + 1);
   CHECK(ctrl_metric(&f, "luaprov_controller_reconciles_total", errors) >= failed + 2);
 
@@ -312,8 +249,8 @@ static void test_lost_status_write(void) {
   char *pid = provider_id_of("nc-e");
   create_node("node-e", pid, 0);
   WAIT_CONDITION("nc-e", "Registered", "True", NULL);
-  CHECK(has_event("nc-e", "UnregisteredTaintMissing"));
-  CHECK(!has_event("nc-a", "UnregisteredTaintMissing"));
+  CHECK(ctrl_has_event(&f, "nc-e", "UnregisteredTaintMissing"));
+  CHECK(!ctrl_has_event(&f, "nc-a", "UnregisteredTaintMissing"));
   free(pid);
 }
 
@@ -322,7 +259,7 @@ static void test_create_error(void) {
   size_t before = instances();
   json_decref(ctrl_admin(&f, "alibaba", "POST", "/_sim/faults",
                          "{\"action\":\"RunInstances\",\"code\":\"QuotaExceed.ElasticQuota\"}"));
-  long long calls = run_instances_calls();
+  long long calls = ctrl_alibaba_calls(&f, "RunInstances");
   post_claim(new_claim("nc-d", "default"));
   WAIT_CONDITION("nc-d", "Launched", "Unknown", "QuotaExceedElasticQuota");
   json_t *c = claim("nc-d");
@@ -333,7 +270,7 @@ static void test_create_error(void) {
   CHECK(!lp_obj_deleting(c));
   json_decref(c);
   ctrl_run_for(&f, 2);
-  CHECK(run_instances_calls() >= calls + 3); /* retried with backoff */
+  CHECK(ctrl_alibaba_calls(&f, "RunInstances") >= calls + 3); /* retried with backoff */
   CHECK_INT(instances(), before);
   json_decref(ctrl_admin(&f, "alibaba", "DELETE", "/_sim/faults", NULL));
   WAIT_CONDITION("nc-d", "Launched", "True", NULL);
@@ -357,8 +294,9 @@ static void test_nodeclass_not_ready(void) {
   post_claim(foreign);
   CHECK(ctrl_wait_for(&f, 10, deleting, "nc-c"));
   CHECK(ctrl_wait_for(&f, 10, deleting, "nc-c2"));
-  CHECK(has_event("nc-c", "NodeClassNotReady"));
-  CHECK_INT(metric("luaprov_nodeclaims_disrupted_total", LP_LABELS("nodeclass_not_ready", "default")), 2);
+  CHECK(ctrl_has_event(&f, "nc-c", "NodeClassNotReady"));
+  CHECK_INT(
+      ctrl_metric(&f, "luaprov_nodeclaims_disrupted_total", LP_LABELS("nodeclass_not_ready", "default")), 2);
   CHECK_INT(instances(), before);
   json_t *u = claim("nc-u");
   CHECK(u && !lp_obj_has_finalizer(u, "karpenter.sh/termination") && !json_object_get(u, "status"));
@@ -380,7 +318,7 @@ static void test_simulated_kubelet(void) {
   CHECK_STR(lp_obj_str(n, "spec.providerID"), lp_obj_str(c, "status.providerID"));
   CHECK(find_taint(n, "karpenter.sh/unregistered") == NULL);
   CHECK_STR(label(n, "karpenter.sh/initialized"), "true");
-  CHECK(!has_event("nc-k", "UnregisteredTaintMissing"));
+  CHECK(!ctrl_has_event(&f, "nc-k", "UnregisteredTaintMissing"));
   json_decref(n);
   json_decref(c);
 }
@@ -391,8 +329,10 @@ static void test_insufficient_capacity(void) {
   json_decref(ctrl_admin(&f, "alibaba", "POST", "/_sim/faults", "{\"kind\":\"nostock\"}"));
   post_claim(new_claim("nc-b", "default"));
   CHECK(ctrl_wait_for(&f, 15, deleting, "nc-b"));
-  CHECK(has_event("nc-b", "InsufficientCapacityError"));
-  CHECK_INT(metric("luaprov_nodeclaims_disrupted_total", LP_LABELS("insufficient_capacity", "default")), 1);
+  CHECK(ctrl_has_event(&f, "nc-b", "InsufficientCapacityError"));
+  CHECK_INT(
+      ctrl_metric(&f, "luaprov_nodeclaims_disrupted_total", LP_LABELS("insufficient_capacity", "default")),
+      1);
   CHECK_INT(instances(), before);
   json_decref(ctrl_admin(&f, "alibaba", "DELETE", "/_sim/faults", NULL));
 }
@@ -407,15 +347,16 @@ static void test_timeouts(void) {
   CHECK(!deleting(&f, "nc-f1"));
   CHECK(ctrl_wait_for(&f, 10, deleting, "nc-f1"));
   CHECK(lp_clock_monotonic() - t0 >= 1.0); /* not before the timeout (conditions keep whole seconds) */
-  CHECK_INT(metric("luaprov_nodeclaims_disrupted_total", LP_LABELS("launch_timeout", "default")), 1);
+  CHECK_INT(ctrl_metric(&f, "luaprov_nodeclaims_disrupted_total", LP_LABELS("launch_timeout", "default")), 1);
   json_decref(ctrl_admin(&f, "alibaba", "DELETE", "/_sim/faults", NULL));
 
   post_claim(new_claim("nc-f2", "default"));
   WAIT_CONDITION("nc-f2", "Registered", "Unknown", "NodeNotFound");
   CHECK(!deleting(&f, "nc-f2"));
   CHECK(ctrl_wait_for(&f, 10, deleting, "nc-f2"));
-  CHECK_INT(metric("luaprov_nodeclaims_disrupted_total", LP_LABELS("registration_timeout", "default")), 1);
-  CHECK_INT(metric("luaprov_nodeclaims_disrupted_total", LP_LABELS("launch_timeout", "default")), 1);
+  CHECK_INT(
+      ctrl_metric(&f, "luaprov_nodeclaims_disrupted_total", LP_LABELS("registration_timeout", "default")), 1);
+  CHECK_INT(ctrl_metric(&f, "luaprov_nodeclaims_disrupted_total", LP_LABELS("launch_timeout", "default")), 1);
 }
 
 /* The manager keeps this list for as long as it runs. */

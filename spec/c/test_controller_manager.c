@@ -169,19 +169,11 @@ static int a_leads(ctrl_fixture *f, const void *ud) {
   return lp_controllers_active((const lp_controllers *)ud);
 }
 
-static void manager_stopped(void *ud) {
-  *(int *)ud = 1;
-}
-
 static void test_leader_election(void) {
   ctrl_fixture *f = &fx;
-  lp_controllers_config cfg = {.loop = &f->loop,
-                               .kube = f->kube,
-                               .cloud = f->cloud,
-                               .metrics = f->metrics,
-                               .controllers = recorder_only,
-                               .leader_elect = 1,
-                               .leader_namespace = "kube-system"};
+  lp_controllers_config cfg = ctrl_manager_config(f, recorder_only);
+  cfg.leader_elect = 1;
+  cfg.leader_namespace = "kube-system";
   lp_error *err = NULL;
   cfg.leader_identity = "engine-a";
   lp_controllers *a = lp_controllers_start(&cfg, &err);
@@ -200,7 +192,7 @@ static void test_leader_election(void) {
 
   /* the leader stops and releases the Lease: b takes over at its next attempt and reconciles all */
   int stopped = 0;
-  lp_controllers_stop(a, manager_stopped, &stopped);
+  lp_controllers_stop(a, ctrl_set_flag, &stopped);
   CHECK(ctrl_wait_for(f, 10, a_leads, b));
   CHECK(stopped);
   ctrl_run_for(f, 0.5);
@@ -213,9 +205,7 @@ static void test_leader_election(void) {
   CHECK_INT(status, 200);
   CHECK_STR(lp_obj_str(lease, "spec.holderIdentity"), "engine-b");
   json_decref(lease);
-  stopped = 0;
-  lp_controllers_stop(b, manager_stopped, &stopped);
-  while (!stopped) uv_run(&f->loop, UV_RUN_ONCE);
+  ctrl_stop_manager(f, b);
 }
 
 int main(void) {

@@ -32,37 +32,20 @@ static int class_ready_is(ctrl_fixture *f, const void *ud) {
   return lp_condition_is(cached_class(f, want[0]), "Ready", want[1]);
 }
 
-static int class_has_ready(ctrl_fixture *f, const void *ud) {
-  return lp_condition_get(cached_class(f, ud), "Ready") != NULL;
-}
-
 static int class_gone(ctrl_fixture *f, const void *ud) {
-  long status = 0;
   char path[256];
   snprintf(path, sizeof path, CLASSES "/%s", (const char *)ud);
-  json_decref(ctrl_kube(f, "GET", path, NULL, &status));
-  return status == 404;
+  return ctrl_gone(f, path);
 }
 
 static void create_class(ctrl_fixture *f, const char *name, const char *vswitch_tag_value) {
-  char body[1024];
-  snprintf(body, sizeof body,
-           "{\"apiVersion\":\"karpenter.k8s.alibabacloud/v1alpha1\",\"kind\":\"ECSNodeClass\","
-           "\"metadata\":{\"name\":\"%s\"},\"spec\":{"
-           "\"vSwitchSelectorTerms\":[{\"tags\":{\"karpenter.sh/discovery\":\"%s\"}}],"
-           "\"securityGroupSelectorTerms\":[{\"tags\":{\"karpenter.sh/discovery\":\"luaprov-sim\"}}],"
-           "\"imageSelectorTerms\":[{\"alias\":\"AlibabaCloudLinux3\"}]}}",
-           name, vswitch_tag_value);
+  json_t *nc = mapping_nodeclass(name, vswitch_tag_value);
+  char *body = json_dumps(nc, JSON_COMPACT);
   long status = 0;
   json_decref(ctrl_kube(f, "POST", CLASSES, body, &status));
+  free(body);
+  json_decref(nc);
   CHECK_INT(status, 201);
-}
-
-static long long alibaba_calls(ctrl_fixture *f, const char *action) {
-  json_t *state = ctrl_admin(f, "alibaba", "GET", "/_sim/state", NULL);
-  long long n = json_integer_value(json_object_get(json_object_get(state, "calls"), action));
-  json_decref(state);
-  return n;
 }
 
 static const char *condition_field(const json_t *obj, const char *type, const char *field) {
@@ -71,17 +54,9 @@ static const char *condition_field(const json_t *obj, const char *type, const ch
 
 /* ---- the contract calls ------------------------------------------------------------------- */
 
-static json_t *default_class_json(void) {
-  return json_pack("{s:s, s:{s:s}, s:{s:[{s:{s:s}}], s:[{s:{s:s}}], s:[{s:s}]}}", "kind", "ECSNodeClass",
-                   "metadata", "name", "default", "spec", "vSwitchSelectorTerms", "tags",
-                   "karpenter.sh/discovery", "luaprov-sim", "securityGroupSelectorTerms", "tags",
-                   "karpenter.sh/discovery", "luaprov-sim", "imageSelectorTerms", "alias",
-                   "AlibabaCloudLinux3");
-}
-
 static void test_contract_calls(void) {
   ctrl_fixture *f = &fx;
-  json_t *nc = default_class_json();
+  json_t *nc = mapping_nodeclass("default", "luaprov-sim");
   lp_cp_outcome o = {0};
   lp_cp_resolve_nodeclass(f->cloud, nc, lp_cp_outcome_store, &o);
   lp_cp_outcome_wait(&f->loop, &o);
@@ -147,11 +122,11 @@ static void test_ready(void) {
   /* settled: no more writes, and our own status write did not cost another round of cloud calls */
   ctrl_run_for(f, 0.3);
   json_t *settled = ctrl_kube(f, "GET", CLASSES "/default", NULL, &status);
-  long long calls = alibaba_calls(f, "DescribeVSwitches");
+  long long calls = ctrl_alibaba_calls(f, "DescribeVSwitches");
   ctrl_run_for(f, 1.0);
   json_t *later = ctrl_kube(f, "GET", CLASSES "/default", NULL, &status);
   CHECK_STR(lp_obj_resource_version(later), lp_obj_resource_version(settled));
-  CHECK_INT(alibaba_calls(f, "DescribeVSwitches"), calls);
+  CHECK_INT(ctrl_alibaba_calls(f, "DescribeVSwitches"), calls);
   json_decref(settled);
   json_decref(later);
 
@@ -175,7 +150,7 @@ static void test_ready(void) {
   const json_t *a = json_object_get(json_object_get(updated, "metadata"), "annotations");
   CHECK(strcmp(json_string_value(json_object_get(a, LP_ANNOTATION_HASH)), old_hash) != 0);
   CHECK_INT(json_integer_value(json_object_get(lp_condition_get(updated, "Ready"), "observedGeneration")), 2);
-  CHECK(calls < alibaba_calls(f, "DescribeVSwitches"));
+  CHECK(calls < ctrl_alibaba_calls(f, "DescribeVSwitches"));
   json_decref(updated);
   json_decref(nc);
 }
@@ -213,7 +188,7 @@ static void test_throttled(void) {
                          "{\"action\":\"DescribeVSwitches\",\"kind\":\"throttle\"}"));
   double errors = ctrl_metric(f, "luaprov_nodeclass_resolutions_total", LP_LABELS("error"));
   create_class(f, "throttled", "luaprov-sim");
-  CHECK(ctrl_wait_for(f, 10, class_has_ready, "throttled"));
+  CHECK(ctrl_wait_for(f, 10, ctrl_nodeclass_has_ready, "throttled"));
   json_t *nc = cached_class(f, "throttled");
   CHECK_STR(condition_field(nc, "Ready", "status"), "Unknown");
   CHECK_STR(condition_field(nc, "VSwitchesReady", "reason"), "DescribeVSwitchesFailed");
@@ -343,10 +318,6 @@ static lp_script_host *operator_scripts(ctrl_fixture *f, char *dir) {
   return host;
 }
 
-static void manager_stopped(void *ud) {
-  *(int *)ud = 1;
-}
-
 static void test_other_mappings(void) {
   ctrl_fixture *f = &fx;
   char dir[] = "/tmp/luaprov-nodeclass-XXXXXX";
@@ -362,7 +333,7 @@ static void test_other_mappings(void) {
 
   /* the call names the script and the rule */
   lp_cp_outcome o = {0};
-  json_t *nc = default_class_json();
+  json_t *nc = mapping_nodeclass("default", "luaprov-sim");
   lp_cp_resolve_nodeclass(custom, nc, lp_cp_outcome_store, &o);
   lp_cp_outcome_wait(&f->loop, &o);
   json_decref(nc);
@@ -373,16 +344,11 @@ static void test_other_mappings(void) {
   lp_error_free(o.error);
 
   /* through the controller: the class is not Ready, and says why */
-  int stopped = 0;
-  lp_controllers_stop(f->manager, manager_stopped, &stopped);
-  while (!stopped) uv_run(&f->loop, UV_RUN_ONCE);
+  ctrl_stop_manager(f, f->manager);
   lp_error *err = NULL;
-  f->manager = lp_controllers_start(&(lp_controllers_config){.loop = &f->loop,
-                                                             .kube = f->kube,
-                                                             .cloud = custom,
-                                                             .metrics = f->metrics,
-                                                             .controllers = nodeclass_only},
-                                    &err);
+  lp_controllers_config cfg = ctrl_manager_config(f, nodeclass_only);
+  cfg.cloud = custom;
+  f->manager = lp_controllers_start(&cfg, &err);
   CHECK(f->manager != NULL);
   if (!f->manager) return;
   CHECK(ctrl_wait_for(f, 10, class_ready_is, (const char *const[]){"throttled", "False"}));
@@ -407,13 +373,9 @@ static void test_other_mappings(void) {
                 json_object_get(json_object_get(cached_class(f, "ready-only"), "status"), "conditions")),
             1);
 
-  stopped = 0;
-  lp_controllers_stop(f->manager, manager_stopped, &stopped);
-  while (!stopped) uv_run(&f->loop, UV_RUN_ONCE);
-  f->manager = lp_controllers_start(
-      &(lp_controllers_config){
-          .loop = &f->loop, .kube = f->kube, .cloud = f->cloud, .metrics = f->metrics, .controllers = none},
-      &err);
+  ctrl_stop_manager(f, f->manager);
+  cfg = ctrl_manager_config(f, none);
+  f->manager = lp_controllers_start(&cfg, &err);
   lp_cloudprovider_free(custom);
   lp_script_host_close(scripts, NULL, NULL);
   char cmd[300];

@@ -8,7 +8,6 @@
  * Simulated time is never advanced here: the Kubernetes simulator stamps deletionTimestamp with it and
  * the controller compares the deadline with the wall clock, so the two must agree. Instances are made
  * Running through the simulator's admin path instead of waiting for them to boot. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,122 +21,7 @@
 static ctrl_fixture fx;
 static json_t *nodeclass; /* the ECSNodeClass "default", resolved against the simulated account */
 
-/* ---- the simulators ------------------------------------------------------------------------ */
-
-/* METHOD path with a JSON body built like json_pack (fmt NULL: no body); returns the status and,
- * when out is given, the decoded answer. */
-static long kube(const char *method, const char *path, json_t **out, const char *fmt, ...) {
-  char *body = NULL;
-  if (fmt) {
-    va_list ap;
-    va_start(ap, fmt);
-    json_t *v = json_vpack_ex(NULL, 0, fmt, ap);
-    va_end(ap);
-    body = json_dumps(v, JSON_COMPACT);
-    json_decref(v);
-  }
-  long status = 0;
-  json_t *answer = ctrl_kube(&fx, method, path, body, &status);
-  free(body);
-  if (out)
-    *out = answer;
-  else
-    json_decref(answer);
-  return status;
-}
-
-static json_t *get(const char *path) {
-  json_t *obj = NULL;
-  if (kube("GET", path, &obj, NULL) != 200) {
-    json_decref(obj);
-    return NULL;
-  }
-  return obj;
-}
-
-static int gone(ctrl_fixture *f, const void *path) {
-  (void)f;
-  return kube("GET", path, NULL, NULL) == 404;
-}
-
-static json_t *alibaba_state(void) {
-  return ctrl_admin(&fx, "alibaba", "GET", "/_sim/state", NULL);
-}
-
-static long long cloud_calls(const char *action) {
-  json_t *state = alibaba_state();
-  long long n = json_integer_value(json_object_get(json_object_get(state, "calls"), action));
-  json_decref(state);
-  return n;
-}
-
-/* Non-zero while the simulated account still has the instance behind provider_id. */
-static int instance_exists(const char *provider_id) {
-  const char *id = strchr(provider_id, '.') + 1;
-  json_t *state = alibaba_state();
-  int found = 0;
-  size_t i;
-  json_t *inst;
-  json_array_foreach(json_object_get(state, "instances"), i, inst) {
-    const char *iid = json_string_value(json_object_get(inst, "id"));
-    if (iid && strcmp(iid, id) == 0) found = 1;
-  }
-  json_decref(state);
-  return found;
-}
-
-/* Non-zero when an Event with reason about the object named name was recorded. */
-static int has_event(const char *name, const char *reason) {
-  json_t *list = get("/api/v1/namespaces/default/events");
-  int found = 0;
-  size_t i;
-  json_t *ev;
-  json_array_foreach(json_object_get(list, "items"), i, ev) {
-    const char *r = json_string_value(json_object_get(ev, "reason"));
-    const char *n = lp_obj_str(ev, "involvedObject.name");
-    if (r && n && strcmp(r, reason) == 0 && strcmp(n, name) == 0) found = 1;
-  }
-  json_decref(list);
-  return found;
-}
-
-static double metric(const char *name, const char *label) {
-  return ctrl_metric(&fx, name, label ? LP_LABELS(label) : NULL);
-}
-
 /* ---- the cluster a case starts from -------------------------------------------------------- */
-
-/* The values a function of the mapping returned (a JSON array; caller decrefs). */
-static json_t *call_mapping(const char *function, json_t *args) {
-  lp_task_result *r = lp_script_host_call_sync(fx.scripts, "providers.alibaba", function, args);
-  json_t *values = r->json ? json_loads(r->json, JSON_DECODE_ANY, NULL) : NULL;
-  if (r->error) fprintf(stderr, "%s: %s\n", function, r->error->message);
-  lp_task_result_free(r);
-  return values;
-}
-
-/* The ECSNodeClass as the nodeclass controller would have resolved it: status, Ready, its hash. */
-static json_t *resolved_nodeclass(void) {
-  json_t *nc = json_pack("{s:s, s:s, s:{s:s}, s:{s:[{s:{s:s}}], s:[{s:{s:s}}], s:[{s:s}]}}", "apiVersion",
-                         "karpenter.k8s.alibabacloud/v1alpha1", "kind", "ECSNodeClass", "metadata", "name",
-                         "default", "spec", "vSwitchSelectorTerms", "tags", "karpenter.sh/discovery",
-                         "luaprov-sim", "securityGroupSelectorTerms", "tags", "karpenter.sh/discovery",
-                         "luaprov-sim", "imageSelectorTerms", "alias", "AlibabaCloudLinux3");
-  json_t *ctx = json_pack("{s:s, s:s, s:s}", "region", "cn-hangzhou", "cluster_id", "luaprov-sim", "endpoint",
-                          lp_sim_url(fx.sim, "alibaba"));
-  json_t *values = call_mapping("resolve_nodeclass", json_pack("[oO]", ctx, nc));
-  json_t *status =
-      json_is_object(json_array_get(values, 0)) ? json_deep_copy(json_array_get(values, 0)) : json_object();
-  json_decref(values);
-  json_object_set_new(status, "conditions", json_pack("[{s:s, s:s}]", "type", "Ready", "status", "True"));
-  json_object_set_new(nc, "status", status);
-  values = call_mapping("nodeclass_hash", json_pack("[O]", nc));
-  json_object_set_new(json_object_get(nc, "metadata"), "annotations",
-                      json_pack("{s:O*, s:O*}", LP_ANNOTATION_HASH, json_array_get(values, 0),
-                                LP_ANNOTATION_HASH_VERSION, json_array_get(values, 1)));
-  json_decref(values);
-  return nc;
-}
 
 static int synced(ctrl_fixture *f, const void *ud) {
   (void)ud;
@@ -148,7 +32,7 @@ static void start(void) {
   static const lp_controller_def *const only[] = {&lp_termination_controller, NULL};
   lp_ctrl_settings settings = {.drain_requeue_s = 0.3, .terminate_requeue_s = 0.3};
   ctrl_fixture_start(&fx, only, &settings);
-  nodeclass = resolved_nodeclass();
+  nodeclass = mapping_resolved_nodeclass(fx.scripts, fx.sim);
   CHECK(ctrl_wait_for(&fx, 10, synced, NULL));
 }
 
@@ -183,7 +67,7 @@ static char *nodeclaim(const char *name, const char *grace, int launch) {
     json_object_set(json_object_get(claim, "metadata"), "labels",
                     json_object_get(json_object_get(launched, "metadata"), "labels"));
   }
-  CHECK_INT(kube("POST", "/apis/karpenter.sh/v1/nodeclaims", NULL, "O", claim), 201);
+  CHECK_INT(ctrl_kube_pack(&fx, "POST", "/apis/karpenter.sh/v1/nodeclaims", "O", claim), 201);
   json_decref(claim);
   if (!launched) return NULL;
 
@@ -196,7 +80,7 @@ static char *nodeclaim(const char *name, const char *grace, int launch) {
                       json_pack("[{s:s, s:s, s:s, s:s}]", "type", "Launched", "status", "True", "reason",
                                 "Launched", "lastTransitionTime", "2026-01-01T00:00:00Z"));
   snprintf(path, sizeof path, "/apis/karpenter.sh/v1/nodeclaims/%s/status", name);
-  CHECK_INT(kube("PATCH", path, NULL, "{s:O}", "status", status), 200);
+  CHECK_INT(ctrl_kube_pack(&fx, "PATCH", path, "{s:O}", "status", status), 200);
   json_decref(launched);
   /* ECS releases only booted instances: skip the boot instead of moving simulated time */
   snprintf(path, sizeof path, "/_sim/instances/%s", strchr(pid, '.') + 1);
@@ -206,9 +90,9 @@ static char *nodeclaim(const char *name, const char *grace, int launch) {
 
 /* A Node named name with provider_id and the finalizer: one the simulated kubelet does not know. */
 static void node(const char *name, const char *provider_id) {
-  CHECK_INT(kube("POST", "/api/v1/nodes", NULL, "{s:{s:s, s:{s:s}, s:[s]}, s:{s:s}}", "metadata", "name",
-                 name, "labels", "karpenter.sh/nodepool", "default", "finalizers", FINALIZER, "spec",
-                 "providerID", provider_id),
+  CHECK_INT(ctrl_kube_pack(&fx, "POST", "/api/v1/nodes", "{s:{s:s, s:{s:s}, s:[s]}, s:{s:s}}", "metadata",
+                           "name", name, "labels", "karpenter.sh/nodepool", "default", "finalizers",
+                           FINALIZER, "spec", "providerID", provider_id),
             201);
 }
 
@@ -217,7 +101,7 @@ static void node(const char *name, const char *provider_id) {
 static const char *registered_node(const char *provider_id) {
   static char name[128];
   name[0] = '\0';
-  json_t *list = get("/api/v1/nodes");
+  json_t *list = ctrl_get(&fx, "/api/v1/nodes");
   size_t i;
   json_t *n;
   json_array_foreach(json_object_get(list, "items"), i, n) {
@@ -231,8 +115,8 @@ static const char *registered_node(const char *provider_id) {
   }
   char path[256];
   snprintf(path, sizeof path, "/api/v1/nodes/%s", name);
-  CHECK_INT(kube("PATCH", path, NULL, "{s:{s:[s], s:{s:s}}, s:{s:n}}", "metadata", "finalizers", FINALIZER,
-                 "labels", "karpenter.sh/registered", "true", "spec", "taints"),
+  CHECK_INT(ctrl_kube_pack(&fx, "PATCH", path, "{s:{s:[s], s:{s:s}}, s:{s:n}}", "metadata", "finalizers",
+                           FINALIZER, "labels", "karpenter.sh/registered", "true", "spec", "taints"),
             200);
   return name;
 }
@@ -242,28 +126,29 @@ static void pod(const char *name, const char *node_name, const char *extra_metad
   json_t *meta = extra_metadata ? json_loads(extra_metadata, 0, NULL) : json_object();
   json_object_set_new(meta, "name", json_string(name));
   json_object_set_new(meta, "namespace", json_string("default"));
-  CHECK_INT(kube("POST", "/api/v1/namespaces/default/pods", NULL, "{s:s, s:s, s:o, s:{s:s, s:[{s:s, s:s}]}}",
-                 "apiVersion", "v1", "kind", "Pod", "metadata", meta, "spec", "nodeName", node_name,
-                 "containers", "name", "app", "image", "registry.example/app:1"),
+  CHECK_INT(ctrl_kube_pack(&fx, "POST", "/api/v1/namespaces/default/pods",
+                           "{s:s, s:s, s:o, s:{s:s, s:[{s:s, s:s}]}}", "apiVersion", "v1", "kind", "Pod",
+                           "metadata", meta, "spec", "nodeName", node_name, "containers", "name", "app",
+                           "image", "registry.example/app:1"),
             201);
   char path[256];
   snprintf(path, sizeof path, "/api/v1/namespaces/default/pods/%s/status", name);
-  CHECK_INT(kube("PATCH", path, NULL, "{s:{s:s, s:[{s:s, s:s}]}}", "status", "phase", phase, "conditions",
-                 "type", "Ready", "status", "True"),
+  CHECK_INT(ctrl_kube_pack(&fx, "PATCH", path, "{s:{s:s, s:[{s:s, s:s}]}}", "status", "phase", phase,
+                           "conditions", "type", "Ready", "status", "True"),
             200);
 }
 
 static void delete_claim(const char *name) {
   char path[256];
   snprintf(path, sizeof path, "/apis/karpenter.sh/v1/nodeclaims/%s", name);
-  CHECK_INT(kube("DELETE", path, NULL, NULL), 200);
+  CHECK_INT(ctrl_kube_pack(&fx, "DELETE", path, NULL), 200);
 }
 
 static void pdb(const char *name, const char *app, int min_available) {
-  CHECK_INT(kube("POST", "/apis/policy/v1/namespaces/default/poddisruptionbudgets", NULL,
-                 "{s:s, s:s, s:{s:s}, s:{s:i, s:{s:{s:s}}}}", "apiVersion", "policy/v1", "kind",
-                 "PodDisruptionBudget", "metadata", "name", name, "spec", "minAvailable", min_available,
-                 "selector", "matchLabels", "app", app),
+  CHECK_INT(ctrl_kube_pack(&fx, "POST", "/apis/policy/v1/namespaces/default/poddisruptionbudgets",
+                           "{s:s, s:s, s:{s:s}, s:{s:i, s:{s:{s:s}}}}", "apiVersion", "policy/v1", "kind",
+                           "PodDisruptionBudget", "metadata", "name", name, "spec", "minAvailable",
+                           min_available, "selector", "matchLabels", "app", app),
             201);
 }
 
@@ -273,33 +158,21 @@ static void pdb(const char *name, const char *app, int min_available) {
 #define NODE_PATH  "/api/v1/nodes/"
 #define POD_PATH   "/api/v1/namespaces/default/pods/"
 
-static int claim_condition(const char *name, const char *type, const char *status, const char *reason) {
-  char path[256];
-  snprintf(path, sizeof path, CLAIM_PATH "%s", name);
-  json_t *claim = get(path);
-  json_t *cond = lp_condition_get(claim, type);
-  int ok = lp_condition_is(claim, type, status) &&
-           (!reason || strcmp(json_string_value(json_object_get(cond, "reason")) ?: "", reason) == 0);
-  json_decref(claim);
-  return ok;
-}
-
 static int draining(ctrl_fixture *f, const void *name) {
-  (void)f;
-  return claim_condition(name, "Drained", "Unknown", "Draining");
+  return ctrl_claim_condition(f, name, "Drained", "Unknown", "Draining");
 }
 
 static int evictions_at_least(ctrl_fixture *f, const void *ud) {
-  (void)f;
   const char *const *result_and_count = ud;
-  return metric("luaprov_pods_evictions_total", result_and_count[0]) >= atof(result_and_count[1]);
+  return ctrl_metric(f, "luaprov_pods_evictions_total", LP_LABELS(result_and_count[0])) >=
+         atof(result_and_count[1]);
 }
 
 /* The Node is unschedulable and carries karpenter.sh/disrupted:NoSchedule. */
 static int cordoned(const char *name) {
   char path[256];
   snprintf(path, sizeof path, NODE_PATH "%s", name);
-  json_t *n = get(path);
+  json_t *n = ctrl_get(&fx, path);
   int tainted = 0;
   size_t i;
   json_t *t;
@@ -315,13 +188,13 @@ static int cordoned(const char *name) {
 }
 
 static int exists(const char *path) {
-  return kube("GET", path, NULL, NULL) == 200;
+  return ctrl_kube_pack(&fx, "GET", path, NULL) == 200;
 }
 
 static int node_gone(ctrl_fixture *f, const void *name) {
   char path[256];
   snprintf(path, sizeof path, NODE_PATH "%s", (const char *)name);
-  return gone(f, path);
+  return ctrl_gone(f, path);
 }
 
 /* ---- cases --------------------------------------------------------------------------------- */
@@ -336,30 +209,30 @@ static void test_plain_termination(void) {
   pod("a-1", node_name, NULL, "Running");
   pod("a-2", node_name, NULL, "Running");
   pod("a-keep", node_name, "{\"annotations\":{\"karpenter.sh/do-not-disrupt\":\"true\"}}", "Running");
-  long long deletes = cloud_calls("DeleteInstance");
+  long long deletes = ctrl_alibaba_calls(&fx, "DeleteInstance");
   delete_claim("nc-a");
 
-  CHECK(ctrl_wait_for(&fx, 10, gone, POD_PATH "a-1"));
-  CHECK(ctrl_wait_for(&fx, 10, gone, POD_PATH "a-2"));
+  CHECK(ctrl_wait_for(&fx, 10, ctrl_gone, POD_PATH "a-1"));
+  CHECK(ctrl_wait_for(&fx, 10, ctrl_gone, POD_PATH "a-2"));
   CHECK(ctrl_wait_for(&fx, 10, draining, "nc-a"));
   ctrl_run_for(&fx, 1); /* several drain passes: the do-not-disrupt pod is never evicted */
   CHECK(cordoned(node_name));
   CHECK(exists(POD_PATH "a-keep"));
   CHECK(exists(CLAIM_PATH "nc-a"));
-  CHECK(instance_exists(pid));
-  CHECK_INT(cloud_calls("DeleteInstance"), deletes);
-  CHECK_INT(metric("luaprov_pods_evictions_total", "evicted"), 2);
+  CHECK(ctrl_instance_exists(&fx, pid));
+  CHECK_INT(ctrl_alibaba_calls(&fx, "DeleteInstance"), deletes);
+  CHECK_INT(ctrl_metric(&fx, "luaprov_pods_evictions_total", LP_LABELS("evicted")), 2);
 
   /* its owner moves it: the drain is done, the rest follows */
-  CHECK_INT(kube("DELETE", POD_PATH "a-keep", NULL, NULL), 200);
-  CHECK(ctrl_wait_for(&fx, 10, gone, CLAIM_PATH "nc-a"));
+  CHECK_INT(ctrl_kube_pack(&fx, "DELETE", POD_PATH "a-keep", NULL), 200);
+  CHECK(ctrl_wait_for(&fx, 10, ctrl_gone, CLAIM_PATH "nc-a"));
   CHECK(node_gone(&fx, node_name));
-  CHECK(!instance_exists(pid));
-  CHECK(cloud_calls("DeleteInstance") > deletes);
-  CHECK_INT(metric("luaprov_nodes_terminated_total", "default"), 1);
-  CHECK_INT(metric("luaprov_nodeclaims_terminated_total", "default"), 1);
-  CHECK_INT(metric("luaprov_nodeclaims_termination_duration_seconds", "default"), 1);
-  CHECK(metric("luaprov_pods_evictions_total", "error") == 0);
+  CHECK(!ctrl_instance_exists(&fx, pid));
+  CHECK(ctrl_alibaba_calls(&fx, "DeleteInstance") > deletes);
+  CHECK_INT(ctrl_metric(&fx, "luaprov_nodes_terminated_total", LP_LABELS("default")), 1);
+  CHECK_INT(ctrl_metric(&fx, "luaprov_nodeclaims_terminated_total", LP_LABELS("default")), 1);
+  CHECK_INT(ctrl_metric(&fx, "luaprov_nodeclaims_termination_duration_seconds", LP_LABELS("default")), 1);
+  CHECK(ctrl_metric(&fx, "luaprov_pods_evictions_total", LP_LABELS("error")) == 0);
   free(pid);
   stop();
 }
@@ -378,20 +251,20 @@ static void test_pdb_blocks_until_relaxed(void) {
   CHECK(ctrl_wait_for(&fx, 10, evictions_at_least, (const char *const[]){"blocked", "2"}));
   CHECK(exists(POD_PATH "b-1"));
   CHECK(exists(CLAIM_PATH "nc-b"));
-  CHECK(claim_condition("nc-b", "Drained", "Unknown", "Draining"));
+  CHECK(ctrl_claim_condition(&fx, "nc-b", "Drained", "Unknown", "Draining"));
   CHECK(cordoned(node_name));
-  CHECK(has_event("nc-b", "FailedDraining"));
-  CHECK(instance_exists(pid));
-  CHECK_INT(metric("luaprov_pods_evictions_total", "evicted"), 0);
+  CHECK(ctrl_has_event(&fx, "nc-b", "FailedDraining"));
+  CHECK(ctrl_instance_exists(&fx, pid));
+  CHECK_INT(ctrl_metric(&fx, "luaprov_pods_evictions_total", LP_LABELS("evicted")), 0);
 
-  CHECK_INT(kube("PATCH", "/apis/policy/v1/namespaces/default/poddisruptionbudgets/pdb-b", NULL, "{s:{s:i}}",
-                 "spec", "minAvailable", 0),
+  CHECK_INT(ctrl_kube_pack(&fx, "PATCH", "/apis/policy/v1/namespaces/default/poddisruptionbudgets/pdb-b",
+                           "{s:{s:i}}", "spec", "minAvailable", 0),
             200);
-  CHECK(ctrl_wait_for(&fx, 10, gone, CLAIM_PATH "nc-b"));
-  CHECK(gone(&fx, POD_PATH "b-1"));
+  CHECK(ctrl_wait_for(&fx, 10, ctrl_gone, CLAIM_PATH "nc-b"));
+  CHECK(ctrl_gone(&fx, POD_PATH "b-1"));
   CHECK(node_gone(&fx, node_name));
-  CHECK(!instance_exists(pid));
-  CHECK_INT(metric("luaprov_pods_evictions_total", "evicted"), 1);
+  CHECK(!ctrl_instance_exists(&fx, pid));
+  CHECK_INT(ctrl_metric(&fx, "luaprov_pods_evictions_total", LP_LABELS("evicted")), 1);
   free(pid);
   stop();
 }
@@ -406,7 +279,7 @@ static void test_grace_period_forces_drain(void) {
   delete_claim("nc-c");
 
   CHECK(ctrl_wait_for(&fx, 10, evictions_at_least, (const char *const[]){"blocked", "1"}));
-  json_t *claim = get(CLAIM_PATH "nc-c");
+  json_t *claim = ctrl_get(&fx, CLAIM_PATH "nc-c");
   double deleted = lp_rfc3339_parse(lp_obj_str(claim, "metadata.deletionTimestamp"));
   const char *stamp =
       json_string_value(json_object_get(json_object_get(json_object_get(claim, "metadata"), "annotations"),
@@ -415,13 +288,13 @@ static void test_grace_period_forces_drain(void) {
   CHECK(stamp && lp_rfc3339_parse(stamp) == deleted + 3);
   json_decref(claim);
   CHECK(exists(POD_PATH "c-1")); /* the deadline is at least 2 s away still */
-  CHECK(has_event("nc-c", "TerminationGracePeriodExpiring"));
+  CHECK(ctrl_has_event(&fx, "nc-c", "TerminationGracePeriodExpiring"));
 
-  CHECK(ctrl_wait_for(&fx, 10, gone, CLAIM_PATH "nc-c"));
-  CHECK(gone(&fx, POD_PATH "c-1"));
-  CHECK(!instance_exists(pid));
-  CHECK_INT(metric("luaprov_pods_evictions_total", "deleted"), 1);
-  CHECK_INT(metric("luaprov_pods_evictions_total", "evicted"), 0);
+  CHECK(ctrl_wait_for(&fx, 10, ctrl_gone, CLAIM_PATH "nc-c"));
+  CHECK(ctrl_gone(&fx, POD_PATH "c-1"));
+  CHECK(!ctrl_instance_exists(&fx, pid));
+  CHECK_INT(ctrl_metric(&fx, "luaprov_pods_evictions_total", LP_LABELS("deleted")), 1);
+  CHECK_INT(ctrl_metric(&fx, "luaprov_pods_evictions_total", LP_LABELS("evicted")), 0);
   free(pid);
   stop();
 }
@@ -430,17 +303,17 @@ static void test_grace_period_forces_drain(void) {
 static void test_never_launched(void) {
   start();
   nodeclaim("nc-d", NULL, 0);
-  json_t *state = alibaba_state();
+  json_t *state = ctrl_alibaba_state(&fx);
   long long calls = json_integer_value(json_object_get(state, "total_calls"));
   json_decref(state);
   delete_claim("nc-d");
-  CHECK(ctrl_wait_for(&fx, 10, gone, CLAIM_PATH "nc-d"));
-  state = alibaba_state();
+  CHECK(ctrl_wait_for(&fx, 10, ctrl_gone, CLAIM_PATH "nc-d"));
+  state = ctrl_alibaba_state(&fx);
   CHECK_INT(json_integer_value(json_object_get(state, "total_calls")), calls);
   CHECK(json_object_get(json_object_get(state, "calls"), "DeleteInstance") == NULL);
   json_decref(state);
-  CHECK_INT(metric("luaprov_nodeclaims_terminated_total", "default"), 1);
-  CHECK_INT(metric("luaprov_nodes_terminated_total", "default"), 0);
+  CHECK_INT(ctrl_metric(&fx, "luaprov_nodeclaims_terminated_total", LP_LABELS("default")), 1);
+  CHECK_INT(ctrl_metric(&fx, "luaprov_nodes_terminated_total", LP_LABELS("default")), 0);
   stop();
 }
 
@@ -458,14 +331,14 @@ static void test_pods_left_alone(void) {
   pod("e-mirror", node_name, "{\"annotations\":{\"kubernetes.io/config.mirror\":\"abc\"}}", "Running");
   pod("e-done", node_name, NULL, "Succeeded");
   delete_claim("nc-e");
-  CHECK(ctrl_wait_for(&fx, 10, gone, CLAIM_PATH "nc-e"));
-  CHECK(gone(&fx, POD_PATH "e-app"));
+  CHECK(ctrl_wait_for(&fx, 10, ctrl_gone, CLAIM_PATH "nc-e"));
+  CHECK(ctrl_gone(&fx, POD_PATH "e-app"));
   CHECK(exists(POD_PATH "e-ds"));
   CHECK(exists(POD_PATH "e-mirror"));
   CHECK(exists(POD_PATH "e-done"));
-  CHECK_INT(metric("luaprov_pods_evictions_total", "evicted"), 1);
+  CHECK_INT(ctrl_metric(&fx, "luaprov_pods_evictions_total", LP_LABELS("evicted")), 1);
   CHECK(node_gone(&fx, node_name));
-  CHECK(!instance_exists(pid));
+  CHECK(!ctrl_instance_exists(&fx, pid));
   free(pid);
   stop();
 }
@@ -488,13 +361,13 @@ static void test_delete_instance_retried(void) {
                          "{\"action\":\"DeleteInstance\",\"kind\":\"5xx\",\"count\":5}"));
   delete_claim("nc-f");
   CHECK(ctrl_wait_for(&fx, 15, reconcile_failed, NULL));
-  CHECK(claim_condition("nc-f", "Drained", "True", NULL));
+  CHECK(ctrl_claim_condition(&fx, "nc-f", "Drained", "True", NULL));
   CHECK(cordoned(node_name));
-  CHECK(gone(&fx, POD_PATH "f-1"));
-  CHECK(ctrl_wait_for(&fx, 15, gone, CLAIM_PATH "nc-f"));
+  CHECK(ctrl_gone(&fx, POD_PATH "f-1"));
+  CHECK(ctrl_wait_for(&fx, 15, ctrl_gone, CLAIM_PATH "nc-f"));
   CHECK(node_gone(&fx, node_name));
-  CHECK(!instance_exists(pid));
-  CHECK(cloud_calls("DeleteInstance") >= 6);
+  CHECK(!ctrl_instance_exists(&fx, pid));
+  CHECK(ctrl_alibaba_calls(&fx, "DeleteInstance") >= 6);
   json_decref(ctrl_admin(&fx, "alibaba", "DELETE", "/_sim/faults", NULL));
 
   /* throttling is retried the same way */
@@ -503,8 +376,8 @@ static void test_delete_instance_retried(void) {
   json_decref(ctrl_admin(&fx, "alibaba", "POST", "/_sim/faults",
                          "{\"action\":\"DeleteInstance\",\"kind\":\"throttle\",\"count\":2}"));
   delete_claim("nc-f2");
-  CHECK(ctrl_wait_for(&fx, 15, gone, CLAIM_PATH "nc-f2"));
-  CHECK(!instance_exists(pid2));
+  CHECK(ctrl_wait_for(&fx, 15, ctrl_gone, CLAIM_PATH "nc-f2"));
+  CHECK(!ctrl_instance_exists(&fx, pid2));
   json_decref(ctrl_admin(&fx, "alibaba", "DELETE", "/_sim/faults", NULL));
   free(pid);
   free(pid2);
@@ -519,20 +392,20 @@ static void test_user_deletes_node(void) {
   snprintf(node_name, sizeof node_name, "%s", registered_node(pid));
   pod("g-1", node_name, NULL, "Running");
   snprintf(path, sizeof path, NODE_PATH "%s", node_name);
-  CHECK_INT(kube("DELETE", path, NULL, NULL), 200);
-  CHECK(ctrl_wait_for(&fx, 10, gone, CLAIM_PATH "nc-g"));
+  CHECK_INT(ctrl_kube_pack(&fx, "DELETE", path, NULL), 200);
+  CHECK(ctrl_wait_for(&fx, 10, ctrl_gone, CLAIM_PATH "nc-g"));
   CHECK(node_gone(&fx, node_name));
-  CHECK(gone(&fx, POD_PATH "g-1"));
-  CHECK(!instance_exists(pid));
-  CHECK_INT(metric("luaprov_nodeclaims_terminated_total", "default"), 1);
-  CHECK_INT(metric("luaprov_nodes_terminated_total", "default"), 1);
+  CHECK(ctrl_gone(&fx, POD_PATH "g-1"));
+  CHECK(!ctrl_instance_exists(&fx, pid));
+  CHECK_INT(ctrl_metric(&fx, "luaprov_nodeclaims_terminated_total", LP_LABELS("default")), 1);
+  CHECK_INT(ctrl_metric(&fx, "luaprov_nodes_terminated_total", LP_LABELS("default")), 1);
   free(pid);
 
   /* a deleting Node with the finalizer and no NodeClaim at all: only the finalizer is removed */
   node("node-orphan", "cn-hangzhou.i-nobody");
-  CHECK_INT(kube("DELETE", NODE_PATH "node-orphan", NULL, NULL), 200);
+  CHECK_INT(ctrl_kube_pack(&fx, "DELETE", NODE_PATH "node-orphan", NULL), 200);
   CHECK(ctrl_wait_for(&fx, 10, node_gone, "node-orphan"));
-  CHECK_INT(metric("luaprov_nodes_terminated_total", "default"), 2);
+  CHECK_INT(ctrl_metric(&fx, "luaprov_nodes_terminated_total", LP_LABELS("default")), 2);
   stop();
 }
 
