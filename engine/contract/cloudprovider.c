@@ -1,7 +1,15 @@
 /* The CloudProvider operations: each calls the mapping (and policies) as script tasks, checks what
- * comes back, and assembles the answer Karpenter expects. */
+ * comes back, and assembles the answer Karpenter expects.
+ *
+ * Metrics (lp_metrics_default): luaprov_cloudprovider_launches_total{result} (cloudprovider_create.c),
+ * luaprov_drift_policy_evaluations_total{generation, result}: every answer of the drift policy, by the
+ * script generation that gave it (a hot reload shows as a new generation label) and result = drifted |
+ * not_drifted | unknown | error. Debug log "drift policy answered" (provider_id, nodeclaim, result,
+ * reason, generation). */
 #include "contract/cloudprovider_internal.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,6 +82,7 @@ static void call_done(const lp_task_result *r, void *ud) {
   op *o = c->o;
   step_fn next = c->next;
   free(c);
+  o->generation = r->generation;
   if (r->error) {
     next(o, NULL, lp_error_new(r->error->code, "%s", r->error->message));
     return;
@@ -161,6 +170,11 @@ lp_cloudprovider *lp_cloudprovider_new(const lp_cloudprovider_config *cfg) {
   cp->max_launch_attempts = cfg->max_launch_attempts ? cfg->max_launch_attempts : 10;
   cp->launches = lp_metrics_counter(lp_metrics_default(), "luaprov_cloudprovider_launches_total",
                                     "Instance launch attempts by outcome.", LP_LABELS("result"));
+  cp->drift_evaluations = lp_metrics_counter(
+      lp_metrics_default(), "luaprov_drift_policy_evaluations_total",
+      "Answers of the drift policy by the script generation that gave them and result (drifted, "
+      "not_drifted, unknown, error).",
+      LP_LABELS("generation", "result"));
   cp->known_classes = json_object();
   double interval = cfg->refresh_interval_s == 0 ? 20 * 60 : cfg->refresh_interval_s;
   if (interval > 0 && cp->loop) {
@@ -200,6 +214,10 @@ void lp_cloudprovider_free(lp_cloudprovider *cp) {
   lp_cloudprovider_shutdown(cp);
   cp->freed = 1;
   if (cp->refreshing == 0) destroy(cp);
+}
+
+uint64_t lp_cloudprovider_script_generation(const lp_cloudprovider *cp) {
+  return lp_script_host_generation_id(cp->scripts);
 }
 
 const char *lp_cloudprovider_name(lp_cloudprovider *cp) {
@@ -481,6 +499,24 @@ void lp_cp_list(lp_cloudprovider *cp, lp_cp_done_fn done, void *ud) {
 
 /* ---- IsDrifted, RepairPolicies ----------------------------------------------------------- */
 
+/* Counts an answer of the drift policy under the generation that gave it: during a hot reload under
+ * load, the metric shows how many answers each generation gave, and the debug log says which one
+ * answered for a node. */
+static void drift_answered(op *o, const char *result, const char *reason, const lp_error *err) {
+  char generation[24];
+  snprintf(generation, sizeof generation, "%" PRIu64, o->generation);
+  lp_counter_inc(o->cp->drift_evaluations, LP_LABELS(generation, result));
+  const char *claim = json_string_value(json_object_get(json_object_get(o->nodeclaim, "metadata"), "name"));
+  if (err)
+    lp_debug(LOGGER, "drift policy answered", LPF_STR("provider_id", o->provider_id),
+             LPF_STR("nodeclaim", claim), LPF_STR("result", result), LPF_STR("code", err->code),
+             LPF_STR("error", err->message), LPF_INT("generation", (long long)o->generation));
+  else
+    lp_debug(LOGGER, "drift policy answered", LPF_STR("provider_id", o->provider_id),
+             LPF_STR("nodeclaim", claim), LPF_STR("result", result), LPF_STR("reason", reason),
+             LPF_INT("generation", (long long)o->generation));
+}
+
 static void drift_done(op *o, json_t *values, lp_error *err) {
   if (err) {
     if (strcmp(err->code, "Error") == 0) { /* nil, message: not known yet */
@@ -488,6 +524,7 @@ static void drift_done(op *o, json_t *values, lp_error *err) {
       lp_error_free(err);
       err = unknown;
     }
+    drift_answered(o, strcmp(err->code, "DriftUnknown") == 0 ? "unknown" : "error", NULL, err);
     cp_finish(o, NULL, err);
     return;
   }
@@ -495,6 +532,7 @@ static void drift_done(op *o, json_t *values, lp_error *err) {
   const char *r = json_is_null(reason) || !reason ? "" : json_string_value(reason);
   if (!r || !lp_drift_reason_valid(r)) {
     json_decref(values);
+    drift_answered(o, "error", r, NULL);
     cp_finish(o, NULL,
               cp_contract_error(o, "policies.drift", "is_drifted",
                                 lp_xstrdup("returned a reason that is not \"\" or a CamelCase word like "
@@ -502,6 +540,7 @@ static void drift_done(op *o, json_t *values, lp_error *err) {
                                 "SPEC §4.4"));
     return;
   }
+  drift_answered(o, *r ? "drifted" : "not_drifted", r, NULL);
   json_t *out = json_string(r);
   json_decref(values);
   cp_finish(o, out, NULL);
@@ -532,6 +571,7 @@ static void static_drift_done(op *o, json_t *values, lp_error *err) {
   }
   json_decref(values);
   if (err && strcmp(err->code, "Contract") != 0) { /* a policy without static_drift is fine */
+    drift_answered(o, "error", NULL, err);
     cp_finish(o, NULL, err);
     return;
   }

@@ -50,6 +50,9 @@ void lp_cloudprovider_free(lp_cloudprovider *cp);
  * (closing the host cancels them). */
 void lp_cloudprovider_shutdown(lp_cloudprovider *cp);
 
+/* The script generation in service (it changes on every hot reload): what answers are cached against. */
+uint64_t lp_cloudprovider_script_generation(const lp_cloudprovider *cp);
+
 /* "alibabacloud" (the mapping's name), valid while the provider lives. */
 const char *lp_cloudprovider_name(lp_cloudprovider *cp);
 /* [{"group", "version", "kind"}] of the node classes this provider serves; caller decrefs. */

@@ -17,6 +17,7 @@ struct lp_cloudprovider {
   lp_cache *unavailable;
   unsigned max_launch_attempts;
   lp_metric *launches;
+  lp_metric *drift_evaluations; /* luaprov_drift_policy_evaluations_total{generation, result} */
   /* background refresh: every ECSNodeClass seen, asked for its instance types again periodically so
    * expired prices and availability are fetched before a Create needs them */
   json_t *known_classes; /* name -> ECSNodeClass */
@@ -45,6 +46,7 @@ typedef struct op {
   json_t *value;        /* a deferred failure's value (always NULL today) */
   lp_error *error;      /* a deferred failure */
   json_t *error_detail; /* the mapping's structured error of the last call, e.g. {code, offerings} */
+  uint64_t generation;  /* the script generation that ran the last call (0 before the first) */
 } op;
 
 typedef void (*step_fn)(op *o, json_t *values, lp_error *err);

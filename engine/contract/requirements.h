@@ -28,4 +28,11 @@ int lp_quantity_parse(const char *text, double *out);
  * why is not NULL, *why names the first resource that does not. */
 int lp_resources_fit(const json_t *requests, const json_t *capacity, const json_t *overhead, char **why);
 
+/* The conjunction of the requirement lists a and b (NULL = none), one entry per key where one says it
+ * all: an In list narrowed by every other requirement on its key, NotIn lists merged, Exists dropped
+ * beside anything narrower; numeric bounds become Gt and Lt entries. Returns a new list, or NULL when
+ * some key can take no value; then *why (when why is not NULL) gets a malloc'd explanation
+ * ("kubernetes.io/arch: no value satisfies In [amd64] and In [arm64]"). requirements_merge.c. */
+json_t *lp_requirements_intersect(const json_t *a, const json_t *b, char **why);
+
 #endif

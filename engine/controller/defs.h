@@ -8,5 +8,9 @@ extern const lp_controller_def lp_nodeclass_controller;           /* nodeclass.c
 extern const lp_controller_def lp_nodeclaim_lifecycle_controller; /* lifecycle.c */
 extern const lp_controller_def lp_termination_controller;         /* termination.c */
 extern const lp_controller_def lp_gc_controller;                  /* gc.c */
+extern const lp_controller_def lp_provisioner_controller;         /* provisioner.c */
+extern const lp_controller_def lp_repair_controller;              /* repair.c */
+extern const lp_controller_def lp_drift_controller;               /* drift.c */
+extern const lp_controller_def lp_disruption_controller;          /* disruption.c */
 
 #endif

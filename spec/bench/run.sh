@@ -19,6 +19,12 @@ echo
 echo "== controllers: 5,000 NodeClaims and 5,000 Nodes in the informer caches"
 "$BUILD/spec/bench_controllers" 5000
 echo
+echo "== provisioner: 1,000 pending pods against 500 instance types"
+"$BUILD/spec/bench_provisioner" 1000 500
+echo
+echo "== drift: passes over 5,000 NodeClaims (time, cloud API calls)"
+"$BUILD/spec/bench_drift" 5000
+echo
 echo "== externalgrpc NodeGroup service (grpc-js client)"
 if [[ -d spec/grpc/node_modules/@grpc/grpc-js ]]; then
   node spec/bench/bench_nodegroup.js "$BUILD/luaprov"

@@ -1,0 +1,224 @@
+/* Replacing a drifted NodeClaim: the replacement NodeClaim, and the writes of each action the
+ * disruption pass decided on (disruption_internal.h).
+ *
+ * The replacement is what the NodePool would launch today for the candidate's pods: generateName
+ * "<nodepool>-", the template's labels (plus karpenter.sh/nodepool) and annotations, the NodePool's
+ * current karpenter.sh/nodepool-hash and -hash-version, luaprov.io/replaces=<candidate>; in spec the
+ * template's nodeClassRef, taints, startupTaints, expireAfter and terminationGracePeriod, the
+ * candidate's resources.requests, and requirements that are the template's plus those of the
+ * candidate's that still agree with them (a zone or instance type its pods narrowed it to). Copying
+ * the candidate's spec as it is would launch the drift again: a NodePoolDrifted or RequirementsDrifted
+ * node drifted precisely because those fields changed in the template.
+ *
+ * Writes carry the resourceVersion of the object as the pass saw it; a 409 fails the action and the
+ * pass is retried once the cache caught up. A replacement created whose candidate could not be marked
+ * is found by its luaprov.io/replaces annotation on the next pass and adopted (DZ_ADOPT), so a restart
+ * or a conflict never launches a second one. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "contract/requirements.h"
+#include "controller/disruption_internal.h"
+#include "controller/nodepool.h"
+#include "core/log.h"
+
+/* ---- the replacement NodeClaim ---------------------------------------------------------------- */
+
+static json_t *object_copy(const json_t *v) {
+  return json_is_object(v) ? json_deep_copy(v) : json_object();
+}
+
+/* The template's requirements, preceded by the candidate's that agree with them (and are not one of
+ * them already). */
+static json_t *requirements_for(const json_t *candidate, const json_t *pool) {
+  json_t *out = json_array();
+  size_t i, j;
+  const json_t *req, *p;
+  json_array_foreach(candidate, i, req) {
+    int duplicate = 0;
+    json_array_foreach(pool, j, p) duplicate |= json_equal(req, p);
+    json_t *one = json_pack("[O]", req);
+    if (!duplicate && lp_requirements_compatible(one, pool, NULL)) json_array_append(out, (json_t *)req);
+    json_decref(one);
+  }
+  json_array_foreach(pool, j, p) json_array_append(out, (json_t *)p);
+  return out;
+}
+
+json_t *dz_replacement_for(const json_t *claim, const json_t *nodepool) {
+  static const char *const from_template[] = {
+      "nodeClassRef", "taints", "startupTaints", "expireAfter", "terminationGracePeriod", NULL};
+  const char *pool = lp_obj_name(nodepool);
+  const json_t *tmpl = json_object_get(json_object_get(nodepool, "spec"), "template");
+  const json_t *tmeta = json_object_get(tmpl, "metadata"), *tspec = json_object_get(tmpl, "spec");
+  const json_t *cspec = json_object_get(claim, "spec");
+
+  json_t *labels = object_copy(json_object_get(tmeta, "labels"));
+  json_object_set_new(labels, DZ_LABEL_POOL, json_string(pool));
+  json_t *annotations = object_copy(json_object_get(tmeta, "annotations"));
+  char hash[17];
+  lp_nodepool_hash(nodepool, hash);
+  json_object_set_new(annotations, LP_NODEPOOL_HASH_ANNOTATION, json_string(hash));
+  json_object_set_new(annotations, LP_NODEPOOL_HASH_VERSION_ANNOTATION,
+                      json_string(LP_NODEPOOL_HASH_VERSION));
+  json_object_set_new(annotations, DZ_ANNOTATION_REPLACES, json_string(lp_obj_name(claim)));
+
+  json_t *spec = json_object();
+  for (size_t i = 0; from_template[i]; i++) {
+    const json_t *v = json_object_get(tspec, from_template[i]);
+    if (v && !json_is_null(v)) json_object_set_new(spec, from_template[i], json_deep_copy(v));
+  }
+  if (!json_object_get(spec, "nodeClassRef")) /* an invalid template: keep the node's class */
+    json_object_set_new(spec, "nodeClassRef", json_deep_copy(json_object_get(cspec, "nodeClassRef")));
+  json_object_set_new(
+      spec, "requirements",
+      requirements_for(json_object_get(cspec, "requirements"), json_object_get(tspec, "requirements")));
+  const json_t *resources = json_object_get(cspec, "resources");
+  if (json_is_object(resources)) json_object_set_new(spec, "resources", json_deep_copy(resources));
+
+  char *generate = lp_xasprintf("%s-", pool);
+  json_t *out = json_pack("{s:s, s:s, s:{s:s, s:o, s:o}, s:o}", "apiVersion", "karpenter.sh/v1", "kind",
+                          "NodeClaim", "metadata", "generateName", generate, "labels", labels, "annotations",
+                          annotations, "spec", spec);
+  free(generate);
+  return out;
+}
+
+/* ---- writes ----------------------------------------------------------------------------------- */
+
+static lp_kube_ref claim_ref(const json_t *claim) {
+  lp_kube_ref ref = *lp_kind_ref(LP_KIND_NODECLAIM);
+  ref.name = lp_obj_name(claim);
+  return ref;
+}
+
+static const char *name_of(const json_t *obj) {
+  const char *n = lp_obj_name(obj);
+  return n ? n : "";
+}
+
+/* Fails the action with the reply's error, worded as "disruption: <what> nodeclaim <name>: ...". */
+static void fail(dz_action *a, const lp_kube_reply *reply, const char *what, const json_t *obj) {
+  dz_action_done(a, lp_error_new(reply->error->code, "disruption: %s nodeclaim %s: %s", what, name_of(obj),
+                                 reply->error->message));
+}
+
+/* A merge patch of the candidate's replaced-by annotation (value NULL removes it). */
+static void patch_mark(dz_action *a, const char *value, lp_kube_done_fn done) {
+  const char *rv = lp_obj_resource_version(a->claim);
+  json_t *patch = json_pack("{s:{s:s, s:{s:s?}}}", "metadata", "resourceVersion", rv ? rv : "", "annotations",
+                            DZ_ANNOTATION_REPLACED_BY, value);
+  lp_kube_ref ref = claim_ref(a->claim);
+  lp_kube_merge_patch(lp_env_kube(a->p->env), &ref, NULL, patch, done, a);
+  json_decref(patch);
+}
+
+static void marked(const lp_kube_reply *reply, void *ud) {
+  dz_action *a = ud;
+  if (reply->error) {
+    fail(a, reply, "marking as replaced by the new", a->claim);
+    return;
+  }
+  const char *log = lp_controller_logger(a->p->c), *name = name_of(a->claim);
+  const char *replacement = name_of(a->replacement), *pool = dz_label(a->claim, DZ_LABEL_POOL);
+  if (a->kind == DZ_REPLACE) {
+    lp_counter_inc(a->p->st->replacements, LP_LABELS("launched"));
+    lp_env_event(a->p->env, a->claim, "Normal", "DisruptionLaunching", "Launching NodeClaim %s: %s",
+                 replacement, DZ_REASON);
+    lp_info(log, "disrupting nodeclaim(s) via replace", LPF_STR("reason", DZ_METRIC_REASON),
+            LPF_STR("nodeclaim", name), LPF_STR("nodepool", pool), LPF_STR("replacement", replacement));
+  } else {
+    lp_info(log, "resuming the replacement of a nodeclaim", LPF_STR("reason", DZ_METRIC_REASON),
+            LPF_STR("nodeclaim", name), LPF_STR("nodepool", pool), LPF_STR("replacement", replacement));
+  }
+  dz_action_done(a, NULL);
+}
+
+static void replacement_created(const lp_kube_reply *reply, void *ud) {
+  dz_action *a = ud;
+  if (reply->error) {
+    fail(a, reply, "creating the replacement of", a->claim);
+    return;
+  }
+  a->replacement = json_incref(reply->object);
+  patch_mark(a, lp_obj_name(a->replacement), marked);
+}
+
+static void replace(dz_action *a) {
+  json_t *nc = dz_replacement_for(a->claim, a->nodepool);
+  lp_kube_ref ref = *lp_kind_ref(LP_KIND_NODECLAIM);
+  lp_kube_create(lp_env_kube(a->p->env), &ref, nc, replacement_created, a);
+  json_decref(nc);
+}
+
+static void candidate_deleted(const lp_kube_reply *reply, void *ud) {
+  dz_action *a = ud;
+  if (reply->error && reply->status != 404) {
+    fail(a, reply, "deleting the replaced", a->claim);
+    return;
+  }
+  if (!reply->error) {
+    const char *pool = dz_label(a->claim, DZ_LABEL_POOL);
+    lp_counter_inc(a->p->st->disrupted, LP_LABELS(DZ_METRIC_REASON, pool ? pool : ""));
+    lp_env_event(a->p->env, a->claim, "Normal", "DisruptionTerminating",
+                 "Disrupting NodeClaim: %s (replaced by %s)", DZ_REASON, name_of(a->replacement));
+    lp_info(lp_controller_logger(a->p->c), "deleting replaced nodeclaim, its replacement is initialized",
+            LPF_STR("reason", DZ_METRIC_REASON), LPF_STR("nodeclaim", name_of(a->claim)),
+            LPF_STR("nodepool", pool), LPF_STR("replacement", name_of(a->replacement)));
+  }
+  dz_action_done(a, NULL);
+}
+
+static void unmarked(const lp_kube_reply *reply, void *ud) {
+  dz_action *a = ud;
+  if (reply->error) {
+    fail(a, reply, "removing the replaced-by mark of", a->claim);
+    return;
+  }
+  lp_counter_inc(a->p->st->replacements, LP_LABELS("failed"));
+  json_object_set_new(a->p->st->failed, name_of(a->claim), json_real(a->p->now));
+  lp_env_event(a->p->env, a->claim, "Normal", "DisruptionBlocked", "Replacement failed, will retry: %s",
+               a->why);
+  lp_info(lp_controller_logger(a->p->c), "replacement failed, will retry",
+          LPF_STR("nodeclaim", name_of(a->claim)), LPF_STR("nodepool", dz_label(a->claim, DZ_LABEL_POOL)),
+          LPF_STR("error", a->why));
+  dz_action_done(a, NULL);
+}
+
+static void replacement_deleted(const lp_kube_reply *reply, void *ud) {
+  dz_action *a = ud;
+  if (reply->error && reply->status != 404) {
+    fail(a, reply, "deleting the failed replacement", a->replacement);
+    return;
+  }
+  patch_mark(a, NULL, unmarked);
+}
+
+static void abandon(dz_action *a) {
+  if (!a->replacement || lp_obj_deleting(a->replacement)) {
+    patch_mark(a, NULL, unmarked);
+    return;
+  }
+  lp_kube_ref ref = claim_ref(a->replacement);
+  lp_kube_delete(lp_env_kube(a->p->env), &ref, lp_obj_resource_version(a->replacement), replacement_deleted,
+                 a);
+}
+
+void dz_act(dz_action *a) {
+  switch (a->kind) {
+  case DZ_REPLACE:
+    replace(a);
+    break;
+  case DZ_ADOPT:
+    patch_mark(a, lp_obj_name(a->replacement), marked);
+    break;
+  case DZ_DELETE_OLD: {
+    lp_kube_ref ref = claim_ref(a->claim);
+    lp_kube_delete(lp_env_kube(a->p->env), &ref, lp_obj_resource_version(a->claim), candidate_deleted, a);
+    break;
+  }
+  case DZ_ABANDON:
+    abandon(a);
+    break;
+  }
+}

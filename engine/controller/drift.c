@@ -1,0 +1,286 @@
+/* The drift controller ("nodeclaim.drift"; Karpenter's nodeclaim.disruption drift marker,
+ * karpenter_core.md §4.3): keeps each NodeClaim's Drifted condition current, so the disruption
+ * controller (disruption.c) knows which nodes to replace.
+ *
+ * Skipped: NodeClaims being deleted, of a node class this provider does not serve, without a
+ * karpenter.sh/nodepool label or whose NodePool is not cached. A NodeClaim not Launched=True loses its
+ * Drifted condition. Otherwise the checks of drift_checks.c run in order (NodePoolDrifted,
+ * RequirementsDrifted, InstanceTypeNotFound, then the Lua drift policy's reasons), and the condition
+ * is set to True with the first reason found, removed when none is, or left as it is when the policy
+ * cannot tell yet (DriftUnknown). The status is written only when it changes; every launched NodeClaim
+ * is evaluated again after settings.nodeclass_resync_s (default 300 s, Karpenter's 5 min).
+ *
+ * What enqueues a NodeClaim besides its own changes: a change of its NodePool's spec or annotations
+ * (every NodeClaim labelled with the pool), and any change of its ECSNodeClass (by
+ * LP_INDEX_NODECLAIM_BY_NODECLASS), so a new image or a template edit is seen at once.
+ *
+ * Metrics (lp_env_metrics):
+ *   luaprov_drift_evaluations_total{result}   counter, per evaluation of a launched NodeClaim:
+ *                                             drifted | not_drifted | unknown | error
+ *   luaprov_drift_marked_total{reason}        counter, Drifted set to True (or to another reason)
+ *   luaprov_nodeclaims_drifted{nodepool}      gauge, cached NodeClaims with Drifted=True, kept from
+ *                                             the cache's changes (whoever wrote them)
+ *   luaprov_cache_*{cache="drift_policy"}     the IsDrifted answers kept per NodeClaim
+ * Logs (logger controller.nodeclaim.drift, debug): "marking drifted" (nodeclaim, nodepool, reason,
+ * message), "removing drifted status condition, not drifted" (nodeclaim, nodepool), "drift not known
+ * yet" (nodeclaim, code, error). Failures are the framework's "reconcile failed, will retry". */
+#include <stdlib.h>
+#include <string.h>
+
+#include "controller/conditions.h"
+#include "controller/defs.h"
+#include "controller/drift_internal.h"
+#include "core/clock.h"
+#include "core/log.h"
+
+#define POLICY_CACHE_ENTRIES 100000
+
+const char *drift_label(const json_t *obj, const char *key) {
+  return json_string_value(json_object_get(json_object_get(json_object_get(obj, "metadata"), "labels"), key));
+}
+
+const char *drift_annotation(const json_t *obj, const char *key) {
+  return json_string_value(
+      json_object_get(json_object_get(json_object_get(obj, "metadata"), "annotations"), key));
+}
+
+/* ---- state and the drifted gauge -------------------------------------------------------------- */
+
+static void *state_new(lp_controller *c) {
+  lp_ctrl_env *env = lp_controller_env(c);
+  lp_metrics *m = lp_env_metrics(env);
+  drift_state *st = lp_xcalloc(1, sizeof *st);
+  st->resync_s = lp_env_settings(env)->nodeclass_resync_s;
+  st->policy = lp_cache_new("drift_policy", st->resync_s, POLICY_CACHE_ENTRIES, m);
+  st->types = json_object();
+  st->nodeclasses = lp_cloudprovider_supported_nodeclasses(lp_env_cloud(env));
+  st->drifted = json_object();
+  st->drifted_per_pool = json_object();
+  st->evaluations = lp_metrics_counter(m, "luaprov_drift_evaluations_total",
+                                       "Drift evaluations of launched NodeClaims, by result "
+                                       "(drifted, not_drifted, unknown, error).",
+                                       LP_LABELS("result"));
+  st->marked = lp_metrics_counter(m, "luaprov_drift_marked_total",
+                                  "NodeClaims marked Drifted=True, by drift reason.", LP_LABELS("reason"));
+  st->gauge = lp_metrics_gauge(m, "luaprov_nodeclaims_drifted", "NodeClaims with Drifted=True, by NodePool.",
+                               LP_LABELS("nodepool"));
+  return st;
+}
+
+static void state_free(void *state) {
+  drift_state *st = state;
+  const char *pool;
+  json_t *count;
+  /* a standby reports nothing: the leader's gauge is the one that counts */
+  json_object_foreach(st->drifted_per_pool, pool, count) lp_gauge_set(st->gauge, LP_LABELS(pool), 0);
+  lp_cache_free(st->policy);
+  json_decref(st->types);
+  json_decref(st->nodeclasses);
+  json_decref(st->drifted);
+  json_decref(st->drifted_per_pool);
+  free(st);
+}
+
+static void count_pool(drift_state *st, const char *pool, int delta) {
+  json_int_t n = json_integer_value(json_object_get(st->drifted_per_pool, pool)) + delta;
+  json_object_set_new(st->drifted_per_pool, pool, json_integer(n));
+  lp_gauge_set(st->gauge, LP_LABELS(pool), (double)n);
+}
+
+/* Follows one cached NodeClaim's change: the gauge counts each name once, even when the cache is
+ * replayed to a controller started again. */
+static void track_drifted(drift_state *st, const json_t *old_obj, const json_t *new_obj) {
+  const char *name = lp_obj_name(new_obj ? new_obj : old_obj);
+  if (!name) return;
+  const char *was = json_string_value(json_object_get(st->drifted, name));
+  int is = new_obj && lp_condition_is(new_obj, DRIFT_CONDITION, "True");
+  const char *pool = new_obj ? drift_label(new_obj, DRIFT_LABEL_POOL) : NULL;
+  if (!pool) pool = "";
+  if (was && is && strcmp(was, pool) == 0) return;
+  if (was) {
+    count_pool(st, was, -1);
+    json_object_del(st->drifted, name); /* frees was */
+  }
+  if (is) {
+    count_pool(st, pool, +1);
+    json_object_set_new(st->drifted, name, json_string(pool));
+  }
+}
+
+/* ---- watches ------------------------------------------------------------------------------- */
+
+static void enqueue_claim(const char *key, json_t *obj, void *ud) {
+  (void)obj;
+  lp_controller_enqueue(ud, key);
+}
+
+typedef struct pool_scan {
+  lp_controller *c;
+  const char *pool;
+} pool_scan;
+
+static void enqueue_if_pool(const char *key, json_t *claim, void *ud) {
+  pool_scan *s = ud;
+  const char *pool = drift_label(claim, DRIFT_LABEL_POOL);
+  if (pool && strcmp(pool, s->pool) == 0) lp_controller_enqueue(s->c, key);
+}
+
+/* NodePools' status changes often (resources, conditions) and cannot drift a node. */
+static int nodepool_changed(const json_t *old_obj, const json_t *new_obj) {
+  if (!old_obj || !new_obj) return 1;
+  const json_t *om = json_object_get(old_obj, "metadata"), *nm = json_object_get(new_obj, "metadata");
+  return !json_equal(json_object_get(old_obj, "spec"), json_object_get(new_obj, "spec")) ||
+         !json_equal(json_object_get(om, "annotations"), json_object_get(nm, "annotations"));
+}
+
+static void on_change(lp_controller *c, lp_kind kind, const json_t *old_obj, const json_t *new_obj) {
+  drift_state *st = lp_controller_state(c);
+  lp_ctrl_env *env = lp_controller_env(c);
+  const json_t *obj = new_obj ? new_obj : old_obj;
+  if (kind == LP_KIND_NODECLAIM) {
+    track_drifted(st, old_obj, new_obj);
+    const char *uid = lp_obj_uid(obj);
+    if (!new_obj && uid) lp_cache_delete(st->policy, uid, strlen(uid));
+  } else if (kind == LP_KIND_NODEPOOL && nodepool_changed(old_obj, new_obj) && lp_obj_name(obj)) {
+    pool_scan s = {c, lp_obj_name(obj)};
+    lp_env_each(env, LP_KIND_NODECLAIM, enqueue_if_pool, &s);
+  } else if (kind == LP_KIND_NODECLASS && lp_obj_name(obj)) {
+    lp_env_index_each(env, LP_INDEX_NODECLAIM_BY_NODECLASS, lp_obj_name(obj), enqueue_claim, c);
+  }
+}
+
+/* ---- the verdict ---------------------------------------------------------------------------- */
+
+typedef struct drift_write {
+  drift_run *r;
+  char *reason;  /* NULL when the condition is being removed */
+  char *message; /* what the condition says */
+  int newly;     /* the write marks it drifted (or with another reason): counted once stored */
+} drift_write;
+
+static void run_end(drift_run *r, lp_error *err, double requeue_s) {
+  lp_controller_done(r->c, r->key, err, err ? 0 : requeue_s);
+  json_decref(r->claim);
+  json_decref(r->nodepool);
+  json_decref(r->nodeclass);
+  free(r);
+}
+
+/* Launched NodeClaims are looked at again; others wait for Launched to change (a NodeClaim event). */
+static double requeue_of(const drift_run *r) {
+  return lp_condition_is(r->claim, "Launched", "True") ? r->st->resync_s : 0;
+}
+
+static void condition_written(const lp_kube_reply *reply, void *ud) {
+  drift_write *w = ud;
+  drift_run *r = w->r;
+  lp_error *err = NULL;
+  const char *log = lp_controller_logger(r->c), *pool = drift_label(r->claim, DRIFT_LABEL_POOL);
+  if (reply->error) {
+    err = lp_error_new(reply->error->code, "drift: updating the Drifted condition of nodeclaim %s: %s",
+                       r->key, reply->error->message);
+  } else if (w->reason) {
+    lp_debug(log, "marking drifted", LPF_STR("nodeclaim", r->key), LPF_STR("nodepool", pool),
+             LPF_STR("reason", w->reason), LPF_STR("message", w->message));
+    if (w->newly) lp_counter_inc(r->st->marked, LP_LABELS(w->reason));
+  } else {
+    lp_debug(log, "removing drifted status condition, not drifted", LPF_STR("nodeclaim", r->key),
+             LPF_STR("nodepool", pool));
+  }
+  double requeue = requeue_of(r);
+  free(w->reason);
+  free(w->message);
+  free(w);
+  run_end(r, err, requeue);
+}
+
+static const char *const result_of[] = {
+    [DRIFT_CLEAN] = "not_drifted", [DRIFT_FOUND] = "drifted", [DRIFT_UNKNOWN] = "unknown"};
+
+void drift_verdict(drift_run *r, drift_outcome outcome, const char *reason, const char *message,
+                   lp_error *err) {
+  int launched = lp_condition_is(r->claim, "Launched", "True");
+  if (launched) lp_counter_inc(r->st->evaluations, LP_LABELS(err ? "error" : result_of[outcome]));
+  if (err || outcome == DRIFT_UNKNOWN) {
+    run_end(r, err, requeue_of(r));
+    return;
+  }
+  json_t *want = json_deep_copy(r->claim);
+  int changed = outcome == DRIFT_FOUND
+                    ? lp_condition_set(want, DRIFT_CONDITION, "True", reason, message, r->now)
+                    : lp_condition_clear(want, DRIFT_CONDITION);
+  if (!changed) {
+    json_decref(want);
+    run_end(r, NULL, requeue_of(r));
+    return;
+  }
+  drift_write *w = lp_xcalloc(1, sizeof *w);
+  w->r = r;
+  if (outcome == DRIFT_FOUND) {
+    const json_t *old = lp_condition_get(r->claim, DRIFT_CONDITION);
+    const char *old_reason = json_string_value(json_object_get(old, "reason"));
+    w->newly =
+        !lp_condition_is(r->claim, DRIFT_CONDITION, "True") || !old_reason || strcmp(old_reason, reason);
+    w->reason = lp_xstrdup(reason);
+    w->message = lp_xstrdup(message ? message : "");
+  }
+  const char *rv = lp_obj_resource_version(r->claim);
+  json_t *patch = json_pack("{s:{s:s}, s:{s:O}}", "metadata", "resourceVersion", rv ? rv : "", "status",
+                            "conditions", json_object_get(json_object_get(want, "status"), "conditions"));
+  lp_kube_ref ref = *lp_kind_ref(LP_KIND_NODECLAIM);
+  ref.name = r->key;
+  lp_kube_merge_patch(lp_env_kube(r->env), &ref, "status", patch, condition_written, w);
+  json_decref(patch);
+  json_decref(want);
+}
+
+/* ---- reconcile ----------------------------------------------------------------------------- */
+
+/* Managed: spec.nodeClassRef names a group and kind this provider serves. */
+static int managed(const drift_state *st, const json_t *claim) {
+  const char *group = lp_obj_str(claim, "spec.nodeClassRef.group");
+  const char *kind = lp_obj_str(claim, "spec.nodeClassRef.kind");
+  size_t i;
+  const json_t *nc;
+  json_array_foreach(st->nodeclasses, i, nc) {
+    const char *g = json_string_value(json_object_get(nc, "group"));
+    const char *k = json_string_value(json_object_get(nc, "kind"));
+    if (group && kind && g && k && strcmp(group, g) == 0 && strcmp(kind, k) == 0) return 1;
+  }
+  return 0;
+}
+
+static void reconcile(lp_controller *c, const char *key) {
+  lp_ctrl_env *env = lp_controller_env(c);
+  drift_state *st = lp_controller_state(c);
+  json_t *claim = lp_env_get(env, LP_KIND_NODECLAIM, key);
+  const char *pool = claim ? drift_label(claim, DRIFT_LABEL_POOL) : NULL;
+  json_t *nodepool = pool ? lp_env_get(env, LP_KIND_NODEPOOL, pool) : NULL;
+  if (!nodepool || lp_obj_deleting(claim) || !managed(st, claim)) {
+    lp_controller_done(c, key, NULL, 0);
+    return;
+  }
+  drift_run *r = lp_xcalloc(1, sizeof *r);
+  r->c = c;
+  r->env = env;
+  r->st = st;
+  r->key = key;
+  r->now = lp_clock_wall();
+  r->claim = json_incref(claim);
+  r->nodepool = json_incref(nodepool);
+  const char *class_name = lp_obj_str(claim, "spec.nodeClassRef.name");
+  r->nodeclass = class_name ? json_incref(lp_env_get(env, LP_KIND_NODECLASS, class_name)) : NULL;
+  if (!lp_condition_is(claim, "Launched", "True"))
+    drift_verdict(r, DRIFT_CLEAN, NULL, NULL, NULL);
+  else
+    drift_check(r);
+}
+
+const lp_controller_def lp_drift_controller = {
+    .name = "nodeclaim.drift",
+    .primary = LP_KIND_NODECLAIM,
+    .on_change = on_change,
+    .reconcile = reconcile,
+    .state_new = state_new,
+    .state_free = state_free,
+};

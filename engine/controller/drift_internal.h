@@ -1,0 +1,83 @@
+/* Shared by the drift controller's files: drift.c (the definition, the reconcile pipeline, the
+ * Drifted condition and its metrics) and drift_checks.c (the four checks in SPEC §7 order). Not a
+ * public interface.
+ *
+ * One reconcile of a launched NodeClaim is a drift_run, handed from check to check as awaited calls
+ * (GetInstanceTypes, IsDrifted) return; the first check that finds drift ends the chain with
+ * drift_verdict. Loop thread only. */
+#ifndef LUAPROV_CONTROLLER_DRIFT_INTERNAL_H
+#define LUAPROV_CONTROLLER_DRIFT_INTERNAL_H
+
+#include <jansson.h>
+
+#include "controller/controller.h"
+#include "core/cache.h"
+#include "core/metrics.h"
+
+#define DRIFT_CONDITION  "Drifted"
+#define DRIFT_LABEL_POOL "karpenter.sh/nodepool"
+/* Karpenter's drift timings are 5 min (re-evaluation, IsDrifted cache), 30 min (instance types) and
+ * 1 h (minimum age for InstanceTypeNotFound); here they scale with settings.nodeclass_resync_s
+ * (default 300 s = 5 min), the period at which an ECSNodeClass, the main cause of drift, is resolved
+ * again: checking more often than the class can change gains nothing. */
+#define DRIFT_TYPES_TTL_FACTOR 6.0
+#define DRIFT_MIN_AGE_FACTOR   12.0
+
+/* An instance-type fetch in flight for one ECSNodeClass, and the runs waiting for it. */
+typedef struct drift_fetch drift_fetch;
+
+/* The controller's state (state_new). */
+typedef struct drift_state {
+  lp_cache *policy;         /* NodeClaim uid -> "<ECSNodeClass resourceVersion>\n<reason>", TTL resync */
+  json_t *types;            /* ECSNodeClass name -> {"at": monotonic, "types": {name: {"zone|ct": true}}} */
+  drift_fetch *fetches;     /* GetInstanceTypes calls in flight, one per ECSNodeClass */
+  json_t *nodeclasses;      /* lp_cloudprovider_supported_nodeclasses: what "managed" means */
+  json_t *drifted;          /* NodeClaim name -> NodePool, for every cached Drifted=True NodeClaim */
+  json_t *drifted_per_pool; /* NodePool -> count of the above */
+  lp_metric *evaluations;   /* luaprov_drift_evaluations_total{result} */
+  lp_metric *marked;        /* luaprov_drift_marked_total{reason} */
+  lp_metric *gauge;         /* luaprov_nodeclaims_drifted{nodepool} */
+  double resync_s;          /* settings.nodeclass_resync_s */
+} drift_state;
+
+typedef struct drift_run drift_run;
+typedef void (*drift_step)(drift_run *r);
+
+struct drift_run {
+  lp_controller *c;
+  lp_ctrl_env *env;
+  drift_state *st;
+  const char *key;
+  json_t *claim;     /* the cached NodeClaim (own reference) */
+  json_t *nodepool;  /* its NodePool (own reference) */
+  json_t *nodeclass; /* its ECSNodeClass (own reference), or NULL when it is not cached */
+  drift_step next;   /* where an instance-type fetch continues */
+  drift_run *next_waiter;
+  double now; /* wall time the reconcile started */
+};
+
+/* What a reconcile concluded. */
+typedef enum {
+  DRIFT_CLEAN,   /* not drifted: the condition is removed */
+  DRIFT_FOUND,   /* drifted for reason: the condition is set */
+  DRIFT_UNKNOWN, /* not known yet (policy said so, instance gone): the condition is left as it is */
+} drift_outcome;
+
+/* ---- drift.c ------------------------------------------------------------------------------- */
+
+/* Ends the run: writes the Drifted condition when the outcome changes it (reason and message are
+ * copied; NULL unless DRIFT_FOUND), counts and logs. err (owned) instead fails the reconcile. */
+void drift_verdict(drift_run *r, drift_outcome outcome, const char *reason, const char *message,
+                   lp_error *err);
+
+/* The value of obj's label or annotation key, borrowed, or NULL. */
+const char *drift_label(const json_t *obj, const char *key);
+const char *drift_annotation(const json_t *obj, const char *key);
+
+/* ---- drift_checks.c ------------------------------------------------------------------------ */
+
+/* Runs the checks in order on a launched NodeClaim: static (NodePool hash), requirements, instance
+ * type not found, the provider's IsDrifted; ends with drift_verdict. */
+void drift_check(drift_run *r);
+
+#endif

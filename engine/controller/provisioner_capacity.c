@@ -1,0 +1,424 @@
+/* What a pass can schedule onto (provisioner_internal.h): capacity that exists or is being launched
+ * (Ready nodes, NodeClaims not initialized yet), and the NodePools that may add more, with their
+ * requirements, DaemonSet overhead and limits. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "contract/requirements.h"
+#include "controller/conditions.h"
+#include "controller/provisioner_internal.h"
+#include "core/error.h"
+#include "core/log.h"
+
+/* ---- NodeClaims the pass knows: the cache's, and those it created that the cache lacks -------- */
+
+typedef void (*claim_fn)(pv_pass *p, const char *name, json_t *claim, void *ud);
+
+typedef struct claim_walk {
+  pv_pass *p;
+  claim_fn fn;
+  void *ud;
+} claim_walk;
+
+static void cached_claim(const char *key, json_t *claim, void *ud) {
+  claim_walk *w = ud;
+  w->fn(w->p, key, claim, w->ud);
+}
+
+static void each_claim(pv_pass *p, claim_fn fn, void *ud) {
+  claim_walk w = {p, fn, ud};
+  lp_env_each(p->env, LP_KIND_NODECLAIM, cached_claim, &w);
+  const char *name;
+  json_t *entry;
+  json_object_foreach(p->st->created, name, entry) {
+    if (!lp_env_get(p->env, LP_KIND_NODECLAIM, name)) fn(p, name, json_object_get(entry, "claim"), ud);
+  }
+}
+
+static const json_t *labels_of(const json_t *obj) {
+  return json_object_get(json_object_get(obj, "metadata"), "labels");
+}
+
+/* ---- DaemonSet overhead ----------------------------------------------------------------------- */
+
+typedef struct daemon_scan {
+  pv_pass *p;
+  const json_t *reqs, *taints;
+  pv_res *out;
+} daemon_scan;
+
+/* Karpenter counts a DaemonSet when its requirements are compatible with the node's, a key the node
+ * does not define counting as incompatible unless it is a well-known label or the requirement is
+ * negative (NotIn, DoesNotExist). */
+static int daemon_lands(const json_t *node_reqs, const json_t *daemon_reqs) {
+  if (pv_undefined_key(daemon_reqs, node_reqs, NULL, 1)) return 0;
+  json_t *both = lp_requirements_intersect(node_reqs, daemon_reqs, NULL);
+  int agree = both != NULL;
+  json_decref(both);
+  return agree;
+}
+
+static void add_daemon(const char *key, json_t *ds, void *ud) {
+  (void)key;
+  daemon_scan *s = ud;
+  const json_t *spec = json_object_get(json_object_get(json_object_get(ds, "spec"), "template"), "spec");
+  if (lp_obj_deleting(ds) || !spec || !pv_tolerates(json_object_get(spec, "tolerations"), s->taints, NULL))
+    return;
+  json_t *reqs = pv_pod_requirements(spec);
+  if (!reqs || daemon_lands(s->reqs, reqs)) {
+    pv_res r;
+    pv_pod_requests(&s->p->dims, spec, &r);
+    *s->out = pv_res_sum(s->out, &r);
+  }
+  json_decref(reqs);
+}
+
+/* The requests of the DaemonSet pods that would run on a node with these requirements and taints:
+ * those whose node requirements agree and which tolerate the taints. */
+static pv_res daemon_overhead(pv_pass *p, const json_t *reqs, const json_t *taints) {
+  pv_res out = {{0}};
+  daemon_scan s = {p, reqs, taints, &out};
+  lp_env_each(p->env, LP_KIND_DAEMONSET, add_daemon, &s);
+  return out;
+}
+
+/* ---- bins ----------------------------------------------------------------------------------- */
+
+static pv_bin *new_bin(pv_pass *p) {
+  p->bins = lp_xrealloc(p->bins, (p->nbins + 1) * sizeof *p->bins);
+  pv_bin *b = &p->bins[p->nbins++];
+  memset(b, 0, sizeof *b);
+  return b;
+}
+
+typedef struct bound_scan {
+  pv_pass *p;
+  pv_res *free;
+} bound_scan;
+
+static void subtract_bound(const char *key, json_t *pod, void *ud) {
+  (void)key;
+  bound_scan *s = ud;
+  const char *phase = lp_obj_str(pod, "status.phase");
+  if (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)) return;
+  pv_res r;
+  pv_pod_requests(&s->p->dims, json_object_get(pod, "spec"), &r);
+  for (size_t i = 0; i < PV_RES_MAX; i++) s->free->v[i] -= r.v[i];
+}
+
+static void subtract_bound_pods(pv_pass *p, const char *node_name, pv_res *free) {
+  bound_scan s = {p, free};
+  if (node_name && *node_name) lp_env_index_each(p->env, LP_INDEX_POD_BY_NODE, node_name, subtract_bound, &s);
+}
+
+static int in_flight(const json_t *claim) {
+  return !lp_obj_deleting(claim) && !lp_condition_is(claim, "Initialized", "True");
+}
+
+static void add_node_bin(const char *key, json_t *node, void *ud) {
+  pv_pass *p = ud;
+  if (lp_obj_deleting(node) || !lp_condition_is(node, "Ready", "True") ||
+      json_is_true(json_object_get(json_object_get(node, "spec"), "unschedulable")))
+    return;
+  const char *pid = lp_obj_str(node, "spec.providerID");
+  json_t *claim =
+      pid && *pid ? lp_env_index_first(p->env, LP_INDEX_NODECLAIM_BY_PROVIDER_ID, pid, NULL) : NULL;
+  /* a NodeClaim's node is going away with it, or counted as the in-flight NodeClaim until initialized */
+  if (claim && (lp_obj_deleting(claim) || !lp_condition_is(claim, "Initialized", "True"))) return;
+  pv_bin *b = new_bin(p);
+  b->labels = labels_of(node);
+  b->taints = json_object_get(json_object_get(node, "spec"), "taints");
+  pv_res_add_list(&p->dims, &b->free, json_object_get(json_object_get(node, "status"), "allocatable"), 1);
+  subtract_bound_pods(p, key, &b->free);
+}
+
+/* A NodeClaim's requirements with its labels as In requirements: what a pod must agree with. */
+static json_t *claim_requirements(const json_t *claim) {
+  json_t *reqs = json_deep_copy(json_object_get(json_object_get(claim, "spec"), "requirements"));
+  if (!json_is_array(reqs)) {
+    json_decref(reqs);
+    reqs = json_array();
+  }
+  const char *key;
+  const json_t *value;
+  json_object_foreach((json_t *)labels_of(claim), key, value) {
+    if (json_is_string(value))
+      json_array_append_new(reqs,
+                            json_pack("{s:s, s:s, s:[O]}", "key", key, "operator", "In", "values", value));
+  }
+  return reqs;
+}
+
+static void add_claim_bin(pv_pass *p, const char *name, json_t *claim, void *ud) {
+  json_t *index = ud;
+  if (!in_flight(claim)) return;
+  const json_t *spec = json_object_get(claim, "spec");
+  pv_bin *b = new_bin(p);
+  b->claim = name;
+  b->reqs = claim_requirements(claim);
+  b->taints = json_object_get(spec, "taints");
+  const json_t *allocatable = json_object_get(json_object_get(claim, "status"), "allocatable");
+  if (!json_object_size(allocatable)) /* not launched: it will hold at least what it asked for */
+    allocatable = json_object_get(json_object_get(spec, "resources"), "requests");
+  pv_res_add_list(&p->dims, &b->free, allocatable, 1);
+  pv_res daemon = daemon_overhead(p, b->reqs, b->taints);
+  for (size_t i = 0; i < PV_RES_MAX; i++) b->free.v[i] -= daemon.v[i];
+  subtract_bound_pods(p, lp_obj_str(claim, "status.nodeName"), &b->free);
+  json_object_set_new(index, name, json_integer((json_int_t)(p->nbins - 1)));
+}
+
+void pv_collect_bins(pv_pass *p, const json_t *nominated) {
+  lp_env_each(p->env, LP_KIND_NODE, add_node_bin, p);
+  json_t *index = json_object(); /* NodeClaim name -> bin */
+  each_claim(p, add_claim_bin, index);
+  const char *pod_key;
+  const json_t *claim_name;
+  json_object_foreach((json_t *)nominated, pod_key, claim_name) {
+    json_t *i = json_object_get(index, json_string_value(claim_name));
+    json_t *pod = lp_env_get(p->env, LP_KIND_POD, pod_key);
+    if (!i || !pod) continue;
+    pv_res r;
+    pv_pod_requests(&p->dims, json_object_get(pod, "spec"), &r);
+    pv_bin *b = &p->bins[json_integer_value(i)];
+    for (size_t k = 0; k < PV_RES_MAX; k++) b->free.v[k] -= r.v[k];
+  }
+  json_decref(index);
+}
+
+static int bin_takes(const pv_pass *p, const pv_bin *b, const pv_pod *pod) {
+  if (!pv_res_fits(&p->dims, &pod->requests, &b->free) || !pv_tolerates(pod->tolerations, b->taints, NULL))
+    return 0;
+  if (b->labels) return pv_labels_satisfy(b->labels, pod->reqs);
+  /* strict, as for a node: a label the NodeClaim does not pin yet (its zone before launch) may come out
+   * other than the pod needs */
+  return !pv_undefined_key(pod->reqs, b->reqs, NULL, 0) &&
+         lp_requirements_compatible(pod->reqs, b->reqs, NULL);
+}
+
+size_t pv_place_on_bins(pv_pass *p) {
+  size_t left = 0;
+  for (size_t i = 0; i < p->npods; i++) {
+    pv_pod *pod = &p->pods[i];
+    for (size_t k = 0; k < p->nbins && !pod->placed; k++) {
+      pv_bin *b = &p->bins[k];
+      if (!bin_takes(p, b, pod)) continue;
+      for (size_t r = 0; r < PV_RES_MAX; r++) b->free.v[r] -= pod->requests.v[r];
+      pod->placed = 1;
+      if (b->claim) pv_nominate(p, pod, b->claim);
+    }
+    left += !pod->placed;
+  }
+  return left;
+}
+
+void pv_bins_free(pv_pass *p) {
+  for (size_t i = 0; i < p->nbins; i++) json_decref(p->bins[i].reqs);
+  free(p->bins);
+  p->bins = NULL;
+  p->nbins = 0;
+}
+
+/* ---- NodePools ------------------------------------------------------------------------------ */
+
+static int weight_of(const json_t *pool) {
+  return (int)json_integer_value(json_object_get(json_object_get(pool, "spec"), "weight"));
+}
+
+static int by_weight(const void *a, const void *b) {
+  const json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+  int wx = weight_of(x), wy = weight_of(y);
+  if (wx != wy) return wx > wy ? -1 : 1;
+  return strcmp(lp_obj_name(x) ?: "", lp_obj_name(y) ?: "");
+}
+
+typedef struct pool_scan {
+  pv_pass *p;
+  json_t *supported; /* lp_cloudprovider_supported_nodeclasses */
+  json_t **found;
+  size_t n;
+} pool_scan;
+
+static int supported_ref(const json_t *supported, const json_t *pool) {
+  const char *group = lp_obj_str(pool, "spec.template.spec.nodeClassRef.group");
+  const char *kind = lp_obj_str(pool, "spec.template.spec.nodeClassRef.kind");
+  size_t i;
+  const json_t *nc;
+  json_array_foreach(supported, i, nc) {
+    const char *g = json_string_value(json_object_get(nc, "group"));
+    const char *k = json_string_value(json_object_get(nc, "kind"));
+    if (group && kind && g && k && strcmp(group, g) == 0 && strcmp(kind, k) == 0) return 1;
+  }
+  return 0;
+}
+
+/* Why the pool cannot provision at all (debug-logged), or NULL. */
+static const char *unusable(pv_pass *p, const json_t *supported, const json_t *pool) {
+  if (lp_obj_deleting(pool)) return "the nodepool is being deleted";
+  if (!supported_ref(supported, pool)) return "its nodeClassRef is not a node class this provider serves";
+  const char *class_name = lp_obj_str(pool, "spec.template.spec.nodeClassRef.name");
+  const json_t *nc = class_name ? lp_env_get(p->env, LP_KIND_NODECLASS, class_name) : NULL;
+  if (!nc) return "its ECSNodeClass was not found";
+  if (lp_obj_deleting(nc)) return "its ECSNodeClass is being deleted";
+  if (!lp_condition_is(nc, "Ready", "True")) return "its ECSNodeClass is not Ready";
+  return NULL;
+}
+
+static void scan_pool(const char *key, json_t *pool, void *ud) {
+  pool_scan *s = ud;
+  const char *why = unusable(s->p, s->supported, pool);
+  if (why) {
+    lp_debug(lp_controller_logger(s->p->c), "skipping nodepool", LPF_STR("nodepool", key),
+             LPF_STR("reason", why));
+    return;
+  }
+  s->found = lp_xrealloc(s->found, (s->n + 1) * sizeof *s->found);
+  s->found[s->n++] = pool;
+}
+
+/* Template requirements, template labels as In requirements, and karpenter.sh/nodepool In [name]. */
+static json_t *pool_requirements(const json_t *pool, char **why) {
+  const json_t *tmpl = json_object_get(json_object_get(pool, "spec"), "template");
+  json_t *labels = json_pack("[{s:s, s:s, s:[s]}]", "key", PV_LABEL_NODEPOOL, "operator", "In", "values",
+                             lp_obj_name(pool) ?: "");
+  const char *key;
+  const json_t *value;
+  json_object_foreach(json_object_get(json_object_get(tmpl, "metadata"), "labels"), key, value) {
+    if (json_is_string(value))
+      json_array_append_new(labels,
+                            json_pack("{s:s, s:s, s:[O]}", "key", key, "operator", "In", "values", value));
+  }
+  json_t *reqs =
+      lp_requirements_intersect(json_object_get(json_object_get(tmpl, "spec"), "requirements"), labels, why);
+  json_decref(labels);
+  return reqs;
+}
+
+static void add_usage(pv_pass *p, const char *name, json_t *claim, void *ud) {
+  (void)name;
+  pv_pool *pool = ud;
+  const char *owner = json_string_value(json_object_get(labels_of(claim), PV_LABEL_NODEPOOL));
+  if (!owner || strcmp(owner, pool->name) != 0 || lp_obj_deleting(claim)) return;
+  const json_t *capacity = json_object_get(json_object_get(claim, "status"), "capacity");
+  if (!json_object_size(capacity))
+    capacity = json_object_get(json_object_get(json_object_get(claim, "spec"), "resources"), "requests");
+  pv_res_add_list(&p->dims, &pool->used, capacity, 1);
+  pool->nodes_used += 1;
+}
+
+/* Limits and what the pool's NodeClaims use of them; skip_why when a limit is exceeded already. */
+static void set_limits(pv_pass *p, pv_pool *pool) {
+  const json_t *limits = json_object_get(json_object_get(pool->obj, "spec"), "limits");
+  pool->node_limit = -1;
+  const char *key;
+  const json_t *value;
+  json_object_foreach((json_t *)limits, key, value) {
+    double q = 0;
+    if (!json_is_string(value) || lp_quantity_parse(json_string_value(value), &q) != 0) continue;
+    if (strcmp(key, "nodes") == 0) {
+      pool->node_limit = q;
+      continue;
+    }
+    int i = pv_dim(&p->dims, key);
+    if (i < 0) continue;
+    pool->limit.v[i] = q;
+    pool->limited[i] = 1;
+  }
+  each_claim(p, add_usage, pool);
+  if (pool->skip_why) return;
+  for (size_t i = 0; i < p->dims.n; i++) {
+    if (pool->limited[i] && pool->used.v[i] > pool->limit.v[i] + 1e-9)
+      pool->skip_why = lp_xasprintf("%s resource usage of %g exceeds limit of %g", p->dims.name[i],
+                                    pool->used.v[i], pool->limit.v[i]);
+  }
+  if (!pool->skip_why && pool->node_limit >= 0 && pool->nodes_used > pool->node_limit)
+    pool->skip_why =
+        lp_xasprintf("nodes resource usage of %g exceeds limit of %g", pool->nodes_used, pool->node_limit);
+}
+
+void pv_collect_pools(pv_pass *p) {
+  pool_scan s = {p, lp_cloudprovider_supported_nodeclasses(lp_env_cloud(p->env)), NULL, 0};
+  lp_env_each(p->env, LP_KIND_NODEPOOL, scan_pool, &s);
+  json_decref(s.supported);
+  if (s.n) qsort(s.found, s.n, sizeof *s.found, by_weight);
+  p->pools = lp_xcalloc(s.n ? s.n : 1, sizeof *p->pools);
+  p->npools = s.n;
+  for (size_t i = 0; i < s.n; i++) {
+    pv_pool *pool = &p->pools[i];
+    pool->obj = json_incref(s.found[i]);
+    pool->name = lp_obj_name(pool->obj);
+    pool->nodeclass = lp_obj_str(pool->obj, "spec.template.spec.nodeClassRef.name");
+    pool->taints = json_object_get(
+        json_object_get(json_object_get(json_object_get(pool->obj, "spec"), "template"), "spec"), "taints");
+    char *why = NULL;
+    pool->reqs = pool_requirements(pool->obj, &why);
+    if (!pool->reqs) pool->skip_why = lp_xasprintf("its requirements contradict each other (%s)", why);
+    free(why);
+    if (pool->reqs) pool->daemon = daemon_overhead(p, pool->reqs, pool->taints);
+    set_limits(p, pool);
+  }
+  free(s.found);
+}
+
+/* Availability is not asked here: it changes from pass to pass, and each claim checks it. */
+static int offering_compatible(const json_t *type, const json_t *reqs) {
+  size_t i;
+  const json_t *o;
+  json_array_foreach(json_object_get(type, "offerings"), i, o) {
+    if (lp_requirements_compatible(reqs, json_object_get(o, "requirements"), NULL)) return 1;
+  }
+  return 0;
+}
+
+static void note_keys(json_t *set, const json_t *reqs) {
+  size_t i;
+  const json_t *req;
+  json_array_foreach(reqs, i, req) {
+    const char *key = json_string_value(json_object_get(req, "key"));
+    if (key) json_object_set_new(set, key, json_true());
+  }
+}
+
+void pv_pool_set_types(pv_pass *p, pv_pool *pool, const json_t *types) {
+  pool->provider_keys = json_object();
+  pool->types = lp_xcalloc(json_array_size(types) + 1, sizeof *pool->types);
+  static const char *const overheads[] = {"kube_reserved", "system_reserved", "eviction_threshold"};
+  size_t i;
+  const json_t *type;
+  json_array_foreach(types, i, type) {
+    const json_t *type_reqs = json_object_get(type, "requirements");
+    note_keys(pool->provider_keys, type_reqs);
+    if (!pool->reqs || !lp_requirements_compatible(pool->reqs, type_reqs, NULL) ||
+        !offering_compatible(type, pool->reqs))
+      continue;
+    pv_type *t = &pool->types[pool->ntypes++];
+    t->obj = type;
+    t->name = json_string_value(json_object_get(type, "name"));
+    pv_res_add_list(&p->dims, &t->capacity, json_object_get(type, "capacity"), 1);
+    t->allocatable = t->capacity;
+    for (size_t k = 0; k < 3; k++)
+      pv_res_add_list(&p->dims, &t->allocatable,
+                      json_object_get(json_object_get(type, "overhead"), overheads[k]), -1);
+    for (size_t k = 0; k < PV_RES_MAX; k++) /* overhead of a resource the type lacks means nothing */
+      if (t->capacity.v[k] == 0) t->allocatable.v[k] = 0;
+  }
+  if (pool->ntypes == 0 && !pool->skip_why) {
+    pool->skip_why = lp_xasprintf("no instance type of ECSNodeClass %s is compatible with its requirements",
+                                  pool->nodeclass ? pool->nodeclass : "?");
+    lp_env_event(p->env, pool->obj, "Warning", "NoCompatibleInstanceTypes",
+                 "NodePool requirements filtered out all compatible available instance types");
+  }
+}
+
+void pv_pools_free(pv_pass *p) {
+  for (size_t i = 0; i < p->npools; i++) {
+    pv_pool *pool = &p->pools[i];
+    json_decref(pool->obj);
+    json_decref(pool->reqs);
+    json_decref(pool->provider_keys);
+    free(pool->types);
+    free(pool->skip_why);
+  }
+  free(p->pools);
+  p->pools = NULL;
+  p->npools = 0;
+}

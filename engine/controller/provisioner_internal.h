@@ -1,0 +1,228 @@
+/* Shared by the provisioner's files: provisioner.c (triggers, batching, the pass and its nominations),
+ * provisioner_resources.c (resource vectors), provisioner_pods.c (what a pod asks for: requests, node
+ * requirements, tolerations),
+ * provisioner_capacity.c (existing capacity: Ready nodes and in-flight NodeClaims; NodePools, their
+ * limits and DaemonSet overhead), provisioner_schedule.c (packing pods into new NodeClaims) and
+ * provisioner_create.c (the NodeClaim objects and their creation).
+ *
+ * One pass is one pv_pass: the pods to place, the capacity they may use, the NodePools with their
+ * instance types, and the new NodeClaims computed. Everything but the NodeClaim POSTs is synchronous.
+ * Loop thread only. */
+#ifndef LUAPROV_CONTROLLER_PROVISIONER_INTERNAL_H
+#define LUAPROV_CONTROLLER_PROVISIONER_INTERNAL_H
+
+#include <jansson.h>
+#include <uv.h>
+
+#include "controller/controller.h"
+#include "core/metrics.h"
+
+#define PV_LABEL_NODEPOOL "karpenter.sh/nodepool"
+/* Karpenter's MaxInstanceTypes before v1.7 (karpenter_core.md §5.1 step 9): the options a NodeClaim
+ * keeps, cheapest first. */
+#define PV_MAX_INSTANCE_TYPES 60
+
+/* ---- resource vectors ----------------------------------------------------------------------- */
+
+/* Resources a pass tracks: cpu, memory and pods first, then any other name met, up to PV_RES_MAX. */
+#define PV_RES_MAX 12
+enum { PV_CPU = 0, PV_MEMORY = 1, PV_PODS = 2 };
+
+typedef struct pv_res {
+  double v[PV_RES_MAX]; /* base units: cores, bytes, pods, ... */
+} pv_res;
+
+typedef struct pv_dims {
+  size_t n;
+  char *name[PV_RES_MAX];
+} pv_dims;
+
+void pv_dims_init(pv_dims *d);
+void pv_dims_free(pv_dims *d);
+/* The index of resource name, added when new; -1 past PV_RES_MAX names. */
+int pv_dim(pv_dims *d, const char *name);
+/* Adds factor times every quantity of list ({"cpu": "500m", ...}; NULL = none) to r. A resource past
+ * PV_RES_MAX distinct names is ignored. */
+void pv_res_add_list(pv_dims *d, pv_res *r, const json_t *list, double factor);
+/* Non-zero when want fits in have on every resource want asks for. */
+int pv_res_fits(const pv_dims *d, const pv_res *want, const pv_res *have);
+/* r + s, per resource. */
+pv_res pv_res_sum(const pv_res *r, const pv_res *s);
+/* {"cpu": "1500m", "memory": "2Gi", "pods": "3"} of the non-zero resources of r; new reference. */
+json_t *pv_res_to_list(const pv_dims *d, const pv_res *r);
+/* "cpu: requested 2, allocatable 1.9": the first resource of want that have lacks, malloc'd. */
+char *pv_res_shortfall(const pv_dims *d, const pv_res *want, const pv_res *have);
+
+/* ---- pods (provisioner_pods.c) -------------------------------------------------------------- */
+
+/* A pod the scheduler could not place that a new node could: not bound, not being deleted, not
+ * preempting (status.nominatedNodeName), not a DaemonSet's or a Node's (mirror) pod, and
+ * PodScheduled=False with reason Unschedulable. */
+int pv_pod_provisionable(const json_t *pod);
+/* "namespace/name", malloc'd. */
+char *pv_pod_key(const json_t *pod);
+/* What a pod of spec asks for: the sum of its containers' requests (a limit stands for a missing
+ * request), or its largest init container when that is more, plus spec.overhead, plus one pod. */
+void pv_pod_requests(pv_dims *d, const json_t *spec, pv_res *out);
+/* The node requirements of a pod spec: nodeSelector as In requirements and the first term of its
+ * required node affinity (later terms are alternatives Karpenter would try one by one; we take the
+ * first), deprecated beta label keys normalized. New list, or NULL when the pod has none. */
+json_t *pv_pod_requirements(const json_t *spec);
+/* Non-zero when tolerations (a pod spec's list; NULL = none) tolerate every NoSchedule and NoExecute
+ * taint of taints. Otherwise *untolerated (may be NULL) gets the first taint that is not. */
+int pv_tolerates(const json_t *tolerations, const json_t *taints, const json_t **untolerated);
+/* The first key a positive requirement of reqs names (NotIn and DoesNotExist hold for an absent
+ * label) that the requirement list defined does not define, the set known (may be NULL) does not hold
+ * and, with allow_well_known, is not one of Karpenter's WellKnownLabels (zone, region, instance type,
+ * arch, os, capacity type, nodepool, windows build); or NULL. Karpenter: "label X does not have known
+ * values". */
+const char *pv_undefined_key(const json_t *reqs, const json_t *defined, const json_t *known,
+                             int allow_well_known);
+/* Non-zero when labels (a node's) satisfy every requirement of reqs (NULL = none). */
+int pv_labels_satisfy(const json_t *labels, const json_t *reqs);
+/* "key=value:Effect" of a taint, malloc'd. */
+char *pv_taint_text(const json_t *taint);
+
+/* ---- the pass ------------------------------------------------------------------------------- */
+
+typedef struct pv_pod {
+  char *key;   /* "namespace/name" */
+  json_t *obj; /* own reference */
+  pv_res requests;
+  json_t *reqs; /* pv_pod_requirements, or NULL */
+  const json_t *tolerations;
+  double created; /* creationTimestamp, epoch seconds */
+  char *why;      /* set when no NodePool can take it */
+  int placed;     /* on existing capacity, or on a new NodeClaim */
+} pv_pod;
+
+/* One instance type of GetInstanceTypes (SPEC §3 shape). */
+typedef struct pv_type {
+  const json_t *obj; /* borrowed from the pass's lists of types */
+  const char *name;
+  pv_res capacity, allocatable; /* allocatable = capacity - kube_reserved - system_reserved - eviction */
+} pv_type;
+
+typedef struct pv_pool {
+  const char *name;
+  json_t *obj; /* own reference */
+  const char *nodeclass;
+  const json_t *taints;  /* spec.template.spec.taints */
+  json_t *reqs;          /* template requirements, template labels (In) and nodepool In [name]; NULL
+                            when they contradict each other (skip_why says how) */
+  json_t *provider_keys; /* every key an instance type defines: a pod may require these, keys of
+                            reqs and well-known labels, and no other */
+  pv_res daemon;         /* requests of the DaemonSet pods a node of this pool would run */
+  pv_res limit;          /* spec.limits (limited[i] says which) */
+  int limited[PV_RES_MAX];
+  double node_limit; /* spec.limits.nodes, or < 0 */
+  pv_res used;       /* capacity of the pool's NodeClaims */
+  double nodes_used;
+  pv_type *types; /* the nodeclass's instance types compatible with reqs */
+  size_t ntypes;
+  char *skip_why; /* set: the pool takes no pod this pass */
+} pv_pool;
+
+/* A new NodeClaim being filled. */
+typedef struct pv_claim {
+  pv_pool *pool;
+  json_t *reqs;    /* pool requirements narrowed by each pod's */
+  pv_res requests; /* the pods' sum (the pool's DaemonSet overhead comes on top) */
+  pv_type **types; /* options that fit every pod so far */
+  size_t ntypes;
+  pv_res max_alloc; /* per resource, the largest allocatable among types: a quick "cannot fit" */
+  size_t *pods;     /* indices into the pass's pods */
+  size_t npods, cap;
+  json_t *capacity_types; /* after pv_finalize: of the options' available compatible offerings */
+  double cheapest_price;  /* after pv_finalize */
+} pv_claim;
+
+/* Capacity that exists or is on its way: a Ready node, or a NodeClaim not yet initialized. */
+typedef struct pv_bin {
+  const char *claim;    /* the in-flight NodeClaim (for nominations), or NULL for a node */
+  const json_t *labels; /* a node's labels */
+  json_t *reqs;         /* a NodeClaim's requirements and labels (own), or NULL */
+  const json_t *taints;
+  pv_res free;
+} pv_bin;
+
+/* The controller's state (state_new). */
+typedef struct pv_state {
+  uv_timer_t *batch_timer; /* ends the batch window; closed with the state */
+  double batch_start;      /* monotonic time the open batch began; 0 = none open */
+  json_t *pending;         /* keys of provisionable pods, as on_change saw them -> true */
+  json_t *nominations;     /* pod key -> the NodeClaim name it should land on */
+  json_t *created;         /* NodeClaim name -> {"claim": object, "at": monotonic}, until cached */
+  lp_metric *duration, *created_total, *pods_pending, *unschedulable;
+} pv_state;
+
+typedef struct pv_pass {
+  lp_controller *c;
+  lp_ctrl_env *env;
+  pv_state *st;
+  const char *key;
+  double started; /* monotonic */
+  pv_dims dims;
+  pv_pod *pods;
+  size_t npods;
+  pv_bin *bins;
+  size_t nbins;
+  pv_pool *pools; /* by weight, then name */
+  size_t npools;
+  json_t *types; /* nodeclass name -> its instance types (own) */
+  size_t fetching;
+  pv_claim *claims;
+  size_t nclaims, claims_cap;
+  size_t next_create, creating;
+  lp_error *err; /* the first failure; the pass ends with it and is retried */
+} pv_pass;
+
+/* ---- provisioner.c -------------------------------------------------------------------------- */
+
+/* Records that the pod should land on the NodeClaim name (in memory) and says so in a Nominated
+ * event on the pod. */
+void pv_nominate(pv_pass *p, const pv_pod *pod, const char *claim);
+/* Keeps err (owned) as the pass's error unless one is kept already. */
+void pv_fail(pv_pass *p, lp_error *err);
+/* The creations are over: the pass ends. */
+void pv_finish(pv_pass *p);
+
+/* ---- provisioner_capacity.c ----------------------------------------------------------------- */
+
+/* The pass's bins: Ready schedulable nodes not backing an in-flight NodeClaim (free = allocatable -
+ * bound pods), and NodeClaims neither deleting nor initialized, the pass's own created ones included
+ * (free = status.allocatable, else spec.resources.requests, minus the DaemonSet overhead of their pool
+ * and the pods bound to or nominated for them). nominated: pod key -> NodeClaim name. */
+void pv_collect_bins(pv_pass *p, const json_t *nominated);
+/* Places each pod it can on a bin (pods sorted by size already); a pod placed on an in-flight
+ * NodeClaim is nominated for it. Returns how many pods are left. */
+size_t pv_place_on_bins(pv_pass *p);
+/* The pass's NodePools, by weight then name, each with its requirements, DaemonSet overhead and limit
+ * usage; pools whose node class is missing or not Ready, or that are deleting, are left out (logged at
+ * debug), pools past their limits kept with skip_why. */
+void pv_collect_pools(pv_pass *p);
+/* Builds pool->types from types (the node class's list: those compatible with the pool's requirements
+ * and with a compatible offering, available or not) and provider_keys; when none is left, sets
+ * skip_why and records a NoCompatibleInstanceTypes event on the NodePool. */
+void pv_pool_set_types(pv_pass *p, pv_pool *pool, const json_t *types);
+void pv_pools_free(pv_pass *p);
+void pv_bins_free(pv_pass *p);
+
+/* ---- provisioner_schedule.c ----------------------------------------------------------------- */
+
+/* Sorts the pass's pods: cpu, then memory, descending; then oldest first; then by key. */
+void pv_sort_pods(pv_pass *p);
+/* Packs the pods not placed yet into new NodeClaims, first fit over the claims opened so far, else a
+ * new one on the first NodePool that takes the pod; sets pod->why for the rest. */
+void pv_schedule(pv_pass *p);
+/* Orders each claim's options by their cheapest available compatible offering (then name), keeps the
+ * first PV_MAX_INSTANCE_TYPES and notes the capacity types those offerings have. */
+void pv_finalize(pv_pass *p);
+void pv_claims_free(pv_pass *p);
+
+/* ---- provisioner_create.c ------------------------------------------------------------------- */
+
+/* POSTs every computed claim (a few at once), nominating its pods, then pv_finish. */
+void pv_create_claims(pv_pass *p);
+
+#endif

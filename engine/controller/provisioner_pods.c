@@ -1,0 +1,207 @@
+/* What a pending pod asks of a node (provisioner_internal.h): whether it is provisionable at all, its
+ * resource requests as the scheduler counts them, its node requirements and its tolerations. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "contract/requirements.h"
+#include "controller/conditions.h"
+#include "controller/provisioner_internal.h"
+#include "core/error.h"
+
+static int owned_by(const json_t *pod, const char *kind) {
+  size_t i;
+  const json_t *ref;
+  json_array_foreach(json_object_get(json_object_get(pod, "metadata"), "ownerReferences"), i, ref) {
+    const char *k = json_string_value(json_object_get(ref, "kind"));
+    if (k && strcmp(k, kind) == 0) return 1;
+  }
+  return 0;
+}
+
+static int non_empty(const char *s) {
+  return s && *s;
+}
+
+int pv_pod_provisionable(const json_t *pod) {
+  if (!pod || lp_obj_deleting(pod) || non_empty(lp_obj_str(pod, "spec.nodeName")) ||
+      non_empty(lp_obj_str(pod, "status.nominatedNodeName")))
+    return 0;
+  const char *phase = lp_obj_str(pod, "status.phase");
+  if (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)) return 0;
+  if (owned_by(pod, "DaemonSet") || owned_by(pod, "Node")) return 0;
+  const json_t *cond = lp_condition_get(pod, "PodScheduled");
+  const char *reason = json_string_value(json_object_get(cond, "reason"));
+  return lp_condition_is(pod, "PodScheduled", "False") && reason && strcmp(reason, "Unschedulable") == 0;
+}
+
+char *pv_pod_key(const json_t *pod) {
+  const char *ns = lp_obj_str(pod, "metadata.namespace");
+  return lp_xasprintf("%s/%s", ns ? ns : "default", lp_obj_name(pod) ?: "");
+}
+
+/* A container's requests, its limits standing in for the requests it lacks (as the API server
+ * defaults them). */
+static void container_requests(pv_dims *d, const json_t *container, pv_res *out) {
+  const json_t *resources = json_object_get(container, "resources");
+  const json_t *requests = json_object_get(resources, "requests");
+  pv_res_add_list(d, out, requests, 1);
+  const char *name;
+  const json_t *value;
+  json_object_foreach(json_object_get(resources, "limits"), name, value) {
+    if (json_object_get(requests, name)) continue;
+    json_t *one = json_pack("{s:O}", name, value);
+    pv_res_add_list(d, out, one, 1);
+    json_decref(one);
+  }
+}
+
+void pv_pod_requests(pv_dims *d, const json_t *spec, pv_res *out) {
+  memset(out, 0, sizeof *out);
+  size_t i;
+  const json_t *container;
+  json_array_foreach(json_object_get(spec, "containers"), i, container) container_requests(d, container, out);
+  pv_res init_max = {{0}};
+  json_array_foreach(json_object_get(spec, "initContainers"), i, container) {
+    pv_res one = {{0}};
+    container_requests(d, container, &one);
+    for (size_t k = 0; k < PV_RES_MAX; k++)
+      if (one.v[k] > init_max.v[k]) init_max.v[k] = one.v[k];
+  }
+  for (size_t k = 0; k < PV_RES_MAX; k++)
+    if (init_max.v[k] > out->v[k]) out->v[k] = init_max.v[k];
+  pv_res_add_list(d, out, json_object_get(spec, "overhead"), 1);
+  out->v[PV_PODS] += 1;
+}
+
+/* Karpenter's NormalizedLabels: deprecated keys a pod may still select on. */
+static const char *normalized(const char *key) {
+  static const char *const map[][2] = {
+      {"failure-domain.beta.kubernetes.io/zone", "topology.kubernetes.io/zone"},
+      {"failure-domain.beta.kubernetes.io/region", "topology.kubernetes.io/region"},
+      {"beta.kubernetes.io/arch", "kubernetes.io/arch"},
+      {"beta.kubernetes.io/os", "kubernetes.io/os"},
+      {"beta.kubernetes.io/instance-type", "node.kubernetes.io/instance-type"},
+  };
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (strcmp(key, map[i][0]) == 0) return map[i][1];
+  return key;
+}
+
+json_t *pv_pod_requirements(const json_t *spec) {
+  json_t *out = json_array();
+  const char *key;
+  const json_t *value;
+  json_object_foreach(json_object_get(spec, "nodeSelector"), key, value) {
+    if (json_is_string(value))
+      json_array_append_new(
+          out, json_pack("{s:s, s:s, s:[O]}", "key", normalized(key), "operator", "In", "values", value));
+  }
+  const json_t *required = json_object_get(json_object_get(json_object_get(spec, "affinity"), "nodeAffinity"),
+                                           "requiredDuringSchedulingIgnoredDuringExecution");
+  const json_t *term = json_array_get(json_object_get(required, "nodeSelectorTerms"), 0);
+  size_t i;
+  const json_t *expr;
+  json_array_foreach(json_object_get(term, "matchExpressions"), i, expr) {
+    const char *k = json_string_value(json_object_get(expr, "key"));
+    const json_t *values = json_object_get(expr, "values");
+    if (!k) continue;
+    json_array_append_new(
+        out, json_pack("{s:s, s:O, s:o}", "key", normalized(k), "operator", json_object_get(expr, "operator"),
+                       "values", json_is_array(values) ? json_incref((json_t *)values) : json_array()));
+  }
+  if (json_array_size(out) == 0) {
+    json_decref(out);
+    return NULL;
+  }
+  return out;
+}
+
+static int str_is(const json_t *obj, const char *field, const char *want) {
+  const char *v = json_string_value(json_object_get(obj, field));
+  return strcmp(v ? v : "", want ? want : "") == 0;
+}
+
+static int toleration_matches(const json_t *tol, const json_t *taint) {
+  const char *effect = json_string_value(json_object_get(tol, "effect"));
+  if (effect && *effect && !str_is(taint, "effect", effect)) return 0;
+  const char *key = json_string_value(json_object_get(tol, "key"));
+  const char *op = json_string_value(json_object_get(tol, "operator"));
+  if (op && strcmp(op, "Exists") == 0) return !key || !*key || str_is(taint, "key", key);
+  return str_is(taint, "key", key) &&
+         str_is(taint, "value", json_string_value(json_object_get(tol, "value")));
+}
+
+int pv_tolerates(const json_t *tolerations, const json_t *taints, const json_t **untolerated) {
+  size_t i, k;
+  const json_t *taint, *tol;
+  json_array_foreach(taints, i, taint) {
+    if (!str_is(taint, "effect", "NoSchedule") && !str_is(taint, "effect", "NoExecute")) continue;
+    int ok = 0;
+    json_array_foreach(tolerations, k, tol) {
+      if ((ok = toleration_matches(tol, taint))) break;
+    }
+    if (!ok) {
+      if (untolerated) *untolerated = taint;
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* Karpenter's WellKnownLabels: a pod may require them of a NodePool that does not mention them. */
+static int well_known(const char *key) {
+  static const char *const labels[] = {"karpenter.sh/nodepool",
+                                       "topology.kubernetes.io/zone",
+                                       "topology.kubernetes.io/region",
+                                       "node.kubernetes.io/instance-type",
+                                       "kubernetes.io/arch",
+                                       "kubernetes.io/os",
+                                       "karpenter.sh/capacity-type",
+                                       "node.kubernetes.io/windows-build",
+                                       NULL};
+  for (size_t i = 0; labels[i]; i++)
+    if (strcmp(key, labels[i]) == 0) return 1;
+  return 0;
+}
+
+static int defines(const json_t *reqs, const char *key) {
+  size_t i;
+  const json_t *req;
+  json_array_foreach(reqs, i, req) {
+    if (strcmp(json_string_value(json_object_get(req, "key")) ?: "", key) == 0) return 1;
+  }
+  return 0;
+}
+
+const char *pv_undefined_key(const json_t *reqs, const json_t *defined, const json_t *known,
+                             int allow_well_known) {
+  size_t i;
+  const json_t *req;
+  json_array_foreach(reqs, i, req) {
+    const char *key = json_string_value(json_object_get(req, "key"));
+    const char *op = json_string_value(json_object_get(req, "operator"));
+    if (!key || (op && (strcmp(op, "NotIn") == 0 || strcmp(op, "DoesNotExist") == 0))) continue;
+    if (defines(defined, key) || json_object_get(known, key) || (allow_well_known && well_known(key)))
+      continue;
+    return key;
+  }
+  return NULL;
+}
+
+int pv_labels_satisfy(const json_t *labels, const json_t *reqs) {
+  size_t i;
+  const json_t *req;
+  json_array_foreach(reqs, i, req) {
+    const char *key = json_string_value(json_object_get(req, "key"));
+    if (key && !lp_requirement_allows(req, json_string_value(json_object_get(labels, key)))) return 0;
+  }
+  return 1;
+}
+
+char *pv_taint_text(const json_t *taint) {
+  const char *key = json_string_value(json_object_get(taint, "key"));
+  const char *value = json_string_value(json_object_get(taint, "value"));
+  const char *effect = json_string_value(json_object_get(taint, "effect"));
+  return lp_xasprintf("%s%s%s:%s", key ? key : "", value && *value ? "=" : "", value && *value ? value : "",
+                      effect ? effect : "");
+}

@@ -1,0 +1,291 @@
+/* Packing pending pods into new NodeClaims (provisioner_internal.h; karpenter_core.md §5.3, a
+ * simplified Karpenter scheduler): first fit decreasing. Pods come biggest first; each goes onto the
+ * first NodeClaim opened so far that can still take it — its taints tolerated, its requirements
+ * agreeing, and some option left that holds every pod plus the DaemonSet overhead — else opens a new
+ * NodeClaim on the first NodePool (by weight) that has an option for it. A NodeClaim's options are
+ * the instance types compatible with its requirements, with an available compatible offering, whose
+ * allocatable holds its pods and whose capacity fits the NodePool's remaining limits. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "contract/requirements.h"
+#include "controller/provisioner_internal.h"
+#include "core/buf.h"
+#include "core/error.h"
+
+static int by_size(const void *a, const void *b) {
+  const pv_pod *x = a, *y = b;
+  for (int r = PV_CPU; r <= PV_MEMORY; r++)
+    if (x->requests.v[r] != y->requests.v[r]) return x->requests.v[r] > y->requests.v[r] ? -1 : 1;
+  if (x->created != y->created) return x->created < y->created ? -1 : 1;
+  return strcmp(x->key, y->key);
+}
+
+void pv_sort_pods(pv_pass *p) {
+  if (p->npods) qsort(p->pods, p->npods, sizeof *p->pods, by_size);
+}
+
+/* The cheapest available offering of type compatible with reqs: its price, or < 0 when none. */
+static double cheapest_offering(const pv_type *type, const json_t *reqs) {
+  double best = -1;
+  size_t i;
+  const json_t *o;
+  json_array_foreach(json_object_get(type->obj, "offerings"), i, o) {
+    const json_t *price = json_object_get(o, "price");
+    if (!json_is_true(json_object_get(o, "available")) || !json_is_number(price) ||
+        !lp_requirements_compatible(reqs, json_object_get(o, "requirements"), NULL))
+      continue;
+    if (best < 0 || json_number_value(price) < best) best = json_number_value(price);
+  }
+  return best;
+}
+
+/* A key the pod requires that neither the pool nor its instance types define, or NULL. */
+static const char *unknown_label(const pv_pool *pool, const json_t *pod_reqs) {
+  return pv_undefined_key(pod_reqs, pool->reqs, pool->provider_keys, 1);
+}
+
+static void set_max_alloc(pv_claim *c) {
+  memset(&c->max_alloc, 0, sizeof c->max_alloc);
+  for (size_t t = 0; t < c->ntypes; t++)
+    for (size_t r = 0; r < PV_RES_MAX; r++)
+      if (c->types[t]->allocatable.v[r] > c->max_alloc.v[r])
+        c->max_alloc.v[r] = c->types[t]->allocatable.v[r];
+}
+
+static void claim_push_pod(pv_claim *c, size_t pod) {
+  if (c->npods == c->cap) {
+    c->cap = c->cap ? 2 * c->cap : 8;
+    c->pods = lp_xrealloc(c->pods, c->cap * sizeof *c->pods);
+  }
+  c->pods[c->npods++] = pod;
+}
+
+/* Puts the pod on the claim when it can take it; returns non-zero when it did. */
+static int claim_add(pv_pass *p, pv_claim *c, size_t index) {
+  pv_pod *pod = &p->pods[index];
+  pv_pool *pool = c->pool;
+  pv_res pods = pv_res_sum(&c->requests, &pod->requests);
+  pv_res want = pv_res_sum(&pods, &pool->daemon);
+  if (!pv_res_fits(&p->dims, &want, &c->max_alloc) || !pv_tolerates(pod->tolerations, pool->taints, NULL))
+    return 0;
+  json_t *reqs = json_incref(c->reqs);
+  int changed = 0;
+  if (pod->reqs) {
+    json_decref(reqs);
+    reqs = unknown_label(pool, pod->reqs) ? NULL : lp_requirements_intersect(c->reqs, pod->reqs, NULL);
+    if (!reqs) return 0;
+    changed = !json_equal(reqs, c->reqs);
+  }
+  pv_type **kept = lp_xmalloc((c->ntypes ? c->ntypes : 1) * sizeof *kept);
+  size_t n = 0;
+  for (size_t t = 0; t < c->ntypes; t++) {
+    pv_type *type = c->types[t];
+    if (!pv_res_fits(&p->dims, &want, &type->allocatable)) continue;
+    if (changed && (!lp_requirements_compatible(reqs, json_object_get(type->obj, "requirements"), NULL) ||
+                    cheapest_offering(type, reqs) < 0))
+      continue;
+    kept[n++] = type;
+  }
+  if (n == 0) {
+    free(kept);
+    json_decref(reqs);
+    return 0;
+  }
+  free(c->types);
+  c->types = kept;
+  c->ntypes = n;
+  json_decref(c->reqs);
+  c->reqs = reqs;
+  c->requests = pods;
+  claim_push_pod(c, index);
+  set_max_alloc(c);
+  return 1;
+}
+
+/* Why a pool's instance types cannot hold a pod, counted while looking for options. */
+typedef struct type_misses {
+  size_t incompatible, unavailable, too_small, over_limits;
+  const pv_type *largest; /* of those too small, by cpu */
+} type_misses;
+
+static int within_limits(const pv_pass *p, const pv_pool *pool, const pv_type *type) {
+  for (size_t r = 0; r < p->dims.n; r++)
+    if (pool->limited[r] && type->capacity.v[r] > pool->limit.v[r] - pool->used.v[r] + 1e-9) return 0;
+  return 1;
+}
+
+static void describe_misses(lp_buf *why, const pv_pass *p, const pv_pool *pool, const type_misses *m,
+                            const pv_res *want) {
+  lp_buf_printf(why, "nodepool %s: of %zu instance types", pool->name, pool->ntypes);
+  if (m->incompatible) lp_buf_printf(why, ", %zu incompatible with the pod's requirements", m->incompatible);
+  if (m->unavailable) lp_buf_printf(why, ", %zu without an available offering", m->unavailable);
+  if (m->too_small) {
+    char *lack = pv_res_shortfall(&p->dims, want, &m->largest->allocatable);
+    lp_buf_printf(why, ", %zu too small (%s on the largest, %s)", m->too_small, lack, m->largest->name);
+    free(lack);
+  }
+  if (m->over_limits) lp_buf_printf(why, ", %zu over the nodepool's remaining limits", m->over_limits);
+}
+
+static pv_claim *new_claim(pv_pass *p, pv_pool *pool, json_t *reqs) {
+  if (p->nclaims == p->claims_cap) {
+    p->claims_cap = p->claims_cap ? 2 * p->claims_cap : 16;
+    p->claims = lp_xrealloc(p->claims, p->claims_cap * sizeof *p->claims);
+  }
+  pv_claim *c = &p->claims[p->nclaims++];
+  memset(c, 0, sizeof *c);
+  c->pool = pool;
+  c->reqs = reqs;
+  return c;
+}
+
+/* Opens a NodeClaim on pool for the pod, or appends to why the reason it cannot. */
+static int open_claim(pv_pass *p, pv_pool *pool, size_t index, lp_buf *why) {
+  pv_pod *pod = &p->pods[index];
+  const json_t *taint = NULL;
+  const char *unknown = NULL;
+  char *conflict = NULL;
+  if (pool->skip_why) {
+    lp_buf_printf(why, "nodepool %s: %s", pool->name, pool->skip_why);
+    return 0;
+  }
+  if (!pv_tolerates(pod->tolerations, pool->taints, &taint)) {
+    char *text = pv_taint_text(taint);
+    lp_buf_printf(why, "nodepool %s: the pod does not tolerate taint %s", pool->name, text);
+    free(text);
+    return 0;
+  }
+  if ((unknown = unknown_label(pool, pod->reqs))) {
+    lp_buf_printf(why, "nodepool %s: label %s does not have known values", pool->name, unknown);
+    return 0;
+  }
+  json_t *reqs =
+      pod->reqs ? lp_requirements_intersect(pool->reqs, pod->reqs, &conflict) : json_incref(pool->reqs);
+  if (!reqs) {
+    lp_buf_printf(why, "nodepool %s: incompatible requirements, %s", pool->name, conflict);
+    free(conflict);
+    return 0;
+  }
+  if (pool->node_limit >= 0 && pool->nodes_used + 1 > pool->node_limit + 1e-9) {
+    lp_buf_printf(why, "nodepool %s: its nodes limit of %g is reached", pool->name, pool->node_limit);
+    json_decref(reqs);
+    return 0;
+  }
+  pv_res want = pv_res_sum(&pod->requests, &pool->daemon);
+  type_misses m = {0};
+  pv_type **kept = lp_xmalloc((pool->ntypes ? pool->ntypes : 1) * sizeof *kept);
+  size_t n = 0;
+  for (size_t t = 0; t < pool->ntypes; t++) {
+    pv_type *type = &pool->types[t];
+    if (!lp_requirements_compatible(reqs, json_object_get(type->obj, "requirements"), NULL)) {
+      m.incompatible++;
+    } else if (cheapest_offering(type, reqs) < 0) {
+      m.unavailable++;
+    } else if (!pv_res_fits(&p->dims, &want, &type->allocatable)) {
+      m.too_small++;
+      if (!m.largest || type->allocatable.v[PV_CPU] > m.largest->allocatable.v[PV_CPU]) m.largest = type;
+    } else if (!within_limits(p, pool, type)) {
+      m.over_limits++;
+    } else {
+      kept[n++] = type;
+    }
+  }
+  if (n == 0) {
+    describe_misses(why, p, pool, &m, &want);
+    free(kept);
+    json_decref(reqs);
+    return 0;
+  }
+  pv_claim *c = new_claim(p, pool, reqs);
+  c->types = kept;
+  c->ntypes = n;
+  c->requests = pod->requests;
+  claim_push_pod(c, index);
+  set_max_alloc(c);
+  /* Karpenter's pessimism: the claim may become its largest option, so that much of the limit is gone */
+  for (size_t r = 0; r < PV_RES_MAX; r++) {
+    double largest = 0;
+    for (size_t t = 0; t < n; t++)
+      if (kept[t]->capacity.v[r] > largest) largest = kept[t]->capacity.v[r];
+    pool->used.v[r] += largest;
+  }
+  pool->nodes_used += 1;
+  return 1;
+}
+
+void pv_schedule(pv_pass *p) {
+  for (size_t i = 0; i < p->npods; i++) {
+    pv_pod *pod = &p->pods[i];
+    if (pod->placed) continue;
+    for (size_t k = 0; k < p->nclaims && !pod->placed; k++) pod->placed = claim_add(p, &p->claims[k], i);
+    if (pod->placed) continue;
+    lp_buf why = LP_BUF_INIT;
+    for (size_t k = 0; k < p->npools && !pod->placed; k++) {
+      if (k) lp_buf_puts(&why, "; ");
+      pod->placed = open_claim(p, &p->pools[k], i, &why);
+    }
+    if (!pod->placed && p->npools == 0) lp_buf_puts(&why, "no NodePool with a Ready ECSNodeClass");
+    if (pod->placed)
+      lp_buf_free(&why);
+    else
+      pod->why = lp_buf_take(&why, NULL);
+  }
+}
+
+typedef struct priced {
+  pv_type *type;
+  double price;
+} priced;
+
+static int by_price(const void *a, const void *b) {
+  const priced *x = a, *y = b;
+  if (x->price != y->price) return x->price < y->price ? -1 : 1;
+  return strcmp(x->type->name, y->type->name);
+}
+
+static void note_capacity_types(json_t *set, const pv_type *type, const json_t *reqs) {
+  size_t i;
+  const json_t *o;
+  json_array_foreach(json_object_get(type->obj, "offerings"), i, o) {
+    const char *ct = json_string_value(json_object_get(o, "capacity_type"));
+    if (ct && json_is_true(json_object_get(o, "available")) &&
+        lp_requirements_compatible(reqs, json_object_get(o, "requirements"), NULL))
+      json_object_set_new(set, ct, json_true());
+  }
+}
+
+void pv_finalize(pv_pass *p) {
+  for (size_t k = 0; k < p->nclaims; k++) {
+    pv_claim *c = &p->claims[k];
+    priced *list = lp_xmalloc(c->ntypes * sizeof *list);
+    for (size_t t = 0; t < c->ntypes; t++)
+      list[t] = (priced){c->types[t], cheapest_offering(c->types[t], c->reqs)};
+    qsort(list, c->ntypes, sizeof *list, by_price);
+    if (c->ntypes > PV_MAX_INSTANCE_TYPES) c->ntypes = PV_MAX_INSTANCE_TYPES;
+    json_t *set = json_object();
+    for (size_t t = 0; t < c->ntypes; t++) {
+      c->types[t] = list[t].type;
+      note_capacity_types(set, list[t].type, c->reqs);
+    }
+    c->cheapest_price = list[0].price;
+    free(list);
+    c->capacity_types = json_array();
+    const char *ct;
+    json_t *v;
+    json_object_foreach(set, ct, v) json_array_append_new(c->capacity_types, json_string(ct));
+    json_decref(set);
+  }
+}
+
+void pv_claims_free(pv_pass *p) {
+  for (size_t k = 0; k < p->nclaims; k++) {
+    json_decref(p->claims[k].reqs);
+    json_decref(p->claims[k].capacity_types);
+    free(p->claims[k].types);
+    free(p->claims[k].pods);
+  }
+  free(p->claims);
+  p->claims = NULL;
+  p->nclaims = p->claims_cap = 0;
+}
