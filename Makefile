@@ -15,13 +15,14 @@ build:
 	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DLUAPROV_WERROR=ON >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-# The engine's main job. Until `luaprov demo` lands (it needs the controllers and simulators), this
-# runs tools/preview.sh: the engine core, its hot reload and its endpoints, narrated.
+# The engine's main job: `luaprov demo`, the scripted story against the built-in simulators
+# (provisioning, drift, repair, a hot reload, Bizfly scaling over gRPC); exits 0 when every step
+# checked out.
 run:
 	@tools/install-deps.sh build
 	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DLUAPROV_WERROR=ON >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS) --target luaprov
-	@tools/preview.sh $(BUILD)/luaprov
+	@$(BUILD)/luaprov demo
 
 # Every test under ctest: C unit tests, busted specs, integration tests, luacheck and clang-format;
 # the C and integration tests also run under AddressSanitizer + UndefinedBehaviorSanitizer.

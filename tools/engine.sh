@@ -1,5 +1,4 @@
-# Shell helpers to drive a running `luaprov run` (sourced by tools/preview.sh and the integration
-# tests). The caller sets LUAPROV (the binary), ENGINE_LOG (where stderr goes) and defines fail().
+# Shell helpers to drive a running `luaprov run` (sourced by the integration tests). The caller sets LUAPROV (the binary), ENGINE_LOG (where stderr goes) and defines fail().
 
 ENGINE_PID=""
 ADDR=""

@@ -16,6 +16,8 @@ static const char usage[] =
     "  run      run the engine: script host with hot reload, /healthz, /readyz, /metrics\n"
     "  sim      serve the built-in simulators of the cloud and Kubernetes APIs\n"
     "  eval     dry-run a policy or the mapping on objects read from files\n"
+    "  demo     the scripted story (provisioning, drift, repair, hot reload, Bizfly scaling) against the\n"
+    "           simulators; exits 0 when every step checked out\n"
     "  check    load every script of a tree in the sandbox and validate its contracts\n"
     "  version  print the version\n"
     "\n"
@@ -78,11 +80,8 @@ int main(int argc, char **argv) {
   static const struct {
     const char *name;
     int (*run)(int, char **);
-  } commands[] = {{"run", lp_cmd_run},
-                  {"sim", lp_cmd_sim},
-                  {"eval", lp_cmd_eval},
-                  {"check", lp_cmd_check},
-                  {"version", lp_cmd_version}};
+  } commands[] = {{"run", lp_cmd_run},   {"sim", lp_cmd_sim},     {"eval", lp_cmd_eval},
+                  {"demo", lp_cmd_demo}, {"check", lp_cmd_check}, {"version", lp_cmd_version}};
   if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
       strcmp(argv[1], "help") == 0) {
     fputs(usage, argc < 2 ? stderr : stdout);

@@ -1,0 +1,321 @@
+/* The story `luaprov demo` tells (SPEC §3): an ECSNodeClass and a NodePool are applied, pending pods
+ * get nodes that launch, register and take the pods; an image change drifts those nodes and they are
+ * replaced; the repair policy is hot-reloaded and a node that goes NotReady is repaired; the Cluster
+ * Autoscaler scales a Bizfly pool through the externalgrpc server. Each step checks its outcome
+ * against the API, as an operator would with kubectl. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/demo.h"
+#include "controller/conditions.h"
+#include "controller/controller.h"
+
+#define NC    "/apis/karpenter.sh/v1/nodeclaims"
+#define CLASS "/apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses"
+#define PODS  "/api/v1/namespaces/default/pods"
+#define NPODS 6
+
+/* ---- reading the cluster ------------------------------------------------------------------ */
+
+static json_t *items(demo *d, const char *path) {
+  json_t *list = demo_kube(d, "GET", path, NULL, NULL);
+  json_t *out = json_incref(json_object_get(list, "items"));
+  json_decref(list);
+  return out ? out : json_array();
+}
+
+typedef struct claims_view {
+  int total, launched, registered, initialized, deleting, drifted;
+} claims_view;
+
+static claims_view claims(demo *d) {
+  claims_view v = {0};
+  json_t *list = items(d, NC);
+  size_t i;
+  json_t *c;
+  json_array_foreach(list, i, c) {
+    v.total++;
+    v.launched += lp_condition_is(c, "Launched", "True");
+    v.registered += lp_condition_is(c, "Registered", "True");
+    v.initialized += lp_condition_is(c, "Initialized", "True") && !lp_obj_deleting(c);
+    v.deleting += lp_obj_deleting(c);
+    v.drifted += lp_condition_is(c, "Drifted", "True");
+  }
+  json_decref(list);
+  return v;
+}
+
+/* Pods of the demo that run on a node. */
+static int pods_running(demo *d) {
+  json_t *list = items(d, PODS "?labelSelector=app%3Ddemo");
+  int n = 0;
+  size_t i;
+  json_t *p;
+  json_array_foreach(list, i, p) {
+    const char *phase = lp_obj_str(p, "status.phase"), *node = lp_obj_str(p, "spec.nodeName");
+    n += phase && strcmp(phase, "Running") == 0 && node && *node && !lp_obj_deleting(p);
+  }
+  json_decref(list);
+  return n;
+}
+
+static void names_of(demo *d, json_t *set) {
+  json_t *list = items(d, NC);
+  size_t i;
+  json_t *c;
+  json_array_foreach(list, i, c) json_object_set_new(set, lp_obj_name(c), json_true());
+  json_decref(list);
+}
+
+/* ---- steps -------------------------------------------------------------------------------- */
+
+static int post(demo *d, const char *path, const char *body, const char *what) {
+  long status = 0;
+  json_decref(demo_kube(d, "POST", path, body, &status));
+  if (status != 201) return demo_fail(d, "creating %s: HTTP %ld", what, status);
+  return 0;
+}
+
+static int class_ready(demo *d, void *ud, char *line, size_t cap) {
+  (void)ud;
+  json_t *c = demo_kube(d, "GET", CLASS "/default", NULL, NULL);
+  json_t *ready = lp_condition_get(c, "Ready");
+  snprintf(line, cap, "ECSNodeClass default: Ready=%s %s",
+           json_string_value(json_object_get(ready, "status")),
+           ready ? json_string_value(json_object_get(ready, "reason")) : "(not resolved yet)");
+  int ok = lp_condition_is(c, "Ready", "True");
+  json_decref(c);
+  return ok;
+}
+
+static int apply_classes(demo *d) {
+  demo_step(d, "apply an ECSNodeClass (vSwitches, security groups, image by selector) and a NodePool");
+  if (post(d, CLASS,
+           "{\"apiVersion\":\"karpenter.k8s.alibabacloud/"
+           "v1alpha1\",\"kind\":\"ECSNodeClass\",\"metadata\":{\"name\":"
+           "\"default\"},\"spec\":{\"vSwitchSelectorTerms\":[{\"tags\":{\"karpenter.sh/"
+           "discovery\":\"luaprov-sim\"}}],"
+           "\"securityGroupSelectorTerms\":[{\"tags\":{\"karpenter.sh/discovery\":\"luaprov-sim\"}}],"
+           "\"imageSelectorTerms\":[{\"alias\":\"AlibabaCloudLinux3\"}]}}",
+           "the ECSNodeClass") != 0)
+    return -1;
+  if (post(
+          d, "/apis/karpenter.sh/v1/nodepools",
+          "{\"apiVersion\":\"karpenter.sh/v1\",\"kind\":\"NodePool\",\"metadata\":{\"name\":\"default\"},"
+          "\"spec\":{\"template\":{\"metadata\":{\"labels\":{\"team\":\"demo\"}},\"spec\":{\"nodeClassRef\":{"
+          "\"group\":\"karpenter.k8s.alibabacloud\",\"kind\":\"ECSNodeClass\",\"name\":\"default\"},"
+          "\"requirements\":[{\"key\":\"karpenter.sh/"
+          "capacity-type\",\"operator\":\"In\",\"values\":[\"on-demand\"]},"
+          "{\"key\":\"kubernetes.io/arch\",\"operator\":\"In\",\"values\":[\"amd64\"]}]}},"
+          "\"disruption\":{\"budgets\":[{\"nodes\":\"1\"}]},\"limits\":{\"cpu\":\"64\"}}}",
+          "the NodePool") != 0)
+    return -1;
+  if (demo_wait(d, "the ECSNodeClass to resolve", 20, class_ready, NULL) != 0) return -1;
+  json_t *c = demo_kube(d, "GET", CLASS "/default", NULL, NULL);
+  demo_ok(d, "resolved: %zu vSwitches, %zu security groups, image %s",
+          json_array_size(json_object_get(json_object_get(c, "status"), "vSwitches")),
+          json_array_size(json_object_get(json_object_get(c, "status"), "securityGroups")),
+          json_string_value(json_object_get(
+              json_array_get(json_object_get(json_object_get(c, "status"), "images"), 0), "id")));
+  json_decref(c);
+  return 0;
+}
+
+static int all_pods_running(demo *d, void *ud, char *line, size_t cap) {
+  (void)ud;
+  claims_view v = claims(d);
+  int running = pods_running(d);
+  snprintf(line, cap, "nodeclaims %d: launched %d, registered %d, initialized %d; pods running %d/%d",
+           v.total, v.launched, v.registered, v.initialized, running, NPODS);
+  return running == NPODS;
+}
+
+/* cpu and memory requests of the demo's pods */
+static const char *const shapes[NPODS][2] = {{"500m", "512Mi"}, {"500m", "512Mi"}, {"1", "1Gi"},
+                                             {"1", "2Gi"},      {"250m", "256Mi"}, {"3", "4Gi"}};
+
+static int create_pod(demo *d, int i) {
+  char body[512], what[32];
+  snprintf(body, sizeof body,
+           "{\"metadata\":{\"name\":\"web-%d\",\"labels\":{\"app\":\"demo\"}},\"spec\":{\"containers\":[{"
+           "\"name\":\"app\",\"image\":\"nginx\",\"resources\":{\"requests\":{\"cpu\":\"%s\",\"memory\":"
+           "\"%s\"}}}]}}",
+           i, shapes[i][0], shapes[i][1]);
+  snprintf(what, sizeof what, "pod web-%d", i);
+  return post(d, PODS, body, what);
+}
+
+/* The demo plays the pods' ReplicaSet: an evicted pod is created again (and so is pending until a
+ * node has room), as a Deployment's controller would. Returns how many it recreated. */
+static int recreate_evicted(demo *d) {
+  int made = 0;
+  for (int i = 0; i < NPODS; i++) {
+    char path[128];
+    snprintf(path, sizeof path, PODS "/web-%d", i);
+    long status = 0;
+    json_decref(demo_kube(d, "GET", path, NULL, &status));
+    if (status == 404 && create_pod(d, i) == 0) made++;
+  }
+  d->pods_recreated += made;
+  return made;
+}
+
+static int provision(demo *d) {
+  demo_step(d, "%d pending pods of mixed shapes: the provisioner packs them into NodeClaims", NPODS);
+  for (int i = 0; i < NPODS; i++)
+    if (create_pod(d, i) != 0) return -1;
+  demo_note(d, "the simulated scheduler finds no node: the pods are Unschedulable");
+  if (demo_wait(d, "every pod to run on a new node", 60, all_pods_running, NULL) != 0) return -1;
+  claims_view v = claims(d);
+  d->nodes_launched = v.initialized;
+  d->pods_bound = pods_running(d);
+  demo_ok(d, "%d nodes launched, registered and initialized; %d pods bound", v.initialized, d->pods_bound);
+  return 0;
+}
+
+typedef struct replacing {
+  json_t *old; /* names of the NodeClaims before the change */
+  int seen_drifted;
+} replacing;
+
+static int replaced(demo *d, void *ud, char *line, size_t cap) {
+  replacing *r = ud;
+  recreate_evicted(d);
+  json_t *now = json_object();
+  names_of(d, now);
+  int old_left = 0;
+  const char *name;
+  json_t *unused;
+  json_object_foreach(r->old, name, unused) old_left += json_object_get(now, name) != NULL;
+  claims_view v = claims(d);
+  if (v.drifted > r->seen_drifted) r->seen_drifted = v.drifted;
+  int running = pods_running(d);
+  snprintf(line, cap, "drifted %d, old nodeclaims left %d/%zu, new ones initialized %d, pods running %d/%d",
+           v.drifted, old_left, json_object_size(r->old), v.initialized - (old_left - v.deleting), running,
+           NPODS);
+  json_decref(now);
+  return old_left == 0 && running == NPODS;
+}
+
+static int drift(demo *d) {
+  demo_step(d, "change the ECSNodeClass image: the drift policy reports ImageDrift, nodes are replaced one "
+               "at a time (budget: 1)");
+  demo_note(d, "the demo plays the pods' ReplicaSet: an evicted pod is created again");
+  replacing r = {.old = json_object()};
+  names_of(d, r.old);
+  long status = 0;
+  json_decref(demo_kube(
+      d, "PATCH", CLASS "/default",
+      "{\"spec\":{\"imageSelectorTerms\":[{\"id\":\"aliyun_3_x64_20G_alibase_20230727.vhd\"}]}}", &status));
+  if (status != 200) return demo_fail(d, "patching the ECSNodeClass: HTTP %ld", status);
+  int rc = demo_wait(d, "every drifted node to be replaced", 120, replaced, &r);
+  if (rc == 0) {
+    d->nodes_drifted = (int)demo_metric(d, "luaprov_nodeclaims_disrupted_total{reason=\"drifted\"");
+    d->nodes_replaced = (int)json_object_size(r.old);
+    demo_ok(d, "%d nodes drifted and replaced; every pod runs again (%d evicted and recreated)",
+            d->nodes_replaced, d->pods_recreated);
+  }
+  json_decref(r.old);
+  return rc;
+}
+
+static int generation_is(demo *d, void *ud, char *line, size_t cap) {
+  long long want = *(long long *)ud;
+  d->generation = (long long)demo_metric(d, "luaprov_script_generation");
+  snprintf(line, cap, "script generation %lld", d->generation);
+  return d->generation >= want;
+}
+
+static int reload_repair_policy(demo *d) {
+  demo_step(d, "hot-reload the repair policy: tolerate NotReady for 10 s instead of 30 min");
+  char path[400];
+  snprintf(path, sizeof path, "%s/scripts/policies/repair.lua", d->workdir);
+  FILE *f = fopen(path, "w");
+  if (!f) return demo_fail(d, "cannot write %s", path);
+  fputs("-- written by luaprov demo: the default policy with a 10 s toleration\n"
+        "local M = {}\n\n"
+        "function M.policies(_ctx)\n"
+        "  return {\n"
+        "    { condition_type = \"Ready\", condition_status = \"False\", toleration_seconds = 10 },\n"
+        "    { condition_type = \"Ready\", condition_status = \"Unknown\", toleration_seconds = 10 },\n"
+        "  }\n"
+        "end\n\n"
+        "return M\n",
+        f);
+  fclose(f);
+  long long want = (long long)demo_metric(d, "luaprov_script_generation") + 1;
+  if (demo_wait(d, "the reload", 10, generation_is, &want) != 0) return -1;
+  demo_ok(d, "generation %lld in service; the engine kept running", d->generation);
+  return 0;
+}
+
+typedef struct repairing {
+  char node[128], claim[128];
+} repairing;
+
+static int repaired(demo *d, void *ud, char *line, size_t cap) {
+  repairing *r = ud;
+  recreate_evicted(d);
+  char path[256];
+  snprintf(path, sizeof path, NC "/%s", r->claim);
+  long status = 0;
+  json_decref(demo_kube(d, "GET", path, NULL, &status));
+  int running = pods_running(d);
+  snprintf(line, cap, "nodeclaim %s %s; pods running %d/%d", r->claim, status == 404 ? "gone" : "still there",
+           running, NPODS);
+  return status == 404 && running == NPODS;
+}
+
+static int repair(demo *d) {
+  demo_step(d, "a node's kubelet stops reporting Ready: after the toleration the node is repaired");
+  json_t *list = items(d, NC);
+  repairing r;
+  memset(&r, 0, sizeof r);
+  size_t i;
+  json_t *c;
+  json_array_foreach(list, i, c) {
+    const char *node = lp_obj_str(c, "status.nodeName");
+    if (node && *node && !lp_obj_deleting(c)) {
+      snprintf(r.node, sizeof r.node, "%s", node);
+      snprintf(r.claim, sizeof r.claim, "%s", lp_obj_name(c));
+      break;
+    }
+  }
+  json_decref(list);
+  if (!r.node[0]) return demo_fail(d, "no registered node to break");
+  char body[256];
+  snprintf(body, sizeof body, "{\"node\":\"%s\",\"ready\":false}", r.node);
+  json_decref(demo_admin(d, d->kubernetes, "POST", "/_sim/kubelet", body));
+  demo_note(d, "node %s (nodeclaim %s) reports Ready=False", r.node, r.claim);
+  if (demo_wait(d, "the repair", 60, repaired, &r) != 0) return -1;
+  d->nodes_repaired = (int)demo_metric(d, "luaprov_nodeclaims_disrupted_total{reason=\"unhealthy\"");
+  demo_ok(d, "repaired: the NodeClaim was force-terminated, its pods run on a new node");
+  return 0;
+}
+
+static int bizfly(demo *d) {
+  demo_step(d, "the Cluster Autoscaler scales a Bizfly worker pool through the externalgrpc server");
+  char ids[8][64];
+  int n = 0, before = 0, after = 0;
+  const char *error = NULL;
+  if (demo_grpc_node_groups(d, ids, 8, &n, &error) != 0) return demo_fail(d, "%s", error);
+  if (n == 0) return demo_fail(d, "NodeGroups returned no group");
+  demo_note(d, "NodeGroups: %d groups, the first is %s", n, ids[0]);
+  if (demo_grpc_target_size(d, ids[0], &before, &error) != 0) return demo_fail(d, "%s", error);
+  if (demo_grpc_increase_size(d, ids[0], 1, &error) != 0) return demo_fail(d, "%s", error);
+  if (demo_grpc_refresh(d, &error) != 0) return demo_fail(d, "%s", error);
+  if (demo_grpc_target_size(d, ids[0], &after, &error) != 0) return demo_fail(d, "%s", error);
+  if (after != before + 1) return demo_fail(d, "target size %d after IncreaseSize(1) from %d", after, before);
+  d->scale_ups = 1;
+  demo_ok(d, "IncreaseSize(%s, 1): target size %d -> %d", ids[0], before, after);
+  return 0;
+}
+
+int demo_story(demo *d) {
+  int (*const steps[])(demo *) = {apply_classes, provision, drift, reload_repair_policy, repair, bizfly};
+  for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
+    if (steps[i](d) != 0) return -1;
+  return 0;
+}
