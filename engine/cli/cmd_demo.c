@@ -126,6 +126,7 @@ int lp_cmd_demo(int argc, char **argv) {
     demo_ok(&d, "metrics on %s, gRPC on %s, Kubernetes API at %s", d.metrics, d.grpc, d.kubernetes);
     rc = demo_story(&d);
   }
+  demo_grpc_close(&d);
   int engine_status = d.engine > 0 ? demo_stop_engine(&d) : -1;
   if (engine_status != 0) d.failed = 1;
   summary(&d, engine_status);

@@ -59,6 +59,8 @@ int demo_grpc_node_groups(demo *d, char ids[][64], int max, int *count, const ch
 int demo_grpc_target_size(demo *d, const char *id, int *size, const char **error);
 int demo_grpc_increase_size(demo *d, const char *id, int delta, const char **error);
 int demo_grpc_refresh(demo *d, const char **error);
+/* Releases the connection state of the calls above. */
+void demo_grpc_close(demo *d);
 
 /* The story (demo_story.c). Returns 0 when every step checked out. */
 int demo_story(demo *d);

@@ -140,3 +140,8 @@ int demo_grpc_refresh(demo *d, const char **error) {
   protobuf_c_message_free_unpacked(out, NULL);
   return 0;
 }
+
+void demo_grpc_close(demo *d) {
+  if (d->curl) curl_easy_cleanup(d->curl);
+  d->curl = NULL;
+}
