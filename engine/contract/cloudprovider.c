@@ -1,14 +1,12 @@
 /* The CloudProvider operations: each calls the mapping (and policies) as script tasks, checks what
- * comes back, and assembles the answer Karpenter expects.
+ * comes back, and assembles the answer Karpenter expects. Here: the plumbing every operation shares,
+ * the lifecycle, GetInstanceTypes, Delete, Get, List and RepairPolicies; Create is
+ * cloudprovider_create.c, IsDrifted cloudprovider_drift.c.
  *
  * Metrics (lp_metrics_default): luaprov_cloudprovider_launches_total{result} (cloudprovider_create.c),
- * luaprov_drift_policy_evaluations_total{generation, result}: every answer of the drift policy, by the
- * script generation that gave it (a hot reload shows as a new generation label) and result = drifted |
- * not_drifted | unknown | error. Debug log "drift policy answered" (provider_id, nodeclaim, result,
- * reason, generation). */
+ * luaprov_drift_policy_evaluations_total{generation, result} (cloudprovider_drift.c). */
 #include "contract/cloudprovider_internal.h"
 
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,11 +168,7 @@ lp_cloudprovider *lp_cloudprovider_new(const lp_cloudprovider_config *cfg) {
   cp->max_launch_attempts = cfg->max_launch_attempts ? cfg->max_launch_attempts : 10;
   cp->launches = lp_metrics_counter(lp_metrics_default(), "luaprov_cloudprovider_launches_total",
                                     "Instance launch attempts by outcome.", LP_LABELS("result"));
-  cp->drift_evaluations = lp_metrics_counter(
-      lp_metrics_default(), "luaprov_drift_policy_evaluations_total",
-      "Answers of the drift policy by the script generation that gave them and result (drifted, "
-      "not_drifted, unknown, error).",
-      LP_LABELS("generation", "result"));
+  cp_drift_init(cp);
   cp->known_classes = json_object();
   double interval = cfg->refresh_interval_s == 0 ? 20 * 60 : cfg->refresh_interval_s;
   if (interval > 0 && cp->loop) {
@@ -305,7 +299,7 @@ void lp_cp_get_instance_types(lp_cloudprovider *cp, const json_t *nodeclass, lp_
 
 /* ---- Delete, Get, List ------------------------------------------------------------------- */
 
-static const char *provider_id_of(const json_t *nodeclaim) {
+const char *cp_provider_id_of(const json_t *nodeclaim) {
   return json_string_value(json_object_get(json_object_get(nodeclaim, "status"), "providerID"));
 }
 
@@ -324,9 +318,7 @@ static void delete_done(op *o, json_t *values, lp_error *err) {
 }
 
 /* parse_provider_id(s) -> {region, instance_id}; then the operation's own call. */
-typedef void (*with_id_fn)(op *o, const char *instance_id);
-
-static void parsed_for(op *o, json_t *values, lp_error *err, with_id_fn then) {
+void cp_parsed_for(op *o, json_t *values, lp_error *err, cp_with_id_fn then) {
   if (err) {
     cp_finish(o, NULL,
               lp_error_new("NodeClaimNotFound", "provider ID %s cannot be parsed: %s", o->provider_id,
@@ -350,13 +342,13 @@ static void delete_with_id(op *o, const char *id) {
   cp_call(o, o->cp->mapping, "delete", json_pack("[Os]", o->cp->ctx, id), delete_done);
 }
 static void delete_parsed(op *o, json_t *values, lp_error *err) {
-  parsed_for(o, values, err, delete_with_id);
+  cp_parsed_for(o, values, err, delete_with_id);
 }
 
 void lp_cp_delete(lp_cloudprovider *cp, const json_t *nodeclaim, lp_cp_done_fn done, void *ud) {
   op *o = cp_op_new(cp, done, ud);
   o->nodeclaim = json_deep_copy(nodeclaim);
-  const char *pid = provider_id_of(nodeclaim);
+  const char *pid = cp_provider_id_of(nodeclaim);
   if (!pid || !*pid) {
     cp_fail_soon(
         o, lp_error_new("NodeClaimNotFound", "NodeClaim %s has no status.providerID: nothing was launched",
@@ -367,10 +359,8 @@ void lp_cp_delete(lp_cloudprovider *cp, const json_t *nodeclaim, lp_cp_done_fn d
   cp_call(o, cp->mapping, "parse_provider_id", json_pack("[s]", pid), delete_parsed);
 }
 
-/* The instance a mapping `get` returned, checked against SPEC §4.6. On failure the operation is
- * finished (NotFound becomes NodeClaimNotFound), values freed, and NULL returned; otherwise the
- * instance, borrowed from values. */
-static json_t *got_instance(op *o, json_t *values, lp_error *err) {
+/* The instance a mapping `get` returned, checked against SPEC §4.6. */
+json_t *cp_got_instance(op *o, json_t *values, lp_error *err) {
   if (err) {
     if (strcmp(err->code, "NotFound") == 0) {
       lp_error *gone = lp_error_new("NodeClaimNotFound", "instance %s not found", o->provider_id);
@@ -391,7 +381,7 @@ static json_t *got_instance(op *o, json_t *values, lp_error *err) {
 }
 
 static void get_done(op *o, json_t *values, lp_error *err) {
-  json_t *instance = got_instance(o, values, err);
+  json_t *instance = cp_got_instance(o, values, err);
   if (!instance) return;
   if (strcmp(json_string_value(json_object_get(instance, "state")), "terminated") == 0) {
     json_decref(values);
@@ -407,7 +397,7 @@ static void get_with_id(op *o, const char *id) {
   cp_call(o, o->cp->mapping, "get", json_pack("[Os]", o->cp->ctx, id), get_done);
 }
 static void get_parsed(op *o, json_t *values, lp_error *err) {
-  parsed_for(o, values, err, get_with_id);
+  cp_parsed_for(o, values, err, get_with_id);
 }
 
 void lp_cp_get(lp_cloudprovider *cp, const char *provider_id, lp_cp_done_fn done, void *ud) {
@@ -497,104 +487,7 @@ void lp_cp_list(lp_cloudprovider *cp, lp_cp_done_fn done, void *ud) {
   cp_call(o, cp->mapping, "list", json_pack("[O]", cp->ctx), list_done);
 }
 
-/* ---- IsDrifted, RepairPolicies ----------------------------------------------------------- */
-
-/* Counts an answer of the drift policy under the generation that gave it: during a hot reload under
- * load, the metric shows how many answers each generation gave, and the debug log says which one
- * answered for a node. */
-static void drift_answered(op *o, const char *result, const char *reason, const lp_error *err) {
-  char generation[24];
-  snprintf(generation, sizeof generation, "%" PRIu64, o->generation);
-  lp_counter_inc(o->cp->drift_evaluations, LP_LABELS(generation, result));
-  const char *claim = json_string_value(json_object_get(json_object_get(o->nodeclaim, "metadata"), "name"));
-  if (err)
-    lp_debug(LOGGER, "drift policy answered", LPF_STR("provider_id", o->provider_id),
-             LPF_STR("nodeclaim", claim), LPF_STR("result", result), LPF_STR("code", err->code),
-             LPF_STR("error", err->message), LPF_INT("generation", (long long)o->generation));
-  else
-    lp_debug(LOGGER, "drift policy answered", LPF_STR("provider_id", o->provider_id),
-             LPF_STR("nodeclaim", claim), LPF_STR("result", result), LPF_STR("reason", reason),
-             LPF_INT("generation", (long long)o->generation));
-}
-
-static void drift_done(op *o, json_t *values, lp_error *err) {
-  if (err) {
-    if (strcmp(err->code, "Error") == 0) { /* nil, message: not known yet */
-      lp_error *unknown = lp_error_new("DriftUnknown", "%s", err->message);
-      lp_error_free(err);
-      err = unknown;
-    }
-    drift_answered(o, strcmp(err->code, "DriftUnknown") == 0 ? "unknown" : "error", NULL, err);
-    cp_finish(o, NULL, err);
-    return;
-  }
-  json_t *reason = json_array_get(values, 0);
-  const char *r = json_is_null(reason) || !reason ? "" : json_string_value(reason);
-  if (!r || !lp_drift_reason_valid(r)) {
-    json_decref(values);
-    drift_answered(o, "error", r, NULL);
-    cp_finish(o, NULL,
-              cp_contract_error(o, "policies.drift", "is_drifted",
-                                lp_xstrdup("returned a reason that is not \"\" or a CamelCase word like "
-                                           "\"ImageDrift\""),
-                                "SPEC §4.4"));
-    return;
-  }
-  drift_answered(o, *r ? "drifted" : "not_drifted", r, NULL);
-  json_t *out = json_string(r);
-  json_decref(values);
-  cp_finish(o, out, NULL);
-}
-
-static void drift_instance_done(op *o, json_t *values, lp_error *err) {
-  json_t *instance = got_instance(o, values, err);
-  if (!instance) return;
-  cp_call(o, "policies.drift", "is_drifted",
-          json_pack("[OOOO]", o->nodeclaim, o->nodeclass, instance, o->cp->ctx), drift_done);
-  json_decref(values);
-}
-
-static void drift_with_id(op *o, const char *id) {
-  cp_call(o, o->cp->mapping, "get", json_pack("[Os]", o->cp->ctx, id), drift_instance_done);
-}
-static void drift_parsed(op *o, json_t *values, lp_error *err) {
-  parsed_for(o, values, err, drift_with_id);
-}
-
-/* NodeClassDrift needs no API call (SPEC §5 rule 5): the policy's static check runs first, and only
- * when it finds nothing is the instance fetched for the full policy. */
-static void static_drift_done(op *o, json_t *values, lp_error *err) {
-  const char *reason = values ? json_string_value(json_array_get(values, 0)) : NULL;
-  if (!err && reason && *reason) {
-    drift_done(o, values, NULL);
-    return;
-  }
-  json_decref(values);
-  if (err && strcmp(err->code, "Contract") != 0) { /* a policy without static_drift is fine */
-    drift_answered(o, "error", NULL, err);
-    cp_finish(o, NULL, err);
-    return;
-  }
-  lp_error_free(err);
-  cp_call(o, o->cp->mapping, "parse_provider_id", json_pack("[s]", o->provider_id), drift_parsed);
-}
-
-void lp_cp_is_drifted(lp_cloudprovider *cp, const json_t *nodeclaim, const json_t *nodeclass,
-                      lp_cp_done_fn done, void *ud) {
-  op *o = cp_op_new(cp, done, ud);
-  o->nodeclaim = json_deep_copy(nodeclaim);
-  o->nodeclass = json_deep_copy(nodeclass);
-  const char *pid = provider_id_of(nodeclaim);
-  if (!pid || !*pid) {
-    cp_fail_soon(
-        o, lp_error_new("NodeClaimNotFound", "NodeClaim %s has no status.providerID",
-                        json_string_value(json_object_get(json_object_get(nodeclaim, "metadata"), "name"))));
-    return;
-  }
-  o->provider_id = lp_xstrdup(pid);
-  cp_call(o, "policies.drift", "static_drift", json_pack("[OO]", o->nodeclaim, o->nodeclass),
-          static_drift_done);
-}
+/* ---- RepairPolicies --------------------------------------------------------------------- */
 
 static void repair_done(op *o, json_t *values, lp_error *err) {
   if (err) {

@@ -1,4 +1,5 @@
-/* Shared by the CloudProvider operations (cloudprovider.c, cloudprovider_create.c). */
+/* Shared by the CloudProvider operations (cloudprovider.c, cloudprovider_create.c, cloudprovider_drift.c,
+ * cloudprovider_nodeclass.c). */
 #ifndef LUAPROV_CONTRACT_CLOUDPROVIDER_INTERNAL_H
 #define LUAPROV_CONTRACT_CLOUDPROVIDER_INTERNAL_H
 
@@ -66,5 +67,20 @@ json_t *cp_ctx_args1(lp_cloudprovider *cp, json_t *a);
 lp_error *cp_checked_types(op *o, json_t *types);
 /* "type|zone|capacity_type", the key of the unavailable-offerings cache. */
 void cp_offering_key(char *out, size_t cap, const char *type, const json_t *offering);
+
+/* The NodeClaim's status.providerID (borrowed), or NULL. */
+const char *cp_provider_id_of(const json_t *nodeclaim);
+/* The step after parse_provider_id: the instance ID, borrowed for the call. */
+typedef void (*cp_with_id_fn)(op *o, const char *instance_id);
+/* Handles parse_provider_id's answer (values, err owned): calls then with the instance ID, or finishes
+ * the operation with NodeClaimNotFound (unparsable) or a Contract error (no instance_id). */
+void cp_parsed_for(op *o, json_t *values, lp_error *err, cp_with_id_fn then);
+/* The instance a mapping `get` returned, checked against SPEC §4.6. On failure the operation is
+ * finished (NotFound becomes NodeClaimNotFound), values freed, and NULL returned; otherwise the
+ * instance, borrowed from values. */
+json_t *cp_got_instance(op *o, json_t *values, lp_error *err);
+
+/* Registers luaprov_drift_policy_evaluations_total (cloudprovider_drift.c); lp_cloudprovider_new calls it. */
+void cp_drift_init(lp_cloudprovider *cp);
 
 #endif

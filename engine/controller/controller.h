@@ -4,9 +4,9 @@
  * A controller is a definition (lp_controller_def: a name, a reconcile function, which changes enqueue
  * which keys) run by the manager (manager.h) with its own workqueue (kube/workqueue.h). Reconciles read
  * the cluster from the manager's informer caches (lp_env_get, lp_env_index_*) and write through the
- * Kubernetes client (lp_env_kube) and the CloudProvider contract (lp_env_cloud). Writes carry the
- * cached object's resourceVersion (optimistic concurrency), so a reconcile that acted on a stale cache
- * gets a 409 Conflict and runs again once the cache has caught up: no sleep after writes is needed.
+ * Kubernetes client (lp_env_kube, lp_env_patch) and the CloudProvider contract (lp_env_cloud). Writes
+ * carry the cached object's resourceVersion (optimistic concurrency), so a reconcile that acted on a stale
+ * cache gets a 409 Conflict and runs again once the cache has caught up: no sleep after writes is needed.
  *
  * Keys are the informers' ("name" for cluster-scoped objects, "namespace/name" otherwise); a
  * controller's keys are of its primary kind, or its singleton key.
@@ -136,6 +136,14 @@ json_t *lp_env_index_first(lp_ctrl_env *env, lp_index idx, const char *value, si
 void lp_env_event(lp_ctrl_env *env, const json_t *involved, const char *type, const char *reason,
                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
+/* Merge-patches the object of kind at key (its subresource "status", or the object itself when
+ * subresource is NULL) with patch (stolen), guarded by resource_version: the patch goes out with
+ * metadata.resourceVersion set to it ("" when NULL), so a write made from a stale cache gets a 409
+ * Conflict and runs again once the cache has caught up. done gets the reply (reply.object: the patched
+ * object). */
+void lp_env_patch(lp_ctrl_env *env, lp_kind kind, const char *key, const char *resource_version,
+                  const char *subresource, json_t *patch, lp_kube_done_fn done, void *ud);
+
 /* ---- object helpers ---------------------------------------------------------------------- */
 
 /* metadata.name / metadata.uid / metadata.resourceVersion of obj, or NULL. Borrowed. */
@@ -148,8 +156,18 @@ int lp_obj_deleting(const json_t *obj);
 int lp_obj_has_finalizer(const json_t *obj, const char *name);
 /* A new JSON array: obj's finalizers with name added (add != 0) or removed. */
 json_t *lp_obj_finalizers_with(const json_t *obj, const char *name, int add);
+/* The value at a dotted path ("spec.nodeClassRef"), borrowed, or NULL. */
+json_t *lp_obj_get(const json_t *obj, const char *dotted_path);
 /* A string at a dotted path ("status.providerID", "spec.nodeClassRef.name"), borrowed, or NULL. */
 const char *lp_obj_str(const json_t *obj, const char *dotted_path);
+/* metadata.labels[key] / metadata.annotations[key] of obj, borrowed, or NULL. The keys hold dots
+ * ("karpenter.sh/nodepool"), which a dotted path cannot name. */
+const char *lp_obj_label(const json_t *obj, const char *key);
+const char *lp_obj_annotation(const json_t *obj, const char *key);
+/* Non-zero when ref (a nodeClassRef {group, kind, name}; NULL gives 0) names a group and kind listed in
+ * supported (lp_cloudprovider_supported_nodeclasses): the object referring to it is of a node class
+ * this provider serves, so it is the controllers' to manage. */
+int lp_nodeclass_ref_supported(const json_t *supported, const json_t *ref);
 
 /* A Go duration ("90s", "1m30s", "1h", "500ms", "1.5h") in seconds; < 0 when s is not one. */
 double lp_duration_parse(const char *s);

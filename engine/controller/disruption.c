@@ -47,15 +47,6 @@
 #define RETRY_AFTER_S PASS_INTERVAL_S
 #define MAX_IN_FLIGHT 10
 
-const char *dz_label(const json_t *obj, const char *key) {
-  return json_string_value(json_object_get(json_object_get(json_object_get(obj, "metadata"), "labels"), key));
-}
-
-const char *dz_annotation(const json_t *obj, const char *key) {
-  return json_string_value(
-      json_object_get(json_object_get(json_object_get(obj, "metadata"), "annotations"), key));
-}
-
 static void *state_new(lp_controller *c) {
   lp_metrics *m = lp_env_metrics(lp_controller_env(c));
   dz_state *st = lp_xcalloc(1, sizeof *st);
@@ -125,10 +116,7 @@ static void launch_more(dz_pass *p) {
 
 void dz_action_done(dz_action *a, lp_error *err) {
   dz_pass *p = a->p;
-  if (err && !p->err)
-    p->err = err;
-  else
-    lp_error_free(err);
+  lp_error_keep_first(&p->err, err);
   p->in_flight--;
   launch_more(p);
 }
@@ -162,7 +150,7 @@ static void bump(json_t *counts, const char *pool) {
 
 static void note_replacement(const char *key, json_t *claim, void *ud) {
   (void)key;
-  const char *replaces = dz_annotation(claim, DZ_ANNOTATION_REPLACES);
+  const char *replaces = lp_obj_annotation(claim, DZ_ANNOTATION_REPLACES);
   if (replaces && !lp_obj_deleting(claim)) json_object_set(ud, replaces, claim);
 }
 
@@ -186,10 +174,10 @@ static void follow_up(scan *s, json_t *claim, const char *replacement_name) {
 
 static void scan_claim(const char *key, json_t *claim, void *ud) {
   scan *s = ud;
-  const char *pool = dz_label(claim, DZ_LABEL_POOL);
+  const char *pool = lp_obj_label(claim, DZ_LABEL_POOL);
   if (!pool) return;
   if (lp_condition_is(claim, "Initialized", "True")) bump(s->total, pool);
-  const char *mark = dz_annotation(claim, DZ_ANNOTATION_REPLACED_BY);
+  const char *mark = lp_obj_annotation(claim, DZ_ANNOTATION_REPLACED_BY);
   json_t *replacement = json_object_get(s->replacing, key);
   if (lp_obj_deleting(claim) || mark || replacement) bump(s->disrupting, pool);
   if (lp_obj_deleting(claim)) return;
@@ -210,7 +198,7 @@ typedef struct pod_scan {
 } pod_scan;
 
 static int do_not_disrupt(const json_t *obj) {
-  const char *v = dz_annotation(obj, DZ_ANNOTATION_DO_NOT_DISRUPT);
+  const char *v = lp_obj_annotation(obj, DZ_ANNOTATION_DO_NOT_DISRUPT);
   return v && strcmp(v, "true") == 0;
 }
 
@@ -293,7 +281,7 @@ static void choose(scan *s) {
   char why[512];
   for (size_t i = 0; i < n; i++) {
     json_t *claim = order[i];
-    const char *pool = dz_label(claim, DZ_LABEL_POOL);
+    const char *pool = lp_obj_label(claim, DZ_LABEL_POOL);
     json_t *nodepool = lp_env_get(p->env, LP_KIND_NODEPOOL, pool);
     json_t *left = json_object_get(s->left, pool);
     /* no NodePool: no template to build a replacement from */

@@ -59,9 +59,6 @@ struct dz_pass {
 
 /* An action ended (err owned; NULL on success): the next one starts, the last ends the pass. */
 void dz_action_done(dz_action *a, lp_error *err);
-/* The value of obj's label or annotation key, borrowed, or NULL. */
-const char *dz_label(const json_t *obj, const char *key);
-const char *dz_annotation(const json_t *obj, const char *key);
 
 /* ---- disruption_budget.c --------------------------------------------------------------------- */
 

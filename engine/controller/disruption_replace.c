@@ -105,12 +105,9 @@ static void fail(dz_action *a, const lp_kube_reply *reply, const char *what, con
 
 /* A merge patch of the candidate's replaced-by annotation (value NULL removes it). */
 static void patch_mark(dz_action *a, const char *value, lp_kube_done_fn done) {
-  const char *rv = lp_obj_resource_version(a->claim);
-  json_t *patch = json_pack("{s:{s:s, s:{s:s?}}}", "metadata", "resourceVersion", rv ? rv : "", "annotations",
-                            DZ_ANNOTATION_REPLACED_BY, value);
-  lp_kube_ref ref = claim_ref(a->claim);
-  lp_kube_merge_patch(lp_env_kube(a->p->env), &ref, NULL, patch, done, a);
-  json_decref(patch);
+  lp_env_patch(a->p->env, LP_KIND_NODECLAIM, lp_obj_name(a->claim), lp_obj_resource_version(a->claim), NULL,
+               json_pack("{s:{s:{s:s?}}}", "metadata", "annotations", DZ_ANNOTATION_REPLACED_BY, value), done,
+               a);
 }
 
 static void marked(const lp_kube_reply *reply, void *ud) {
@@ -120,7 +117,7 @@ static void marked(const lp_kube_reply *reply, void *ud) {
     return;
   }
   const char *log = lp_controller_logger(a->p->c), *name = name_of(a->claim);
-  const char *replacement = name_of(a->replacement), *pool = dz_label(a->claim, DZ_LABEL_POOL);
+  const char *replacement = name_of(a->replacement), *pool = lp_obj_label(a->claim, DZ_LABEL_POOL);
   if (a->kind == DZ_REPLACE) {
     lp_counter_inc(a->p->st->replacements, LP_LABELS("launched"));
     lp_env_event(a->p->env, a->claim, "Normal", "DisruptionLaunching", "Launching NodeClaim %s: %s",
@@ -158,7 +155,7 @@ static void candidate_deleted(const lp_kube_reply *reply, void *ud) {
     return;
   }
   if (!reply->error) {
-    const char *pool = dz_label(a->claim, DZ_LABEL_POOL);
+    const char *pool = lp_obj_label(a->claim, DZ_LABEL_POOL);
     lp_counter_inc(a->p->st->disrupted, LP_LABELS(DZ_METRIC_REASON, pool ? pool : ""));
     lp_env_event(a->p->env, a->claim, "Normal", "DisruptionTerminating",
                  "Disrupting NodeClaim: %s (replaced by %s)", DZ_REASON, name_of(a->replacement));
@@ -180,7 +177,7 @@ static void unmarked(const lp_kube_reply *reply, void *ud) {
   lp_env_event(a->p->env, a->claim, "Normal", "DisruptionBlocked", "Replacement failed, will retry: %s",
                a->why);
   lp_info(lp_controller_logger(a->p->c), "replacement failed, will retry",
-          LPF_STR("nodeclaim", name_of(a->claim)), LPF_STR("nodepool", dz_label(a->claim, DZ_LABEL_POOL)),
+          LPF_STR("nodeclaim", name_of(a->claim)), LPF_STR("nodepool", lp_obj_label(a->claim, DZ_LABEL_POOL)),
           LPF_STR("error", a->why));
   dz_action_done(a, NULL);
 }

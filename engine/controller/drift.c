@@ -35,15 +35,6 @@
 
 #define POLICY_CACHE_ENTRIES 100000
 
-const char *drift_label(const json_t *obj, const char *key) {
-  return json_string_value(json_object_get(json_object_get(json_object_get(obj, "metadata"), "labels"), key));
-}
-
-const char *drift_annotation(const json_t *obj, const char *key) {
-  return json_string_value(
-      json_object_get(json_object_get(json_object_get(obj, "metadata"), "annotations"), key));
-}
-
 /* ---- state and the drifted gauge -------------------------------------------------------------- */
 
 static void *state_new(lp_controller *c) {
@@ -94,7 +85,7 @@ static void track_drifted(drift_state *st, const json_t *old_obj, const json_t *
   if (!name) return;
   const char *was = json_string_value(json_object_get(st->drifted, name));
   int is = new_obj && lp_condition_is(new_obj, DRIFT_CONDITION, "True");
-  const char *pool = new_obj ? drift_label(new_obj, DRIFT_LABEL_POOL) : NULL;
+  const char *pool = new_obj ? lp_obj_label(new_obj, DRIFT_LABEL_POOL) : NULL;
   if (!pool) pool = "";
   if (was && is && strcmp(was, pool) == 0) return;
   if (was) {
@@ -121,7 +112,7 @@ typedef struct pool_scan {
 
 static void enqueue_if_pool(const char *key, json_t *claim, void *ud) {
   pool_scan *s = ud;
-  const char *pool = drift_label(claim, DRIFT_LABEL_POOL);
+  const char *pool = lp_obj_label(claim, DRIFT_LABEL_POOL);
   if (pool && strcmp(pool, s->pool) == 0) lp_controller_enqueue(s->c, key);
 }
 
@@ -175,7 +166,7 @@ static void condition_written(const lp_kube_reply *reply, void *ud) {
   drift_write *w = ud;
   drift_run *r = w->r;
   lp_error *err = NULL;
-  const char *log = lp_controller_logger(r->c), *pool = drift_label(r->claim, DRIFT_LABEL_POOL);
+  const char *log = lp_controller_logger(r->c), *pool = lp_obj_label(r->claim, DRIFT_LABEL_POOL);
   if (reply->error) {
     err = lp_error_new(reply->error->code, "drift: updating the Drifted condition of nodeclaim %s: %s",
                        r->key, reply->error->message);
@@ -224,39 +215,23 @@ void drift_verdict(drift_run *r, drift_outcome outcome, const char *reason, cons
     w->reason = lp_xstrdup(reason);
     w->message = lp_xstrdup(message ? message : "");
   }
-  const char *rv = lp_obj_resource_version(r->claim);
-  json_t *patch = json_pack("{s:{s:s}, s:{s:O}}", "metadata", "resourceVersion", rv ? rv : "", "status",
-                            "conditions", json_object_get(json_object_get(want, "status"), "conditions"));
-  lp_kube_ref ref = *lp_kind_ref(LP_KIND_NODECLAIM);
-  ref.name = r->key;
-  lp_kube_merge_patch(lp_env_kube(r->env), &ref, "status", patch, condition_written, w);
-  json_decref(patch);
+  lp_env_patch(r->env, LP_KIND_NODECLAIM, r->key, lp_obj_resource_version(r->claim), "status",
+               json_pack("{s:{s:O}}", "status", "conditions",
+                         json_object_get(json_object_get(want, "status"), "conditions")),
+               condition_written, w);
   json_decref(want);
 }
 
 /* ---- reconcile ----------------------------------------------------------------------------- */
 
-/* Managed: spec.nodeClassRef names a group and kind this provider serves. */
-static int managed(const drift_state *st, const json_t *claim) {
-  const char *group = lp_obj_str(claim, "spec.nodeClassRef.group");
-  const char *kind = lp_obj_str(claim, "spec.nodeClassRef.kind");
-  size_t i;
-  const json_t *nc;
-  json_array_foreach(st->nodeclasses, i, nc) {
-    const char *g = json_string_value(json_object_get(nc, "group"));
-    const char *k = json_string_value(json_object_get(nc, "kind"));
-    if (group && kind && g && k && strcmp(group, g) == 0 && strcmp(kind, k) == 0) return 1;
-  }
-  return 0;
-}
-
 static void reconcile(lp_controller *c, const char *key) {
   lp_ctrl_env *env = lp_controller_env(c);
   drift_state *st = lp_controller_state(c);
   json_t *claim = lp_env_get(env, LP_KIND_NODECLAIM, key);
-  const char *pool = claim ? drift_label(claim, DRIFT_LABEL_POOL) : NULL;
+  const char *pool = claim ? lp_obj_label(claim, DRIFT_LABEL_POOL) : NULL;
   json_t *nodepool = pool ? lp_env_get(env, LP_KIND_NODEPOOL, pool) : NULL;
-  if (!nodepool || lp_obj_deleting(claim) || !managed(st, claim)) {
+  if (!nodepool || lp_obj_deleting(claim) ||
+      !lp_nodeclass_ref_supported(st->nodeclasses, lp_obj_get(claim, "spec.nodeClassRef"))) {
     lp_controller_done(c, key, NULL, 0);
     return;
   }

@@ -42,9 +42,9 @@ static void provider_check(drift_run *r);
 /* ---- 1. static ------------------------------------------------------------------------------ */
 
 static int static_drift(drift_run *r) {
-  const char *have = drift_annotation(r->claim, LP_NODEPOOL_HASH_ANNOTATION);
-  const char *version = drift_annotation(r->claim, LP_NODEPOOL_HASH_VERSION_ANNOTATION);
-  const char *pool_version = drift_annotation(r->nodepool, LP_NODEPOOL_HASH_VERSION_ANNOTATION);
+  const char *have = lp_obj_annotation(r->claim, LP_NODEPOOL_HASH_ANNOTATION);
+  const char *version = lp_obj_annotation(r->claim, LP_NODEPOOL_HASH_VERSION_ANNOTATION);
+  const char *pool_version = lp_obj_annotation(r->nodepool, LP_NODEPOOL_HASH_VERSION_ANNOTATION);
   if (!have || !version || strcmp(version, LP_NODEPOOL_HASH_VERSION) != 0 ||
       (pool_version && strcmp(pool_version, LP_NODEPOOL_HASH_VERSION) != 0))
     return 0;
@@ -68,7 +68,7 @@ static int requirements_drift(drift_run *r) {
   json_array_foreach(reqs, i, req) {
     const char *key = json_string_value(json_object_get(req, "key"));
     if (!key) continue;
-    const char *value = drift_label(r->claim, key);
+    const char *value = lp_obj_label(r->claim, key);
     if (lp_requirement_allows(req, value)) continue;
     char *values = json_dumps(json_object_get(req, "values"), JSON_COMPACT | JSON_ENCODE_ANY);
     const char *op = json_string_value(json_object_get(req, "operator"));
@@ -117,9 +117,9 @@ static int label_matches(const json_t *offered, const char *label) {
 }
 
 static void check_type(drift_run *r, const json_t *index) {
-  const char *name = drift_label(r->claim, LP_LABEL_INSTANCE_TYPE);
-  const char *zone = drift_label(r->claim, LP_LABEL_ZONE);
-  const char *capacity = drift_label(r->claim, LP_LABEL_CAPACITY_TYPE);
+  const char *name = lp_obj_label(r->claim, LP_LABEL_INSTANCE_TYPE);
+  const char *zone = lp_obj_label(r->claim, LP_LABEL_ZONE);
+  const char *capacity = lp_obj_label(r->claim, LP_LABEL_CAPACITY_TYPE);
   const json_t *offers = name ? json_object_get(index, name) : NULL;
   char message[512];
   if (!name) {

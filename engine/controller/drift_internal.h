@@ -70,10 +70,6 @@ typedef enum {
 void drift_verdict(drift_run *r, drift_outcome outcome, const char *reason, const char *message,
                    lp_error *err);
 
-/* The value of obj's label or annotation key, borrowed, or NULL. */
-const char *drift_label(const json_t *obj, const char *key);
-const char *drift_annotation(const json_t *obj, const char *key);
-
 /* ---- drift_checks.c ------------------------------------------------------------------------ */
 
 /* Runs the checks in order on a launched NodeClaim: static (NodePool hash), requirements, instance

@@ -227,10 +227,24 @@ void lp_env_event(lp_ctrl_env *env, const json_t *involved, const char *type, co
   json_decref(ev);
 }
 
+/* ---- writes -------------------------------------------------------------------------------- */
+
+void lp_env_patch(lp_ctrl_env *env, lp_kind kind, const char *key, const char *resource_version,
+                  const char *subresource, json_t *patch, lp_kube_done_fn done, void *ud) {
+  json_t *meta = json_object_get(patch, "metadata");
+  if (!meta) json_object_set_new(patch, "metadata", meta = json_object());
+  json_object_set_new(meta, "resourceVersion", json_string(resource_version ? resource_version : ""));
+  char *buf = lp_xmalloc(strlen(key) + 1); /* the namespace of a namespaced key */
+  lp_kube_ref ref = lp_kind_ref_for(kind, key, buf);
+  lp_kube_merge_patch(env->kube, &ref, subresource, patch, done, ud);
+  free(buf);
+  json_decref(patch);
+}
+
 /* ---- objects ------------------------------------------------------------------------------- */
 
-const char *lp_obj_str(const json_t *obj, const char *dotted_path) {
-  const json_t *at = obj;
+json_t *lp_obj_get(const json_t *obj, const char *dotted_path) {
+  json_t *at = (json_t *)obj;
   const char *p = dotted_path;
   char part[128];
   while (at && *p) {
@@ -242,7 +256,33 @@ const char *lp_obj_str(const json_t *obj, const char *dotted_path) {
     at = json_object_get(at, part);
     p += n + (dot ? 1 : 0);
   }
-  return json_string_value(at);
+  return at;
+}
+
+const char *lp_obj_str(const json_t *obj, const char *dotted_path) {
+  return json_string_value(lp_obj_get(obj, dotted_path));
+}
+
+const char *lp_obj_label(const json_t *obj, const char *key) {
+  return json_string_value(json_object_get(json_object_get(json_object_get(obj, "metadata"), "labels"), key));
+}
+
+const char *lp_obj_annotation(const json_t *obj, const char *key) {
+  return json_string_value(
+      json_object_get(json_object_get(json_object_get(obj, "metadata"), "annotations"), key));
+}
+
+int lp_nodeclass_ref_supported(const json_t *supported, const json_t *ref) {
+  const char *group = json_string_value(json_object_get(ref, "group"));
+  const char *kind = json_string_value(json_object_get(ref, "kind"));
+  size_t i;
+  const json_t *nc;
+  json_array_foreach(supported, i, nc) {
+    const char *g = json_string_value(json_object_get(nc, "group"));
+    const char *k = json_string_value(json_object_get(nc, "kind"));
+    if (group && kind && g && k && strcmp(group, g) == 0 && strcmp(kind, k) == 0) return 1;
+  }
+  return 0;
 }
 
 const char *lp_obj_name(const json_t *obj) {

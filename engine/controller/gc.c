@@ -83,10 +83,7 @@ static void item_done(gc_item *it, lp_error *err) {
   gc_pass *p = it->p;
   json_decref(it->obj);
   free(it);
-  if (err && !p->err)
-    p->err = err;
-  else
-    lp_error_free(err);
+  lp_error_keep_first(&p->err, err);
   p->in_flight--;
   launch_more(p);
 }

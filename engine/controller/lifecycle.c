@@ -34,20 +34,9 @@
 /* Node start-up takes tens of seconds to minutes. */
 static const double startup_buckets[] = {5, 10, 20, 30, 45, 60, 90, 120, 180, 300, 600, 900, 1800};
 
-const char *lc_label(const json_t *obj, const char *key) {
-  return json_string_value(json_object_get(json_object_get(json_object_get(obj, "metadata"), "labels"), key));
-}
-
 const char *lc_nodepool(const json_t *claim) {
-  const char *pool = lc_label(claim, LC_LABEL_NODEPOOL);
+  const char *pool = lp_obj_label(claim, LC_LABEL_NODEPOOL);
   return pool ? pool : "";
-}
-
-void lc_fail(lc_run *r, lp_error *err) {
-  if (!r->err)
-    r->err = err;
-  else
-    lp_error_free(err);
 }
 
 /* ---- state --------------------------------------------------------------------------------- */
@@ -81,20 +70,6 @@ static void state_free(void *state) {
   lp_cache_free(st->launches);
   json_decref(st->nodeclasses);
   free(st);
-}
-
-/* Managed: spec.nodeClassRef names a group and kind this provider serves. */
-static int managed(const lc_state *st, const json_t *claim) {
-  const char *group = lp_obj_str(claim, "spec.nodeClassRef.group");
-  const char *kind = lp_obj_str(claim, "spec.nodeClassRef.kind");
-  size_t i;
-  const json_t *nc;
-  json_array_foreach(st->nodeclasses, i, nc) {
-    const char *g = json_string_value(json_object_get(nc, "group"));
-    const char *k = json_string_value(json_object_get(nc, "kind"));
-    if (group && kind && g && k && strcmp(group, g) == 0 && strcmp(kind, k) == 0) return 1;
-  }
-  return 0;
 }
 
 /* ---- watches ------------------------------------------------------------------------------- */
@@ -151,7 +126,7 @@ static void finish(lc_run *r) {
 static void claim_written(const lp_kube_reply *reply, void *ud) {
   lc_run *r = ud;
   if (reply->error) {
-    lc_fail(r, lp_error_new(reply->error->code, "%s", reply->error->message));
+    lp_error_keep_first(&r->err, lp_error_new(reply->error->code, "%s", reply->error->message));
     finish(r);
     return;
   }
@@ -164,7 +139,7 @@ static const char *const metadata_fields[] = {"finalizers", "labels", "annotatio
 
 void lc_persist_metadata(lc_run *r, lc_step next) {
   const json_t *want = json_object_get(r->claim, "metadata"), *have = json_object_get(r->stored, "metadata");
-  json_t *md = json_pack("{s:s}", "resourceVersion", lp_obj_resource_version(r->stored));
+  json_t *md = json_object();
   int changed = 0;
   for (size_t i = 0; metadata_fields[i]; i++) {
     json_t *v = json_object_get(want, metadata_fields[i]);
@@ -178,17 +153,15 @@ void lc_persist_metadata(lc_run *r, lc_step next) {
     next(r);
     return;
   }
-  json_t *patch = json_pack("{s:o}", "metadata", md);
-  lp_kube_ref ref = claim_ref(r);
   r->next = next;
-  lp_kube_merge_patch(lp_env_kube(r->env), &ref, NULL, patch, claim_written, r);
-  json_decref(patch);
+  lp_env_patch(r->env, LP_KIND_NODECLAIM, lp_obj_name(r->stored), lp_obj_resource_version(r->stored), NULL,
+               json_pack("{s:o}", "metadata", md), claim_written, r);
 }
 
 static void claim_deleted(const lp_kube_reply *reply, void *ud) {
   lc_run *r = ud;
   if (reply->error && strcmp(reply->error->code, "NotFound") != 0)
-    lc_fail(r, lp_error_new(reply->error->code, "%s", reply->error->message));
+    lp_error_keep_first(&r->err, lp_error_new(reply->error->code, "%s", reply->error->message));
   else if (!reply->error)
     lp_counter_inc(r->st->disrupted, LP_LABELS(r->disruption, lc_nodepool(r->stored)));
   finish(r);
@@ -255,9 +228,9 @@ static void record_transitions(lc_run *r, const json_t *before) {
     lp_counter_inc(r->st->launched, pool);
     lp_info(log, "launched nodeclaim", LPF_STR("nodeclaim", name),
             LPF_STR("provider_id", lp_obj_str(claim, "status.providerID")),
-            LPF_STR("instance_type", lc_label(claim, "node.kubernetes.io/instance-type")),
-            LPF_STR("zone", lc_label(claim, "topology.kubernetes.io/zone")),
-            LPF_STR("capacity_type", lc_label(claim, "karpenter.sh/capacity-type")));
+            LPF_STR("instance_type", lp_obj_label(claim, "node.kubernetes.io/instance-type")),
+            LPF_STR("zone", lp_obj_label(claim, "topology.kubernetes.io/zone")),
+            LPF_STR("capacity_type", lp_obj_label(claim, "karpenter.sh/capacity-type")));
   }
   if (!lp_condition_is(before, LC_REGISTERED, "True") && lp_condition_is(claim, LC_REGISTERED, "True")) {
     lp_counter_inc(r->st->registered, pool);
@@ -279,7 +252,7 @@ static void status_written(const lp_kube_reply *reply, void *ud) {
   lc_run *r = ud;
   json_t *before = json_incref(r->stored);
   if (reply->error) {
-    lc_fail(r, lp_error_new(reply->error->code, "%s", reply->error->message));
+    lp_error_keep_first(&r->err, lp_error_new(reply->error->code, "%s", reply->error->message));
   } else {
     json_decref(r->stored);
     r->stored = json_incref(reply->object);
@@ -299,11 +272,8 @@ void lc_node_done(lc_run *r) {
     finish(r);
     return;
   }
-  json_t *patch = json_pack("{s:{s:s}, s:O}", "metadata", "resourceVersion",
-                            lp_obj_resource_version(r->stored), "status", status);
-  lp_kube_ref ref = claim_ref(r);
-  lp_kube_merge_patch(lp_env_kube(r->env), &ref, "status", patch, status_written, r);
-  json_decref(patch);
+  lp_env_patch(r->env, LP_KIND_NODECLAIM, lp_obj_name(r->stored), lp_obj_resource_version(r->stored),
+               "status", json_pack("{s:O}", "status", status), status_written, r);
 }
 
 void lc_launch_done(lc_run *r) {
@@ -317,7 +287,8 @@ static void reconcile(lp_controller *c, const char *key) {
   lc_state *st = lp_controller_state(c);
   json_t *cached = lp_env_get(env, LP_KIND_NODECLAIM, key);
   /* a deleting NodeClaim is the termination controller's to finalize */
-  if (!cached || lp_obj_deleting(cached) || !managed(st, cached)) {
+  if (!cached || lp_obj_deleting(cached) ||
+      !lp_nodeclass_ref_supported(st->nodeclasses, lp_obj_get(cached, "spec.nodeClassRef"))) {
     lp_controller_done(c, key, NULL, 0);
     return;
   }

@@ -51,12 +51,8 @@ struct lc_run {
 
 /* ---- lifecycle.c ----------------------------------------------------------------------------- */
 
-/* The value of a label of obj, borrowed, or NULL. */
-const char *lc_label(const json_t *obj, const char *key);
 /* The NodeClaim's karpenter.sh/nodepool label, or "" (a metrics label value). */
 const char *lc_nodepool(const json_t *claim);
-/* Keeps err (owned) as the reconcile's error unless one is kept already. */
-void lc_fail(lc_run *r, lp_error *err);
 /* Writes the NodeClaim's finalizers, labels and annotations when they differ from r->stored, then
  * continues with next (at once when nothing changed); a failed write ends the reconcile. */
 void lc_persist_metadata(lc_run *r, lc_step next);

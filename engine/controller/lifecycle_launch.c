@@ -100,7 +100,7 @@ static void launch_failed(lc_run *r, lp_error *err) {
   if (!lp_condition_is(r->claim, LC_LAUNCHED, "Unknown") || !had || strcmp(had, reason) != 0)
     lp_condition_set(r->claim, LC_LAUNCHED, "Unknown", reason, message, r->now);
   free(message);
-  lc_fail(r, err);
+  lp_error_keep_first(&r->err, err);
   lc_launch_done(r);
 }
 

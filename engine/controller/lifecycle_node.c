@@ -86,7 +86,7 @@ static void initialize(lc_run *r);
 static void node_written(const lp_kube_reply *reply, void *ud) {
   lc_run *r = ud;
   if (reply->error) { /* liveness still runs: a Node that cannot be written must not outlive its timeout */
-    lc_fail(r, lp_error_new(reply->error->code, "%s", reply->error->message));
+    lp_error_keep_first(&r->err, lp_error_new(reply->error->code, "%s", reply->error->message));
     lc_node_done(r);
     return;
   }
@@ -98,7 +98,7 @@ static void node_written(const lp_kube_reply *reply, void *ud) {
 /* Merge-patches r->node's metadata fields and spec.taints to those of want, then runs next. */
 static void patch_node(lc_run *r, const json_t *want, lc_step next) {
   static const char *const fields[] = {"finalizers", "ownerReferences", "labels", "annotations", NULL};
-  json_t *md = json_pack("{s:s}", "resourceVersion", lp_obj_resource_version(r->node));
+  json_t *md = json_object();
   const json_t *want_md = json_object_get(want, "metadata");
   for (size_t i = 0; fields[i]; i++) {
     json_t *v = json_object_get(want_md, fields[i]);
@@ -108,11 +108,9 @@ static void patch_node(lc_run *r, const json_t *want, lc_step next) {
   json_t *taints = json_object_get(json_object_get(want, "spec"), "taints");
   if (taints && !json_equal(taints, node_taints(r->node)))
     json_object_set_new(patch, "spec", json_pack("{s:O}", "taints", taints));
-  lp_kube_ref ref = *lp_kind_ref(LP_KIND_NODE);
-  ref.name = lp_obj_name(r->node);
   r->next = next;
-  lp_kube_merge_patch(lp_env_kube(r->env), &ref, NULL, patch, node_written, r);
-  json_decref(patch);
+  lp_env_patch(r->env, LP_KIND_NODE, lp_obj_name(r->node), lp_obj_resource_version(r->node), NULL, patch,
+               node_written, r);
 }
 
 /* ---- registration -------------------------------------------------------------------------- */
@@ -122,7 +120,7 @@ static json_t *registered_node(const json_t *node, const json_t *claim) {
   json_t *want = json_deep_copy(node);
   json_t *md = json_object_get(want, "metadata");
   const json_t *claim_md = json_object_get(claim, "metadata");
-  int first = !same(lc_label(node, LC_LABEL_REGISTERED), "true");
+  int first = !same(lp_obj_label(node, LC_LABEL_REGISTERED), "true");
   if (!lp_obj_has_finalizer(node, LC_FINALIZER))
     json_object_set_new(md, "finalizers", lp_obj_finalizers_with(node, LC_FINALIZER, 1));
 
@@ -154,7 +152,7 @@ static json_t *registered_node(const json_t *node, const json_t *claim) {
     if (!(same(str(o, "key"), UNREGISTERED_TAINT) && same(str(o, "effect"), "NoExecute")))
       json_array_append(taints, o);
   }
-  if (!same(lc_label(node, DO_NOT_SYNC_TAINTS), "true")) {
+  if (!same(lp_obj_label(node, DO_NOT_SYNC_TAINTS), "true")) {
     const json_t *claim_spec = json_object_get(claim, "spec");
     merge_taints(taints, json_object_get(claim_spec, "taints"));
     /* once removed by their daemon, startup taints must not come back */
@@ -193,7 +191,7 @@ void lc_register(lc_run *r) {
     lc_node_done(r);
     return;
   }
-  if (!same(lc_label(node, LC_LABEL_REGISTERED), "true") &&
+  if (!same(lp_obj_label(node, LC_LABEL_REGISTERED), "true") &&
       !find_taint(node_taints(node), UNREGISTERED_TAINT, "NoExecute")) {
     lp_warn(lp_controller_logger(r->c), "node registered without the unregistered taint",
             LPF_STR("nodeclaim", lp_obj_name(r->claim)), LPF_STR("node", lp_obj_name(node)),
@@ -279,7 +277,7 @@ static void initialize(lc_run *r) {
     lc_node_done(r);
     return;
   }
-  if (same(lc_label(r->node, LC_LABEL_INITIALIZED), "true")) {
+  if (same(lp_obj_label(r->node, LC_LABEL_INITIALIZED), "true")) {
     initialized(r);
     return;
   }

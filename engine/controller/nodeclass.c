@@ -250,12 +250,8 @@ static void write_status(pass *p) {
     finish(p, NULL);
     return;
   }
-  json_t *patch =
-      json_pack("{s:{s:s}, s:O}", "metadata", "resourceVersion", p->resource_version, "status", status);
-  char buf[256];
-  lp_kube_ref ref = lp_kind_ref_for(LP_KIND_NODECLASS, p->key, buf);
-  lp_kube_merge_patch(lp_env_kube(lp_controller_env(p->c)), &ref, "status", patch, status_written, p);
-  json_decref(patch);
+  lp_env_patch(lp_controller_env(p->c), LP_KIND_NODECLASS, p->key, p->resource_version, "status",
+               json_pack("{s:O}", "status", status), status_written, p);
 }
 
 static void metadata_written(const lp_kube_reply *reply, void *ud) {
@@ -274,9 +270,8 @@ static void write_metadata(pass *p) {
   json_t *md = json_object();
   if (!lp_obj_has_finalizer(p->cached, FINALIZER))
     json_object_set_new(md, "finalizers", lp_obj_finalizers_with(p->cached, FINALIZER, 1));
-  const json_t *annotations = json_object_get(json_object_get(p->cached, "metadata"), "annotations");
-  const char *hash = json_string_value(json_object_get(annotations, LP_ANNOTATION_HASH));
-  const char *version = json_string_value(json_object_get(annotations, LP_ANNOTATION_HASH_VERSION));
+  const char *hash = lp_obj_annotation(p->cached, LP_ANNOTATION_HASH);
+  const char *version = lp_obj_annotation(p->cached, LP_ANNOTATION_HASH_VERSION);
   if (!hash || strcmp(hash, p->hash) != 0 || !version || strcmp(version, p->hash_version) != 0)
     json_object_set_new(
         md, "annotations",
@@ -286,12 +281,8 @@ static void write_metadata(pass *p) {
     write_status(p);
     return;
   }
-  json_object_set_new(md, "resourceVersion", json_string(p->resource_version));
-  json_t *patch = json_pack("{s:o}", "metadata", md);
-  char buf[256];
-  lp_kube_ref ref = lp_kind_ref_for(LP_KIND_NODECLASS, p->key, buf);
-  lp_kube_merge_patch(lp_env_kube(lp_controller_env(p->c)), &ref, NULL, patch, metadata_written, p);
-  json_decref(patch);
+  lp_env_patch(lp_controller_env(p->c), LP_KIND_NODECLASS, p->key, p->resource_version, NULL,
+               json_pack("{s:o}", "metadata", md), metadata_written, p);
 }
 
 static void resolved(json_t *value, lp_error *err, void *ud) {
@@ -414,16 +405,12 @@ static void finalize(lp_controller *c, const char *key, const json_t *obj) {
     lp_controller_done(c, key, NULL, 0);
     return;
   }
-  json_t *patch =
-      json_pack("{s:{s:o, s:s}}", "metadata", "finalizers", lp_obj_finalizers_with(obj, FINALIZER, 0),
-                "resourceVersion", lp_obj_resource_version(obj));
   removal *r = lp_xmalloc(sizeof *r);
   r->c = c;
   r->key = key;
-  char buf[256];
-  lp_kube_ref ref = lp_kind_ref_for(LP_KIND_NODECLASS, key, buf);
-  lp_kube_merge_patch(lp_env_kube(env), &ref, NULL, patch, finalizer_removed, r);
-  json_decref(patch);
+  lp_env_patch(env, LP_KIND_NODECLASS, key, lp_obj_resource_version(obj), NULL,
+               json_pack("{s:{s:o}}", "metadata", "finalizers", lp_obj_finalizers_with(obj, FINALIZER, 0)),
+               finalizer_removed, r);
 }
 
 /* ---- the controller ------------------------------------------------------------------------ */

@@ -204,13 +204,6 @@ static void prune(pv_pass *p) {
 
 /* ---- the pass ----------------------------------------------------------------------------------- */
 
-void pv_fail(pv_pass *p, lp_error *err) {
-  if (!p->err)
-    p->err = err;
-  else
-    lp_error_free(err);
-}
-
 static size_t unschedulable(const pv_pass *p) {
   size_t n = 0;
   for (size_t i = 0; i < p->npods; i++) n += p->pods[i].why != NULL;
@@ -314,7 +307,8 @@ static void types_fetched(json_t *value, lp_error *err, void *ud) {
         pool->skip_why = lp_xasprintf("listing the instance types of ECSNodeClass %s failed: %s",
                                       f->nodeclass, err->message);
     }
-    pv_fail(p, lp_error_new(err->code, "instance types of ECSNodeClass %s: %s", f->nodeclass, err->message));
+    lp_error_keep_first(&p->err, lp_error_new(err->code, "instance types of ECSNodeClass %s: %s",
+                                              f->nodeclass, err->message));
     lp_error_free(err);
   } else {
     json_object_set_new(p->types, f->nodeclass, value);

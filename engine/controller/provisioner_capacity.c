@@ -238,23 +238,11 @@ typedef struct pool_scan {
   size_t n;
 } pool_scan;
 
-static int supported_ref(const json_t *supported, const json_t *pool) {
-  const char *group = lp_obj_str(pool, "spec.template.spec.nodeClassRef.group");
-  const char *kind = lp_obj_str(pool, "spec.template.spec.nodeClassRef.kind");
-  size_t i;
-  const json_t *nc;
-  json_array_foreach(supported, i, nc) {
-    const char *g = json_string_value(json_object_get(nc, "group"));
-    const char *k = json_string_value(json_object_get(nc, "kind"));
-    if (group && kind && g && k && strcmp(group, g) == 0 && strcmp(kind, k) == 0) return 1;
-  }
-  return 0;
-}
-
 /* Why the pool cannot provision at all (debug-logged), or NULL. */
 static const char *unusable(pv_pass *p, const json_t *supported, const json_t *pool) {
   if (lp_obj_deleting(pool)) return "the nodepool is being deleted";
-  if (!supported_ref(supported, pool)) return "its nodeClassRef is not a node class this provider serves";
+  if (!lp_nodeclass_ref_supported(supported, lp_obj_get(pool, "spec.template.spec.nodeClassRef")))
+    return "its nodeClassRef is not a node class this provider serves";
   const char *class_name = lp_obj_str(pool, "spec.template.spec.nodeClassRef.name");
   const json_t *nc = class_name ? lp_env_get(p->env, LP_KIND_NODECLASS, class_name) : NULL;
   if (!nc) return "its ECSNodeClass was not found";

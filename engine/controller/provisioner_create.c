@@ -132,8 +132,9 @@ static void claim_created(const lp_kube_reply *reply, void *ud) {
   const char *name = reply->error ? NULL : lp_obj_name(reply->object);
   if (!name) {
     const lp_error *e = reply->error;
-    pv_fail(p, lp_error_new(e ? e->code : "Invalid", "creating a nodeclaim for nodepool %s: %s",
-                            c->pool->name, e ? e->message : "the answer has no name"));
+    lp_error_keep_first(&p->err,
+                        lp_error_new(e ? e->code : "Invalid", "creating a nodeclaim for nodepool %s: %s",
+                                     c->pool->name, e ? e->message : "the answer has no name"));
   } else {
     json_object_set_new(p->st->created, name,
                         json_pack("{s:O, s:f}", "claim", reply->object, "at", p->started));

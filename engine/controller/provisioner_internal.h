@@ -182,8 +182,6 @@ typedef struct pv_pass {
 /* Records that the pod should land on the NodeClaim name (in memory) and says so in a Nominated
  * event on the pod. */
 void pv_nominate(pv_pass *p, const pv_pod *pod, const char *claim);
-/* Keeps err (owned) as the pass's error unless one is kept already. */
-void pv_fail(pv_pass *p, lp_error *err);
 /* The creations are over: the pass ends. */
 void pv_finish(pv_pass *p);
 

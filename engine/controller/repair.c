@@ -82,10 +82,6 @@ typedef struct verdict {
 
 /* ---- matching -------------------------------------------------------------------------------- */
 
-static const char *label_of(const json_t *obj, const char *key) {
-  return json_string_value(json_object_get(json_object_get(json_object_get(obj, "metadata"), "labels"), key));
-}
-
 static int policy_matches(const json_t *node, const json_t *policy) {
   const char *type = json_string_value(json_object_get(policy, "condition_type"));
   const char *status = json_string_value(json_object_get(policy, "condition_status"));
@@ -120,7 +116,7 @@ typedef struct pool_count {
 static void count_node(const char *key, json_t *node, void *ud) {
   (void)key;
   pool_count *pc = ud;
-  const char *pool = label_of(node, LABEL_NODEPOOL);
+  const char *pool = lp_obj_label(node, LABEL_NODEPOOL);
   if (!pool || strcmp(pool, pc->pool) != 0) return;
   pc->nodes++;
   size_t i;
@@ -148,8 +144,7 @@ static void snake_case(const char *in, char *out, size_t cap) {
 
 /* The NodeClaim's termination deadline annotation, or NULL. */
 static const char *deadline_of(const json_t *claim) {
-  return json_string_value(json_object_get(json_object_get(json_object_get(claim, "metadata"), "annotations"),
-                                           ANNOTATION_DEADLINE));
+  return lp_obj_annotation(claim, ANNOTATION_DEADLINE);
 }
 
 /* One repair: annotate, then delete, the Node's NodeClaim. */
@@ -256,13 +251,9 @@ static void repair(lp_controller *c, const char *key, json_t *node, json_t *clai
   }
   char when[21];
   lp_rfc3339(now, when);
-  const char *rv = lp_obj_resource_version(claim);
-  json_t *patch = json_pack("{s:{s:s, s:{s:s}}}", "metadata", "resourceVersion", rv ? rv : "", "annotations",
-                            ANNOTATION_DEADLINE, when);
-  char buf[256];
-  lp_kube_ref ref = lp_kind_ref_for(LP_KIND_NODECLAIM, lp_obj_name(claim), buf);
-  lp_kube_merge_patch(lp_env_kube(lp_controller_env(c)), &ref, NULL, patch, claim_annotated, op);
-  json_decref(patch);
+  lp_env_patch(lp_controller_env(c), LP_KIND_NODECLAIM, lp_obj_name(claim), lp_obj_resource_version(claim),
+               NULL, json_pack("{s:{s:{s:s}}}", "metadata", "annotations", ANNOTATION_DEADLINE, when),
+               claim_annotated, op);
 }
 
 /* ---- deciding -------------------------------------------------------------------------------- */
@@ -271,7 +262,7 @@ static void evaluate(lp_controller *c, const char *key, const json_t *policies) 
   lp_ctrl_env *env = lp_controller_env(c);
   repair_state *st = lp_controller_state(c);
   json_t *node = lp_env_get(env, LP_KIND_NODE, key);
-  const char *pool = node ? label_of(node, LABEL_NODEPOOL) : NULL;
+  const char *pool = node ? lp_obj_label(node, LABEL_NODEPOOL) : NULL;
   const char *pid = node ? lp_obj_str(node, "spec.providerID") : NULL;
   size_t claims = 0;
   json_t *claim =

@@ -75,15 +75,8 @@ void term_batch_end(term_op *op) {
   if (--op->pending == 0) op->next(op);
 }
 
-void term_fail(term_op *op, lp_error *err) {
-  if (op->err)
-    lp_error_free(err);
-  else
-    op->err = err;
-}
-
 void term_finish(term_op *op, lp_error *err, double requeue_s) {
-  if (err) term_fail(op, err);
+  lp_error_keep_first(&op->err, err);
   lp_controller_done(op->c, op->key, op->err, op->err ? 0 : requeue_s);
   json_decref(op->claim);
   json_decref(op->nodes);
@@ -92,8 +85,7 @@ void term_finish(term_op *op, lp_error *err, double requeue_s) {
 }
 
 const char *term_nodepool(const json_t *obj) {
-  const char *pool = json_string_value(
-      json_object_get(json_object_get(json_object_get(obj, "metadata"), "labels"), TERM_LABEL_NODEPOOL));
+  const char *pool = lp_obj_label(obj, TERM_LABEL_NODEPOOL);
   return pool ? pool : "";
 }
 
@@ -103,15 +95,10 @@ static lp_kube_ref claim_ref(const term_op *op) {
   return ref;
 }
 
-/* A merge patch of the claim's metadata (or status) carrying its resourceVersion. */
+/* A merge patch (stolen) of the claim's metadata (or status) carrying its resourceVersion. */
 static void patch_claim(term_op *op, const char *subresource, json_t *patch, lp_kube_done_fn done) {
-  const char *rv = lp_obj_resource_version(op->claim);
-  json_t *meta = json_object_get(patch, "metadata");
-  if (!meta) json_object_set_new(patch, "metadata", meta = json_object());
-  json_object_set_new(meta, "resourceVersion", json_string(rv ? rv : ""));
-  lp_kube_ref ref = claim_ref(op);
-  lp_kube_merge_patch(lp_env_kube(op->env), &ref, subresource, patch, done, op);
-  json_decref(patch);
+  lp_env_patch(op->env, LP_KIND_NODECLAIM, op->key, lp_obj_resource_version(op->claim), subresource, patch,
+               done, op);
 }
 
 /* Keeps the answer of a write to the claim as op->claim; 0 after ending the reconcile on an error. */
@@ -192,8 +179,8 @@ static void node_deleted(const lp_kube_reply *reply, void *ud) {
   node_call *nc = ud;
   term_op *op = nc->op;
   if (reply->error && reply->status != 404) {
-    term_fail(op, lp_error_new(reply->error->code, "deleting node %s: %s", lp_obj_name(nc->node),
-                               reply->error->message));
+    lp_error_keep_first(&op->err, lp_error_new(reply->error->code, "deleting node %s: %s",
+                                               lp_obj_name(nc->node), reply->error->message));
   } else {
     lp_info(op->log, "deleted node", LPF_STR("nodeclaim", op->claim ? op->key : NULL),
             LPF_STR("node", lp_obj_name(nc->node)),
@@ -212,8 +199,9 @@ static void delete_node(node_call *nc) {
 static void node_released(const lp_kube_reply *reply, void *ud) {
   node_call *nc = ud;
   if (reply->error && reply->status != 404) {
-    term_fail(nc->op, lp_error_new(reply->error->code, "removing the finalizer of node %s: %s",
-                                   lp_obj_name(nc->node), reply->error->message));
+    lp_error_keep_first(&nc->op->err,
+                        lp_error_new(reply->error->code, "removing the finalizer of node %s: %s",
+                                     lp_obj_name(nc->node), reply->error->message));
     node_call_end(nc);
     return;
   }
@@ -234,13 +222,10 @@ static void delete_nodes(term_op *op, term_step_fn next) {
       delete_node(nc);
       continue;
     }
-    const char *rv = lp_obj_resource_version(node);
-    json_t *patch = json_pack("{s:{s:s, s:o}}", "metadata", "resourceVersion", rv ? rv : "", "finalizers",
-                              lp_obj_finalizers_with(node, TERM_FINALIZER, 0));
-    lp_kube_ref ref = *lp_kind_ref(LP_KIND_NODE);
-    ref.name = lp_obj_name(node);
-    lp_kube_merge_patch(lp_env_kube(op->env), &ref, NULL, patch, node_released, nc);
-    json_decref(patch);
+    lp_env_patch(
+        op->env, LP_KIND_NODE, lp_obj_name(node), lp_obj_resource_version(node), NULL,
+        json_pack("{s:{s:o}}", "metadata", "finalizers", lp_obj_finalizers_with(node, TERM_FINALIZER, 0)),
+        node_released, nc);
   }
   term_batch_end(op);
 }
@@ -295,8 +280,7 @@ static void drain(term_op *op) {
 static void deadline_stamped(const lp_kube_reply *reply, void *ud) {
   term_op *op = ud;
   if (!take_claim(op, reply, "annotating the termination deadline")) return;
-  const char *stamp = json_string_value(json_object_get(
-      json_object_get(json_object_get(op->claim, "metadata"), "annotations"), TERM_ANNOTATION_DEADLINE));
+  const char *stamp = lp_obj_annotation(op->claim, TERM_ANNOTATION_DEADLINE);
   lp_info(op->log, "annotated nodeclaim", LPF_STR("nodeclaim", op->key), LPF_STR("deadline", stamp));
   lp_env_event(op->env, op->claim, "Normal", "TerminationGracePeriodExpiring",
                "All pods will be deleted by %s", stamp ? stamp : "?");
@@ -304,8 +288,7 @@ static void deadline_stamped(const lp_kube_reply *reply, void *ud) {
 }
 
 static void find_deadline(term_op *op) {
-  const char *stamp = json_string_value(json_object_get(
-      json_object_get(json_object_get(op->claim, "metadata"), "annotations"), TERM_ANNOTATION_DEADLINE));
+  const char *stamp = lp_obj_annotation(op->claim, TERM_ANNOTATION_DEADLINE);
   const char *grace = lp_obj_str(op->claim, "spec.terminationGracePeriod");
   if (stamp) {
     op->deadline = lp_rfc3339_parse(stamp);
@@ -336,8 +319,8 @@ static void find_deadline(term_op *op) {
 static void claim_deleted(const lp_kube_reply *reply, void *ud) {
   term_op *op = ud;
   if (reply->error && reply->status != 404)
-    term_fail(op,
-              lp_error_new(reply->error->code, "deleting nodeclaim %s: %s", op->key, reply->error->message));
+    lp_error_keep_first(&op->err, lp_error_new(reply->error->code, "deleting nodeclaim %s: %s", op->key,
+                                               reply->error->message));
   term_finish(op, NULL, 0);
 }
 

@@ -33,11 +33,6 @@ static const char *meta_str(const json_t *obj, const char *field) {
   return json_string_value(json_object_get(json_object_get(obj, "metadata"), field));
 }
 
-static const char *annotation(const json_t *obj, const char *key) {
-  return json_string_value(
-      json_object_get(json_object_get(json_object_get(obj, "metadata"), "annotations"), key));
-}
-
 /* ---- cordon -------------------------------------------------------------------------------- */
 
 static int has_disrupted_taint(const json_t *node) {
@@ -54,8 +49,8 @@ static int has_disrupted_taint(const json_t *node) {
 static void cordoned(const lp_kube_reply *reply, void *ud) {
   term_op *op = ud;
   if (reply->error)
-    term_fail(op, lp_error_new(reply->error->code, "cordoning node for nodeclaim %s: %s", op->key,
-                               reply->error->message));
+    lp_error_keep_first(&op->err, lp_error_new(reply->error->code, "cordoning node for nodeclaim %s: %s",
+                                               op->key, reply->error->message));
   term_batch_end(op);
 }
 
@@ -70,15 +65,10 @@ static void cordon(term_op *op, const json_t *node) {
                        : json_array();
   if (!has_taint)
     json_array_append_new(taints, json_pack("{s:s, s:s}", "key", TAINT_DISRUPTED, "effect", "NoSchedule"));
-  const char *rv = lp_obj_resource_version(node);
-  json_t *patch = json_pack("{s:{s:s}, s:{s:b, s:o}}", "metadata", "resourceVersion", rv ? rv : "", "spec",
-                            "unschedulable", 1, "taints", taints);
-  lp_kube_ref ref = *lp_kind_ref(LP_KIND_NODE);
-  ref.name = lp_obj_name(node);
   term_batch_add(op);
-  lp_kube_merge_patch(lp_env_kube(op->env), &ref, NULL, patch, cordoned, op);
-  json_decref(patch);
-  lp_info(op->log, "tainted node", LPF_STR("nodeclaim", op->key), LPF_STR("node", ref.name),
+  lp_env_patch(op->env, LP_KIND_NODE, lp_obj_name(node), lp_obj_resource_version(node), NULL,
+               json_pack("{s:{s:b, s:o}}", "spec", "unschedulable", 1, "taints", taints), cordoned, op);
+  lp_info(op->log, "tainted node", LPF_STR("nodeclaim", op->key), LPF_STR("node", lp_obj_name(node)),
           LPF_STR("taint", TAINT_DISRUPTED ":NoSchedule"));
 }
 
@@ -98,7 +88,7 @@ static int owned_by_daemonset(const json_t *pod) {
 static int stays(const json_t *pod) {
   const char *phase = lp_obj_str(pod, "status.phase");
   if (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)) return 1;
-  return owned_by_daemonset(pod) || annotation(pod, ANNOTATION_MIRROR) != NULL;
+  return owned_by_daemonset(pod) || lp_obj_annotation(pod, ANNOTATION_MIRROR) != NULL;
 }
 
 static void count_eviction(term_op *op, const char *result) {
@@ -132,8 +122,9 @@ static void evicted(const lp_kube_reply *reply, void *ud) {
       op->blocked = lp_xasprintf("%s/%s: %s", ns ? ns : "", name ? name : "", reply->error->message);
   } else {
     count_eviction(op, "error");
-    term_fail(op, lp_error_new(reply->error->code, "evicting pod %s/%s from node %s: %s", ns ? ns : "",
-                               name ? name : "", pc->node, reply->error->message));
+    lp_error_keep_first(&op->err,
+                        lp_error_new(reply->error->code, "evicting pod %s/%s from node %s: %s", ns ? ns : "",
+                                     name ? name : "", pc->node, reply->error->message));
   }
   pod_call_end(pc);
 }
@@ -149,8 +140,9 @@ static void pod_deleted(const lp_kube_reply *reply, void *ud) {
               LPF_STR("node", pc->node), LPF_STR("namespace", ns), LPF_STR("pod", name));
   } else {
     count_eviction(op, "error");
-    term_fail(op, lp_error_new(reply->error->code, "deleting pod %s/%s from node %s: %s", ns ? ns : "",
-                               name ? name : "", pc->node, reply->error->message));
+    lp_error_keep_first(&op->err,
+                        lp_error_new(reply->error->code, "deleting pod %s/%s from node %s: %s", ns ? ns : "",
+                                     name ? name : "", pc->node, reply->error->message));
   }
   pod_call_end(pc);
 }
@@ -197,7 +189,7 @@ static void visit_pod(const char *key, json_t *pod, void *ud) {
     return;
   }
   v->op->waiting++;
-  const char *dnd = annotation(pod, ANNOTATION_DO_NOT_DISRUPT);
+  const char *dnd = lp_obj_annotation(pod, ANNOTATION_DO_NOT_DISRUPT);
   if (!v->past_deadline && dnd && strcmp(dnd, "true") == 0) return;
   move_pod(v->op, pod, v->node, v->past_deadline);
 }

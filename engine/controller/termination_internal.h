@@ -56,8 +56,6 @@ struct term_op {
 void term_batch_open(term_op *op, term_step_fn next);
 void term_batch_add(term_op *op);
 void term_batch_end(term_op *op);
-/* Records a failure of the current step (the first is kept; err is owned). */
-void term_fail(term_op *op, lp_error *err);
 /* Ends the reconcile: lp_controller_done with op->err (or err) and requeue_s, then frees op. */
 void term_finish(term_op *op, lp_error *err, double requeue_s);
 /* Sets the condition on op->claim and, when that changed anything, merge-patches the status (with the

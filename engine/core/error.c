@@ -80,6 +80,13 @@ void lp_error_set(lp_error **out, const char *code, const char *fmt, ...) {
   va_end(ap);
 }
 
+void lp_error_keep_first(lp_error **first, lp_error *err) {
+  if (!*first)
+    *first = err;
+  else
+    lp_error_free(err);
+}
+
 void lp_error_free(lp_error *e) {
   if (!e) return;
   free(e->code);

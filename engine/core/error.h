@@ -21,6 +21,10 @@ lp_error *lp_error_newv(const char *code, const char *fmt, va_list ap);
 void lp_error_set(lp_error **out, const char *code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Keeps err (owned; NULL is a no-op) in *first when that is empty and frees it otherwise: the first
+ * error of a run that goes on after failures (parallel writes, steps that all run) is the one reported. */
+void lp_error_keep_first(lp_error **first, lp_error *err);
+
 /* Frees e and its strings; NULL is a no-op. */
 void lp_error_free(lp_error *e);
 

@@ -15,107 +15,39 @@
  * GetInstanceTypes per ECSNodeClass per 30 minutes). Figures are printed; nothing fails on time.
  *
  * usage: bench_drift [N] */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include "contract/contracts.h"
+#include "bench_support.h"
 #include "controller/defs.h"
 #include "controller/manager.h"
 #include "controller/nodepool.h"
 #include "core/clock.h"
-#include "core/log.h"
 #include "http/client.h"
 #include "kube/config.h"
-#include "sim/sim.h"
 
 #define CLAIMS  "/apis/karpenter.sh/v1/nodeclaims"
 #define CLASSES "/apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses"
 #define POOL    "bench"
-#define SEEDERS 16
 /* Launching costs the mapping's CPU (tens of ms each), so the NodeClaims share this many instances: the
  * drift policy still looks an instance up per NodeClaim, only the simulator's instance table is small. */
 #define INSTANCES 100
 
 static uv_loop_t loop;
 static lp_http_client *http;
-static char kube_url[256], alibaba_url[256];
+static char kube_url[BENCH_URL_MAX], alibaba_url[BENCH_URL_MAX];
 static lp_cloudprovider *cloud;
 static lp_metrics *metrics;
 
-/* ---- the simulators in a child process ------------------------------------------------------ */
-
-static pid_t start_simulators(void) {
-  int fds[2];
-  if (pipe(fds) != 0) abort();
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    uv_loop_t child;
-    uv_loop_init(&child);
-    lp_error *err = NULL;
-    lp_sim *sim = lp_sim_start(&child, &(lp_sim_options){.scripts_dir = LUAPROV_SOURCE_DIR}, &err);
-    if (!sim) _exit(1);
-    char line[600];
-    int n = snprintf(line, sizeof line, "%s %s", lp_sim_url(sim, "kubernetes"), lp_sim_url(sim, "alibaba"));
-    if (write(fds[1], line, (size_t)n) < 0) _exit(1);
-    close(fds[1]);
-    uv_run(&child, UV_RUN_DEFAULT);
-    _exit(0);
-  }
-  close(fds[1]);
-  char line[600];
-  ssize_t n = read(fds[0], line, sizeof line - 1);
-  close(fds[0]);
-  line[n > 0 ? n : 0] = '\0';
-  if (sscanf(line, "%255s %255s", kube_url, alibaba_url) != 2) {
-    fprintf(stderr, "the simulators did not start\n");
-    exit(1);
-  }
-  return pid;
-}
-
 /* ---- HTTP to the simulators ----------------------------------------------------------------- */
 
-typedef struct reply {
-  int done;
-  long status;
-  json_t *body;
-} reply;
-
-static void got(lp_http_result *r, void *ud) {
-  reply *out = ud;
-  out->status = r->status;
-  out->body = r->body ? json_loads(r->body, JSON_DECODE_ANY, NULL) : NULL;
-  out->done = 1;
-  lp_http_result_free(r);
-}
-
 /* METHOD base+path with body (stolen; NULL for none); waits; returns the decoded answer (caller
- * decrefs). */
+ * decrefs). A status >= 300 is printed to stderr. */
 static json_t *call(const char *base, const char *method, const char *path, json_t *body) {
-  char url[512];
-  snprintf(url, sizeof url, "%s%s", base, path);
-  char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-  lp_http_header ct = {"Content-Type",
-                       strcmp(method, "PATCH") == 0 ? "application/merge-patch+json" : "application/json"};
-  reply r = {0};
-  lp_http_client_request(http,
-                         &(lp_http_request_opts){.method = method,
-                                                 .url = url,
-                                                 .headers = &ct,
-                                                 .nheaders = 1,
-                                                 .body = text,
-                                                 .body_len = text ? strlen(text) : 0},
-                         got, &r);
-  while (!r.done) uv_run(&loop, UV_RUN_ONCE);
-  if (r.status >= 300) fprintf(stderr, "%s %s: HTTP %ld\n", method, path, r.status);
-  free(text);
-  json_decref(body);
-  return r.body;
+  long status = 0;
+  json_t *v = bench_request(&loop, http, base, method, path, body, &status);
+  if (status >= 300) fprintf(stderr, "%s %s: HTTP %ld\n", method, path, status);
+  return v;
 }
 
 /* Calls the Alibaba simulator answered so far: of action, or in all (action NULL). */
@@ -199,86 +131,49 @@ static json_t *launch_instances(const json_t *nodeclass, size_t count) {
   return out;
 }
 
-/* Stores NodeClaims claim-00000.. as launched (Launched=True), each a copy of a launched one. */
+/* Stores NodeClaims claim-00000.. as launched (Launched=True), each a copy of a launched one: step 0
+ * creates the NodeClaim, step 1 writes its status. */
 typedef struct seeding {
   const json_t *launched;
   char hash[17];
-  size_t next, total, in_flight, failed;
 } seeding;
 
-typedef struct seed_one {
-  seeding *s;
+static int claim_request(bench_seeding *bs, size_t i, unsigned step, bench_seed_request *req) {
+  const seeding *s = bs->ud;
+  const json_t *launched = json_array_get(s->launched, i % json_array_size(s->launched));
   char name[32];
-  json_t *status; /* written once the NodeClaim exists */
-  int step;
-} seed_one;
-
-static void seed_more(seeding *s);
-static void seed_step(lp_http_result *r, void *ud);
-
-static void seed_send(seed_one *o, const char *method, const char *path, json_t *body) {
-  char url[512];
-  snprintf(url, sizeof url, "%s%s", kube_url, path);
-  char *text = json_dumps(body, JSON_COMPACT);
-  json_decref(body);
-  lp_http_header ct = {"Content-Type",
-                       strcmp(method, "PATCH") == 0 ? "application/merge-patch+json" : "application/json"};
-  lp_http_client_request(http,
-                         &(lp_http_request_opts){.method = method,
-                                                 .url = url,
-                                                 .headers = &ct,
-                                                 .nheaders = 1,
-                                                 .body = text,
-                                                 .body_len = strlen(text)},
-                         seed_step, o);
-  free(text);
-}
-
-/* The NodeClaim is stored: write its status; that written, the next one. */
-static void seed_step(lp_http_result *r, void *ud) {
-  seed_one *o = ud;
-  seeding *s = o->s;
-  int ok = r->status < 300;
-  lp_http_result_free(r);
-  if (ok && o->step++ == 0) {
-    char path[128];
-    snprintf(path, sizeof path, CLAIMS "/%s/status", o->name);
-    seed_send(o, "PATCH", path, json_pack("{s:O}", "status", o->status));
-    return;
-  }
-  if (!ok) s->failed++;
-  json_decref(o->status);
-  free(o);
-  s->in_flight--;
-  seed_more(s);
-}
-
-static void seed_more(seeding *s) {
-  char ts[21];
-  lp_rfc3339(lp_clock_wall(), ts);
-  while (s->in_flight < SEEDERS && s->next < s->total) {
-    seed_one *o = lp_xcalloc(1, sizeof *o);
-    o->s = s;
-    snprintf(o->name, sizeof o->name, "claim-%05zu", s->next);
-    json_t *claim = json_deep_copy(json_array_get(s->launched, s->next % json_array_size(s->launched)));
-    o->status = json_incref(json_object_get(claim, "status"));
-    json_object_set_new(o->status, "conditions",
-                        json_pack("[{s:s, s:s, s:s, s:s, s:s}]", "type", "Launched", "status", "True",
-                                  "reason", "Launched", "message", "", "lastTransitionTime", ts));
+  snprintf(name, sizeof name, "claim-%05zu", i);
+  if (step == 0) {
+    json_t *claim = json_deep_copy(launched);
     json_object_del(claim, "status");
     json_t *md = json_object_get(claim, "metadata");
     json_object_del(md, "uid");
-    json_object_set_new(md, "name", json_string(o->name));
+    json_object_set_new(md, "name", json_string(name));
     json_t *annotations = json_object_get(md, "annotations");
     if (!annotations) json_object_set_new(md, "annotations", annotations = json_object());
     json_object_set_new(annotations, LP_NODEPOOL_HASH_ANNOTATION, json_string(s->hash));
     json_object_set_new(annotations, LP_NODEPOOL_HASH_VERSION_ANNOTATION,
                         json_string(LP_NODEPOOL_HASH_VERSION));
     json_object_set_new(json_object_get(md, "labels"), "team", json_string("a"));
-    s->next++;
-    s->in_flight++;
-    seed_send(o, "POST", CLAIMS, claim);
+    req->method = "POST";
+    snprintf(req->path, sizeof req->path, CLAIMS);
+    req->body = json_dumps(claim, JSON_COMPACT);
+    json_decref(claim);
+    return 1;
   }
+  if (step > 1) return 0;
+  char ts[21];
+  lp_rfc3339(lp_clock_wall(), ts);
+  json_t *status = json_deep_copy(json_object_get(launched, "status"));
+  json_object_set_new(status, "conditions",
+                      json_pack("[{s:s, s:s, s:s, s:s, s:s}]", "type", "Launched", "status", "True", "reason",
+                                "Launched", "message", "", "lastTransitionTime", ts));
+  json_t *patch = json_pack("{s:o}", "status", status);
+  req->method = "PATCH";
+  snprintf(req->path, sizeof req->path, CLAIMS "/%s/status", name);
+  req->body = json_dumps(patch, JSON_COMPACT);
+  json_decref(patch);
+  return 1;
 }
 
 /* ---- measuring ------------------------------------------------------------------------------ */
@@ -317,15 +212,10 @@ static void run_pass(const pass *p, lp_controllers **m, lp_kube_client *kube) {
     json_decref(call(kube_url, p->method, p->path, p->body));
   } else {
     static const lp_controller_def *const only_drift[] = {&lp_drift_controller, NULL};
-    lp_error *err = NULL;
-    *m = lp_controllers_start(
-        &(lp_controllers_config){
-            .loop = &loop, .kube = kube, .cloud = cloud, .metrics = metrics, .controllers = only_drift},
-        &err);
+    *m = bench_start_manager(&loop, kube, cloud, only_drift, metrics);
   }
   uv_timer_t tick; /* wakes the loop so a quiet second is noticed */
-  uv_timer_init(&loop, &tick);
-  uv_timer_start(&tick, (uv_timer_cb)(void (*)(void))uv_update_time, 50, 50);
+  bench_ticker_start(&loop, &tick);
   double seen = evaluated0, last_change = t0;
   while ((seen == evaluated0 || lp_clock_monotonic() - last_change < 1.0) &&
          lp_clock_monotonic() - t0 < 600) {
@@ -345,30 +235,11 @@ static void run_pass(const pass *p, lp_controllers **m, lp_kube_client *kube) {
          failed_reconciles() - failed0);
 }
 
-static void stopped(void *ud) {
-  *(int *)ud = 1;
-}
-
 int main(int argc, char **argv) {
   size_t n = argc > 1 ? (size_t)atol(argv[1]) : 5000;
-  lp_log_configure(LP_LOG_ERROR, LP_LOG_FORMAT_JSON, 2);
-  setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", "LTAI5simulatoraccess", 1);
-  setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "simulator-secret-do-not-use", 1);
-  pid_t sim_pid = start_simulators();
-  uv_loop_init(&loop);
-  lp_error *err = NULL;
-  http = lp_http_client_new(&loop, NULL, &err);
-  lp_problems problems = {0};
-  lp_script_host *scripts = lp_script_host_new(
-      &(lp_script_host_config){
-          .loop = &loop, .defaults_dir = LUAPROV_SOURCE_DIR, .modules = lp_contract_modules, .http = http},
-      &problems);
-  cloud = lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &loop,
-                                                          .scripts = scripts,
-                                                          .region = "cn-hangzhou",
-                                                          .cluster_id = "luaprov-sim",
-                                                          .endpoint = alibaba_url,
-                                                          .refresh_interval_s = -1});
+  pid_t sim_pid = bench_start(&loop, &http, kube_url, alibaba_url);
+  lp_script_host *scripts = NULL;
+  cloud = bench_cloudprovider(&loop, http, "luaprov-sim", alibaba_url, &scripts);
 
   size_t ninstances = n < INSTANCES ? n : INSTANCES;
   printf("launching %zu instances through the CloudProvider, storing %zu NodeClaims of them...\n", ninstances,
@@ -376,19 +247,22 @@ int main(int argc, char **argv) {
   double t0 = lp_clock_monotonic();
   json_t *nodeclass = seed_nodeclass(scripts);
   json_t *launched = launch_instances(nodeclass, ninstances);
-  seeding s = {.launched = launched, .total = json_array_size(launched) ? n : 0};
+  seeding seeds = {.launched = launched};
+  bench_seeding s = {.http = http,
+                     .base_url = kube_url,
+                     .request = claim_request,
+                     .ud = &seeds,
+                     .total = json_array_size(launched) ? n : 0};
   json_t *pool = nodepool("a");
-  lp_nodepool_hash(pool, s.hash);
+  lp_nodepool_hash(pool, seeds.hash);
   json_decref(call(kube_url, "POST", "/apis/karpenter.sh/v1/nodepools", pool));
-  seed_more(&s);
-  while (s.in_flight > 0 || s.next < s.total) uv_run(&loop, UV_RUN_ONCE);
+  bench_seed(&loop, &s);
   printf("seeding took %.1f s (%zu failed)\n\n", lp_clock_monotonic() - t0, s.failed);
   n = s.total - s.failed;
   json_decref(launched);
 
-  lp_kube_config *kcfg = lp_kube_config_for_server(kube_url, NULL);
-  lp_kube_client *kube =
-      lp_kube_client_new(&loop, kcfg, &(lp_http_client_options){.default_timeout_ms = 60000}, &err);
+  lp_kube_config *kcfg = NULL;
+  lp_kube_client *kube = bench_kube_client(&loop, kube_url, &kcfg);
   metrics = lp_metrics_new();
   printf("drift passes over %zu NodeClaims (10 reconciles at once, the manager's default):\n", n);
   lp_controllers *m = NULL;
@@ -401,18 +275,10 @@ int main(int argc, char **argv) {
   };
   for (size_t i = 0; i < sizeof passes / sizeof passes[0]; i++) run_pass(&passes[i], &m, kube);
 
-  int done = 0;
-  lp_controllers_stop(m, stopped, &done);
-  while (!done) uv_run(&loop, UV_RUN_ONCE);
+  bench_stop_manager(&loop, m);
   json_decref(nodeclass);
-  lp_cloudprovider_free(cloud);
-  lp_script_host_close(scripts, NULL, NULL);
-  lp_kube_client_close(kube, NULL, NULL);
-  lp_http_client_close(http, NULL, NULL);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  lp_kube_config_free(kcfg);
+  bench_close(&loop, cloud, scripts, kube, kcfg, http);
   lp_metrics_free(metrics);
-  kill(sim_pid, SIGTERM);
-  waitpid(sim_pid, NULL, 0);
+  bench_stop_simulators(sim_pid);
   return 0;
 }

@@ -10,110 +10,23 @@
  * NodeClaims are deleted, which sends every pod back to planning after the 1 s batch window.
  *
  * usage: bench_provisioner [PODS] [INSTANCE_TYPES] */
-#include <malloc.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include "contract/contracts.h"
+#include "bench_support.h"
 #include "controller/conditions.h"
 #include "controller/defs.h"
 #include "controller/manager.h"
 #include "core/clock.h"
-#include "core/log.h"
 #include "http/client.h"
 #include "kube/config.h"
-#include "sim/sim.h"
 
 static uv_loop_t loop;
 static lp_http_client *http;
-static char kube_url[128], alibaba_url[128];
+static char kube_url[BENCH_URL_MAX], alibaba_url[BENCH_URL_MAX];
 
-/* ---- the simulators in a child process ------------------------------------------------------ */
-
-static pid_t start_simulator(void) {
-  int fds[2];
-  if (pipe(fds) != 0) abort();
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    uv_loop_t child;
-    uv_loop_init(&child);
-    lp_error *err = NULL;
-    lp_sim *sim = lp_sim_start(&child, &(lp_sim_options){.scripts_dir = LUAPROV_SOURCE_DIR}, &err);
-    if (!sim) _exit(1);
-    char urls[300];
-    snprintf(urls, sizeof urls, "%s %s", lp_sim_url(sim, "kubernetes"), lp_sim_url(sim, "alibaba"));
-    if (write(fds[1], urls, strlen(urls)) < 0) _exit(1);
-    close(fds[1]);
-    uv_run(&child, UV_RUN_DEFAULT);
-    _exit(0);
-  }
-  close(fds[1]);
-  char urls[300];
-  ssize_t n = read(fds[0], urls, sizeof urls - 1);
-  close(fds[0]);
-  if (n <= 0 || sscanf((urls[n] = '\0', urls), "%127s %127s", kube_url, alibaba_url) != 2) {
-    fprintf(stderr, "the simulator did not start\n");
-    exit(1);
-  }
-  return pid;
-}
-
-/* ---- requests ------------------------------------------------------------------------------- */
-
-typedef struct reply {
-  int done;
-  long status;
-  json_t *body;
-} reply;
-
-static void got_reply(lp_http_result *r, void *ud) {
-  reply *out = ud;
-  out->status = r->status;
-  out->body = r->body ? json_loads(r->body, JSON_DECODE_ANY, NULL) : NULL;
-  out->done = 1;
-  lp_http_result_free(r);
-}
-
-/* METHOD base+path with a JSON body (stolen, may be NULL); waits; returns the decoded answer. */
-static json_t *request(const char *base, const char *method, const char *path, json_t *body, long *status) {
-  char url[512];
-  snprintf(url, sizeof url, "%s%s", base, path);
-  char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-  json_decref(body);
-  lp_http_header ct = {"Content-Type", "application/json"};
-  lp_http_request_opts req = {.method = method,
-                              .url = url,
-                              .headers = &ct,
-                              .nheaders = 1,
-                              .body = text,
-                              .body_len = text ? strlen(text) : 0};
-  reply r = {0};
-  lp_http_client_request(http, &req, got_reply, &r);
-  while (!r.done) uv_run(&loop, UV_RUN_ONCE);
-  free(text);
-  if (status) *status = r.status;
-  return r.body;
-}
-
-typedef struct seeding {
-  size_t next, total, in_flight, failed;
-} seeding;
-
-static void seed_next(seeding *s);
-
-static void seeded(lp_http_result *r, void *ud) {
-  seeding *s = ud;
-  if (r->status >= 300) s->failed++;
-  lp_http_result_free(r);
-  s->in_flight--;
-  seed_next(s);
-}
+/* ---- seeding ------------------------------------------------------------------------------- */
 
 /* Pod i: cpu and memory drawn from Karpenter's benchmark-like sets, every 10th pinned to a zone, every
  * 10th (offset 5) to arm64. Deterministic. Created Unschedulable by a scheduler of its own, which the
@@ -138,40 +51,24 @@ static json_t *pod(size_t i) {
   return p;
 }
 
-static void seed_next(seeding *s) {
-  while (s->in_flight < 16 && s->next < s->total) {
-    json_t *p = pod(s->next++);
-    char *body = json_dumps(p, JSON_COMPACT);
-    json_decref(p);
-    char url[512];
-    snprintf(url, sizeof url, "%s/api/v1/namespaces/default/pods", kube_url);
-    lp_http_header ct = {"Content-Type", "application/json"};
-    lp_http_request_opts req = {
-        .method = "POST", .url = url, .headers = &ct, .nheaders = 1, .body = body, .body_len = strlen(body)};
-    s->in_flight++;
-    lp_http_client_request(http, &req, seeded, s);
-    free(body);
-  }
+static int pod_request(bench_seeding *s, size_t i, unsigned step, bench_seed_request *req) {
+  (void)s;
+  if (step > 0) return 0;
+  json_t *p = pod(i);
+  req->method = "POST";
+  snprintf(req->path, sizeof req->path, "/api/v1/namespaces/default/pods");
+  req->body = json_dumps(p, JSON_COMPACT);
+  json_decref(p);
+  return 1;
 }
 
 /* ---- measuring ------------------------------------------------------------------------------ */
-
-static double heap_mib(void) {
-  struct mallinfo2 mi = mallinfo2();
-  return (mi.uordblks + mi.hblkhd) / 1048576.0;
-}
-
-static double cpu_seconds(void) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-}
 
 static double peak_heap;
 
 static void sample_heap(uv_timer_t *t) {
   (void)t;
-  double h = heap_mib();
+  double h = bench_heap_mib(1);
   if (h > peak_heap) peak_heap = h;
 }
 
@@ -210,51 +107,27 @@ static void wait_creating_pass(lp_metrics *m, double before) {
   while (passes(m) <= ended && lp_clock_monotonic() < deadline) uv_run(&loop, UV_RUN_ONCE);
 }
 
-static void stopped(void *ud) {
-  *(int *)ud = 1;
-}
-
-static lp_controllers *start_manager(lp_kube_client *kc, lp_cloudprovider *cp,
-                                     const lp_controller_def *const *defs, lp_metrics *metrics) {
-  lp_error *err = NULL;
-  lp_controllers *m = lp_controllers_start(
-      &(lp_controllers_config){
-          .loop = &loop, .kube = kc, .cloud = cp, .metrics = metrics, .controllers = defs},
-      &err);
-  if (!m) {
-    fprintf(stderr, "manager: %s\n", err ? err->message : "?");
-    exit(1);
-  }
-  return m;
-}
-
-static void stop_manager(lp_controllers *m) {
-  int done = 0;
-  lp_controllers_stop(m, stopped, &done);
-  while (!done) uv_run(&loop, UV_RUN_ONCE);
-}
-
 static void make_nodeclass_ready(lp_kube_client *kc, lp_cloudprovider *cp) {
   static const lp_controller_def *const only[] = {&lp_nodeclass_controller, NULL};
   lp_metrics *metrics = lp_metrics_new();
-  lp_controllers *m = start_manager(kc, cp, only, metrics);
+  lp_controllers *m = bench_start_manager(&loop, kc, cp, only, metrics);
   double deadline = lp_clock_monotonic() + 60;
   while (lp_clock_monotonic() < deadline &&
          !lp_condition_is(lp_env_get(lp_controllers_env(m), LP_KIND_NODECLASS, "default"), "Ready", "True"))
     uv_run(&loop, UV_RUN_ONCE);
-  stop_manager(m);
+  bench_stop_manager(&loop, m);
   lp_metrics_free(metrics);
 }
 
 static size_t delete_claims(void) {
-  json_t *list = request(kube_url, "GET", "/apis/karpenter.sh/v1/nodeclaims", NULL, NULL);
+  json_t *list = bench_request(&loop, http, kube_url, "GET", "/apis/karpenter.sh/v1/nodeclaims", NULL, NULL);
   size_t i, n = 0;
   json_t *claim;
   json_array_foreach(json_object_get(list, "items"), i, claim) {
     char path[256];
     snprintf(path, sizeof path, "/apis/karpenter.sh/v1/nodeclaims/%s",
              json_string_value(json_object_get(json_object_get(claim, "metadata"), "name")));
-    json_decref(request(kube_url, "DELETE", path, NULL, NULL));
+    json_decref(bench_request(&loop, http, kube_url, "DELETE", path, NULL, NULL));
     n++;
   }
   json_decref(list);
@@ -264,72 +137,56 @@ static size_t delete_claims(void) {
 int main(int argc, char **argv) {
   size_t n_pods = argc > 1 ? (size_t)atol(argv[1]) : 1000;
   int n_types = argc > 2 ? atoi(argv[2]) : 500;
-  lp_log_configure(LP_LOG_ERROR, LP_LOG_FORMAT_JSON, 2);
-  setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", "LTAI5simulatoraccess", 1);
-  setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "simulator-secret-do-not-use", 1);
-  pid_t sim_pid = start_simulator();
-  uv_loop_init(&loop);
-  lp_error *err = NULL;
-  http = lp_http_client_new(&loop, NULL, &err);
+  pid_t sim_pid = bench_start(&loop, &http, kube_url, alibaba_url);
 
   long status = 0;
-  json_t *summary = request(alibaba_url, "POST", "/_sim/catalogue",
-                            json_pack("{s:i, s:i}", "instance_types", n_types, "zones", 4), &status);
+  json_t *summary = bench_request(&loop, http, alibaba_url, "POST", "/_sim/catalogue",
+                                  json_pack("{s:i, s:i}", "instance_types", n_types, "zones", 4), &status);
   printf("catalogue: %lld instance types in 4 zones (HTTP %ld)\n",
          json_integer_value(json_object_get(summary, "instance_types")), status);
   json_decref(summary);
-  json_decref(
-      request(kube_url, "POST", "/apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses",
-              json_pack("{s:s, s:s, s:{s:s}, s:{s:[{s:{s:s}}], s:[{s:{s:s}}], s:[{s:s}]}}", "apiVersion",
-                        "karpenter.k8s.alibabacloud/v1alpha1", "kind", "ECSNodeClass", "metadata", "name",
-                        "default", "spec", "vSwitchSelectorTerms", "tags", "karpenter.sh/discovery",
-                        "luaprov-sim", "securityGroupSelectorTerms", "tags", "karpenter.sh/discovery",
-                        "luaprov-sim", "imageSelectorTerms", "alias", "AlibabaCloudLinux3"),
-              NULL));
-  json_decref(
-      request(kube_url, "POST", "/apis/karpenter.sh/v1/nodepools",
-              json_pack("{s:s, s:s, s:{s:s}, s:{s:{s:{s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:[s]}]}}}}",
-                        "apiVersion", "karpenter.sh/v1", "kind", "NodePool", "metadata", "name", "default",
-                        "spec", "template", "spec", "nodeClassRef", "group", "karpenter.k8s.alibabacloud",
-                        "kind", "ECSNodeClass", "name", "default", "requirements", "key",
-                        "karpenter.sh/capacity-type", "operator", "In", "values", "on-demand"),
-              NULL));
+  json_decref(bench_request(
+      &loop, http, kube_url, "POST", "/apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses",
+      json_pack("{s:s, s:s, s:{s:s}, s:{s:[{s:{s:s}}], s:[{s:{s:s}}], s:[{s:s}]}}", "apiVersion",
+                "karpenter.k8s.alibabacloud/v1alpha1", "kind", "ECSNodeClass", "metadata", "name", "default",
+                "spec", "vSwitchSelectorTerms", "tags", "karpenter.sh/discovery", "luaprov-sim",
+                "securityGroupSelectorTerms", "tags", "karpenter.sh/discovery", "luaprov-sim",
+                "imageSelectorTerms", "alias", "AlibabaCloudLinux3"),
+      NULL));
+  json_decref(bench_request(
+      &loop, http, kube_url, "POST", "/apis/karpenter.sh/v1/nodepools",
+      json_pack("{s:s, s:s, s:{s:s}, s:{s:{s:{s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:[s]}]}}}}", "apiVersion",
+                "karpenter.sh/v1", "kind", "NodePool", "metadata", "name", "default", "spec", "template",
+                "spec", "nodeClassRef", "group", "karpenter.k8s.alibabacloud", "kind", "ECSNodeClass", "name",
+                "default", "requirements", "key", "karpenter.sh/capacity-type", "operator", "In", "values",
+                "on-demand"),
+      NULL));
 
-  lp_script_host_config scfg = {
-      .loop = &loop, .defaults_dir = LUAPROV_SOURCE_DIR, .modules = lp_contract_modules, .http = http};
-  lp_problems problems = {0};
-  lp_script_host *scripts = lp_script_host_new(&scfg, &problems);
-  lp_cloudprovider *cp = lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &loop,
-                                                                         .scripts = scripts,
-                                                                         .region = "cn-hangzhou",
-                                                                         .cluster_id = "luaprov-sim",
-                                                                         .endpoint = alibaba_url,
-                                                                         .refresh_interval_s = -1});
-  lp_kube_config *kcfg = lp_kube_config_for_server(kube_url, NULL);
-  lp_kube_client *kc =
-      lp_kube_client_new(&loop, kcfg, &(lp_http_client_options){.default_timeout_ms = 60000}, &err);
+  lp_script_host *scripts = NULL;
+  lp_cloudprovider *cp = bench_cloudprovider(&loop, http, "luaprov-sim", alibaba_url, &scripts);
+  lp_kube_config *kcfg = NULL;
+  lp_kube_client *kc = bench_kube_client(&loop, kube_url, &kcfg);
   make_nodeclass_ready(kc, cp);
 
   double t0 = lp_clock_monotonic();
-  seeding s = {.total = n_pods};
-  seed_next(&s);
-  while (s.in_flight > 0 || s.next < s.total) uv_run(&loop, UV_RUN_ONCE);
-  json_decref(
-      request(kube_url, "GET", "/api/v1/namespaces/default/pods?limit=1", NULL, NULL)); /* binder turn */
+  bench_seeding s = {.http = http, .base_url = kube_url, .request = pod_request, .total = n_pods};
+  bench_seed(&loop, &s);
+  json_decref(bench_request(&loop, http, kube_url, "GET", "/api/v1/namespaces/default/pods?limit=1", NULL,
+                            NULL)); /* binder turn */
   printf("seeded %zu pending pods in %.1f s (%zu failed)\n", n_pods, lp_clock_monotonic() - t0, s.failed);
 
   static const lp_controller_def *const defs[] = {&lp_nodeclass_controller, &lp_provisioner_controller, NULL};
   lp_metrics *metrics = lp_metrics_new();
-  lp_controllers *m = start_manager(kc, cp, defs, metrics);
+  lp_controllers *m = bench_start_manager(&loop, kc, cp, defs, metrics);
   while (!lp_controllers_active(m)) uv_run(&loop, UV_RUN_ONCE);
   uv_timer_t sampler;
   uv_timer_init(&loop, &sampler);
   uv_timer_start(&sampler, sample_heap, 25, 25); /* mallinfo2 walks the heap: not too often */
-  double heap0 = heap_mib(), cpu0 = cpu_seconds();
+  double heap0 = bench_heap_mib(1), cpu0 = bench_cpu_seconds();
   peak_heap = heap0;
   t0 = lp_clock_monotonic();
   wait_creating_pass(metrics, 0);
-  double dt = lp_clock_monotonic() - t0, cpu = cpu_seconds() - cpu0, packing = packing_seconds(metrics);
+  double dt = lp_clock_monotonic() - t0, cpu = bench_cpu_seconds() - cpu0, packing = packing_seconds(metrics);
   double created = created_total(metrics);
   printf("first pass (cold: instance types listed through the mapping): %.3f s to %.0f NodeClaims created\n",
          dt, created);
@@ -340,8 +197,8 @@ int main(int argc, char **argv) {
          created > 0 ? (n_pods - metric(metrics, "luaprov_provisioner_unschedulable_pods", NULL)) / created
                      : 0);
 
-  cpu0 = cpu_seconds();
-  peak_heap = heap0 = heap_mib();
+  cpu0 = bench_cpu_seconds();
+  peak_heap = heap0 = bench_heap_mib(1);
   t0 = lp_clock_monotonic();
   size_t deleted = delete_claims();
   wait_creating_pass(metrics, created);
@@ -351,18 +208,12 @@ int main(int argc, char **argv) {
          "%.0f NodeClaims created, 1 s of it the batch window\n",
          deleted, dt, created2);
   printf("  packing: %.3f s; CPU %.2f s; heap peak +%.1f MiB\n", packing_seconds(metrics) - packing,
-         cpu_seconds() - cpu0, peak_heap - heap0);
+         bench_cpu_seconds() - cpu0, peak_heap - heap0);
 
   uv_close((uv_handle_t *)&sampler, NULL);
-  stop_manager(m);
-  lp_cloudprovider_free(cp);
-  lp_script_host_close(scripts, NULL, NULL);
-  lp_kube_client_close(kc, NULL, NULL);
-  lp_http_client_close(http, NULL, NULL);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  lp_kube_config_free(kcfg);
+  bench_stop_manager(&loop, m);
+  bench_close(&loop, cp, scripts, kc, kcfg, http);
   lp_metrics_free(metrics);
-  kill(sim_pid, SIGTERM);
-  waitpid(sim_pid, NULL, 0);
+  bench_stop_simulators(sim_pid);
   return 0;
 }

@@ -1,7 +1,8 @@
 /* Helpers for C tests and benchmarks that drive an in-process simulator (engine/sim/sim.h) on their
  * own loop: requests to its services (sim_request; spec/c/controller_fixture.h's ctrl_kube is one) and
- * its unsigned admin API (/_sim/...: sim_admin), through the engine's HTTP client. Header-only: each
- * test is its own executable. */
+ * its unsigned admin API (/_sim/...: sim_admin), through the engine's HTTP client; and an operator's
+ * script tree in a temporary directory, watched by a script host (sim_tree_*: hot-reload tests).
+ * Header-only: each test is its own executable. */
 #ifndef LUAPROV_SPEC_SIM_ADMIN_H
 #define LUAPROV_SPEC_SIM_ADMIN_H
 
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "contract/contracts.h"
 #include "http/client.h"
@@ -88,6 +90,57 @@ static inline int sim_fixture_start(uv_loop_t *loop, const char *service, lp_sim
     return -1;
   }
   return 0;
+}
+
+/* ---- an operator's script tree ------------------------------------------------------------ */
+
+/* Makes the temporary tree named by template (mkdtemp's "...XXXXXX", filled in place) with an empty
+ * policies/ directory. Aborts on failure. */
+static inline void sim_tree_make(char *template) {
+  if (!mkdtemp(template)) abort();
+  char dir[300];
+  snprintf(dir, sizeof dir, "%s/policies", template);
+  if (mkdir(dir, 0700) != 0) abort();
+}
+
+/* Writes text as tree/policies/<name>.lua in one rename, so the watcher never reads half a file.
+ * Aborts on failure. */
+static inline void sim_tree_write_policy(const char *tree, const char *name, const char *text) {
+  char tmp[300], path[300];
+  snprintf(tmp, sizeof tmp, "%s/%s.lua.tmp", tree, name);
+  snprintf(path, sizeof path, "%s/policies/%s.lua", tree, name);
+  FILE *out = fopen(tmp, "w");
+  if (!out) abort();
+  fputs(text, out);
+  fclose(out);
+  if (rename(tmp, path) != 0) abort();
+}
+
+/* A script host on loop over tree, watched (an edit is hot-reloaded as a new generation), the source
+ * tree's scripts as defaults and the contract modules; the caller closes it. Prints the problems and
+ * aborts when the scripts do not load. */
+static inline lp_script_host *sim_tree_scripts(uv_loop_t *loop, lp_http_client *http, const char *tree) {
+  lp_problems problems = {0};
+  lp_script_host *scripts = lp_script_host_new(&(lp_script_host_config){.loop = loop,
+                                                                        .scripts_dir = tree,
+                                                                        .defaults_dir = LUAPROV_SOURCE_DIR,
+                                                                        .modules = lp_contract_modules,
+                                                                        .http = http,
+                                                                        .watch = 1},
+                                               &problems);
+  if (!scripts) {
+    char *text = lp_problems_render(&problems);
+    fprintf(stderr, "%s", text);
+    abort();
+  }
+  return scripts;
+}
+
+/* Removes tree and everything in it; returns system()'s status (0 when it went). */
+static inline int sim_tree_remove(const char *tree) {
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tree);
+  return system(cmd);
 }
 
 /* Undoes sim_fixture_start once what else runs on loop is closed: closes the script host, the HTTP

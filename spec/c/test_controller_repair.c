@@ -9,11 +9,9 @@
  * it and the reload takes effect. Simulated time is never advanced: the kubelet stamps
  * lastTransitionTime with the simulated clock, the controller compares it with the wall clock, and
  * the two agree only while nobody moves the simulated one. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "check.h"
 #include "contract/contracts.h"
@@ -57,18 +55,6 @@ static const char *const policy_unknown_only =
     "end\n"
     "return M\n";
 
-/* Replaces policies/repair.lua in one rename, so the watcher never reads half a file. */
-static void write_policy(const char *text) {
-  char tmp[256], path[256];
-  snprintf(tmp, sizeof tmp, "%s/repair.lua.tmp", tree);
-  snprintf(path, sizeof path, "%s/policies/repair.lua", tree);
-  FILE *out = fopen(tmp, "w");
-  if (!out) abort();
-  fputs(text, out);
-  fclose(out);
-  if (rename(tmp, path) != 0) abort();
-}
-
 static int nodeclass_ready(ctrl_fixture *f, const void *ud) {
   (void)ud;
   return lp_condition_is(lp_env_get(lp_controllers_env(f->manager), LP_KIND_NODECLASS, "default"), "Ready",
@@ -78,29 +64,14 @@ static int nodeclass_ready(ctrl_fixture *f, const void *ud) {
 /* The fixture, with its script host and CloudProvider replaced by ones over the operator's tree
  * (watched) before the controllers start. */
 static void start(void) {
-  if (!mkdtemp(tree)) abort();
-  char dir[256];
-  snprintf(dir, sizeof dir, "%s/policies", tree);
-  if (mkdir(dir, 0700) != 0) abort();
-  write_policy(policy_both);
+  sim_tree_make(tree);
+  sim_tree_write_policy(tree, "repair", policy_both);
 
   ctrl_fixture_start(&fx, no_controllers, NULL);
   ctrl_stop_manager(&fx, fx.manager);
   lp_cloudprovider_free(fx.cloud);
   lp_script_host_close(fx.scripts, NULL, NULL);
-  lp_problems problems = {0};
-  fx.scripts = lp_script_host_new(&(lp_script_host_config){.loop = &fx.loop,
-                                                           .scripts_dir = tree,
-                                                           .defaults_dir = LUAPROV_SOURCE_DIR,
-                                                           .modules = lp_contract_modules,
-                                                           .http = fx.http,
-                                                           .watch = 1},
-                                  &problems);
-  if (!fx.scripts) {
-    char *text = lp_problems_render(&problems);
-    fprintf(stderr, "%s", text);
-    abort();
-  }
+  fx.scripts = sim_tree_scripts(&fx.loop, fx.http, tree);
   fx.cloud = lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &fx.loop,
                                                              .scripts = fx.scripts,
                                                              .region = "cn-hangzhou",
@@ -119,29 +90,10 @@ static void start(void) {
 
 static void stop(void) {
   ctrl_fixture_stop(&fx);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", tree);
-  CHECK(system(cmd) == 0);
+  CHECK(sim_tree_remove(tree) == 0);
 }
 
 /* ---- the cluster ---------------------------------------------------------------------------- */
-
-/* METHOD path with a body built like json_pack (fmt NULL: none); returns the status. */
-static long kube(const char *method, const char *path, const char *fmt, ...) {
-  char *body = NULL;
-  if (fmt) {
-    va_list ap;
-    va_start(ap, fmt);
-    json_t *v = json_vpack_ex(NULL, 0, fmt, ap);
-    va_end(ap);
-    body = json_dumps(v, JSON_COMPACT);
-    json_decref(v);
-  }
-  long status = 0;
-  json_decref(ctrl_kube(&fx, method, path, body, &status));
-  free(body);
-  return status;
-}
 
 static json_t *get_claim(int i) {
   char path[128];
@@ -169,12 +121,13 @@ static int claim_has_provider_id(ctrl_fixture *f, const void *ud) {
  * Node registered by the simulated kubelet and initialized; node_names[i] names the Node. */
 static void launch(int i) {
   snprintf(claim_names[i], sizeof claim_names[i], "nc-%d", i);
-  CHECK_INT(kube("POST", "/apis/karpenter.sh/v1/nodeclaims",
-                 "{s:s, s:s, s:{s:s, s:{s:s}}, s:{s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:[s]}]}}", "apiVersion",
-                 "karpenter.sh/v1", "kind", "NodeClaim", "metadata", "name", claim_names[i], "labels",
-                 "karpenter.sh/nodepool", "default", "spec", "nodeClassRef", "group",
-                 "karpenter.k8s.alibabacloud", "kind", "ECSNodeClass", "name", "default", "requirements",
-                 "key", "karpenter.sh/capacity-type", "operator", "In", "values", "on-demand"),
+  CHECK_INT(ctrl_kube_pack(&fx, "POST", "/apis/karpenter.sh/v1/nodeclaims",
+                           "{s:s, s:s, s:{s:s, s:{s:s}}, s:{s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:[s]}]}}",
+                           "apiVersion", "karpenter.sh/v1", "kind", "NodeClaim", "metadata", "name",
+                           claim_names[i], "labels", "karpenter.sh/nodepool", "default", "spec",
+                           "nodeClassRef", "group", "karpenter.k8s.alibabacloud", "kind", "ECSNodeClass",
+                           "name", "default", "requirements", "key", "karpenter.sh/capacity-type", "operator",
+                           "In", "values", "on-demand"),
             201);
   if (!ctrl_wait_for(&fx, 15, claim_has_provider_id, &i)) {
     fprintf(stderr, "%s never launched\n", claim_names[i]);
@@ -262,21 +215,22 @@ static void test_within_toleration(void) {
 /* A pod on Node i that the PodDisruptionBudget "guarded" (made with the first one) never lets go. */
 static void guarded_pod(const char *name, int i) {
   char path[256];
-  CHECK_INT(kube("POST", "/api/v1/namespaces/default/pods",
-                 "{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:{s:s, s:[{s:s, s:s}]}}", "apiVersion", "v1", "kind",
-                 "Pod", "metadata", "name", name, "namespace", "default", "labels", "app", "guarded", "spec",
-                 "nodeName", node_names[i], "containers", "name", "app", "image", "registry.example/app:1"),
+  CHECK_INT(ctrl_kube_pack(&fx, "POST", "/api/v1/namespaces/default/pods",
+                           "{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:{s:s, s:[{s:s, s:s}]}}", "apiVersion", "v1",
+                           "kind", "Pod", "metadata", "name", name, "namespace", "default", "labels", "app",
+                           "guarded", "spec", "nodeName", node_names[i], "containers", "name", "app", "image",
+                           "registry.example/app:1"),
             201);
   snprintf(path, sizeof path, "/api/v1/namespaces/default/pods/%s/status", name);
-  CHECK_INT(kube("PATCH", path, "{s:{s:s, s:[{s:s, s:s}]}}", "status", "phase", "Running", "conditions",
-                 "type", "Ready", "status", "True"),
+  CHECK_INT(ctrl_kube_pack(&fx, "PATCH", path, "{s:{s:s, s:[{s:s, s:s}]}}", "status", "phase", "Running",
+                           "conditions", "type", "Ready", "status", "True"),
             200);
   static int budget;
   if (budget++) return;
-  CHECK_INT(kube("POST", "/apis/policy/v1/namespaces/default/poddisruptionbudgets",
-                 "{s:s, s:s, s:{s:s}, s:{s:i, s:{s:{s:s}}}}", "apiVersion", "policy/v1", "kind",
-                 "PodDisruptionBudget", "metadata", "name", "guarded", "spec", "minAvailable", 1, "selector",
-                 "matchLabels", "app", "guarded"),
+  CHECK_INT(ctrl_kube_pack(&fx, "POST", "/apis/policy/v1/namespaces/default/poddisruptionbudgets",
+                           "{s:s, s:s, s:{s:s}, s:{s:i, s:{s:{s:s}}}}", "apiVersion", "policy/v1", "kind",
+                           "PodDisruptionBudget", "metadata", "name", "guarded", "spec", "minAvailable", 1,
+                           "selector", "matchLabels", "app", "guarded"),
             201);
 }
 
@@ -286,11 +240,11 @@ static void hold_claim(int i, int held) {
   char path[128];
   snprintf(path, sizeof path, CLAIM_PATH "%s", claim_names[i]);
   if (held)
-    CHECK_INT(kube("PATCH", path, "{s:{s:[s, s]}}", "metadata", "finalizers", "karpenter.sh/termination",
-                   "example.com/hold"),
+    CHECK_INT(ctrl_kube_pack(&fx, "PATCH", path, "{s:{s:[s, s]}}", "metadata", "finalizers",
+                             "karpenter.sh/termination", "example.com/hold"),
               200);
   else
-    CHECK_INT(kube("PATCH", path, "{s:{s:[]}}", "metadata", "finalizers"), 200);
+    CHECK_INT(ctrl_kube_pack(&fx, "PATCH", path, "{s:{s:[]}}", "metadata", "finalizers"), 200);
 }
 
 static int only_held(ctrl_fixture *f, const void *ud) {
@@ -380,7 +334,7 @@ static void test_deleting_claim_forced(void) {
   double blocked = evictions("blocked");
   char path[128];
   snprintf(path, sizeof path, CLAIM_PATH "%s", claim_names[4]);
-  CHECK_INT(kube("DELETE", path, NULL), 200);
+  CHECK_INT(ctrl_kube_pack(&fx, "DELETE", path, NULL), 200);
   CHECK(ctrl_wait_for(&fx, 10, evictions_more, &blocked));
   CHECK(claim_deadline(4) < 0);
   double forced, seen;
@@ -401,7 +355,7 @@ static int reloaded(ctrl_fixture *f, const void *ud) {
 
 /* The policy reloaded without the Ready=False entry: a NotReady Node is left alone from then on. */
 static void test_policy_reloaded(void) {
-  write_policy(policy_unknown_only);
+  sim_tree_write_policy(tree, "repair", policy_unknown_only);
   CHECK(ctrl_wait_for(&fx, 10, reloaded, NULL));
   ctrl_run_for(&fx, 5.5); /* the controller asks for the policies again at most every 5 s */
   double before[3] = {decisions("tolerating"), decisions("blocked"), decisions("repaired")};

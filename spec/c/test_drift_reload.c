@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "check.h"
 #include "contract/cloudprovider.h"
@@ -100,41 +99,15 @@ static void copy_file(const char *from, const char *to) {
   fclose(out);
 }
 
-/* Replaces policies/drift.lua in one rename, so the watcher never reads half a file. */
-static void write_policy(const char *text) {
-  char tmp[256], path[256];
-  snprintf(tmp, sizeof tmp, "%s/drift.lua.tmp", tree);
-  snprintf(path, sizeof path, "%s/policies/drift.lua", tree);
-  FILE *out = fopen(tmp, "w");
-  if (!out) abort();
-  fputs(text, out);
-  fclose(out);
-  if (rename(tmp, path) != 0) abort();
-}
-
 /* Generation 1 runs a copy of the shipped policy from the operator's tree, watched. */
 static void start(void) {
   if (sim_fixture_start(&loop, "alibaba", &sim, &http, &scripts) != 0) abort();
   lp_script_host_close(scripts, NULL, NULL); /* the defaults-only host: this test runs its own */
-  if (!mkdtemp(tree)) abort();
+  sim_tree_make(tree);
   char path[300];
-  snprintf(path, sizeof path, "%s/policies", tree);
-  if (mkdir(path, 0700) != 0) abort();
   snprintf(path, sizeof path, "%s/policies/drift.lua", tree);
   copy_file(LUAPROV_SOURCE_DIR "/policies/drift.lua", path);
-  lp_problems problems = {0};
-  scripts = lp_script_host_new(&(lp_script_host_config){.loop = &loop,
-                                                        .scripts_dir = tree,
-                                                        .defaults_dir = LUAPROV_SOURCE_DIR,
-                                                        .modules = lp_contract_modules,
-                                                        .http = http,
-                                                        .watch = 1},
-                               &problems);
-  if (!scripts) {
-    char *text = lp_problems_render(&problems);
-    fprintf(stderr, "%s", text);
-    abort();
-  }
+  scripts = sim_tree_scripts(&loop, http, tree);
   cp = lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &loop,
                                                        .scripts = scripts,
                                                        .cluster_id = "luaprov-sim",
@@ -144,14 +117,8 @@ static void start(void) {
 
 static void stop(void) {
   lp_cloudprovider_free(cp);
-  lp_script_host_close(scripts, NULL, NULL);
-  lp_http_client_close(http, NULL, NULL);
-  lp_sim_close(sim, NULL, NULL);
-  uv_run(&loop, UV_RUN_DEFAULT);
-  uv_loop_close(&loop);
-  char cmd[300];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", tree);
-  CHECK(system(cmd) == 0);
+  sim_fixture_stop(&loop, sim, http, scripts);
+  CHECK(sim_tree_remove(tree) == 0);
 }
 
 /* A NodeClaim launched on the simulated account with nodeclass: the shipped policy finds it not
@@ -192,15 +159,17 @@ static void test_reload_under_load(void) {
   /* the first answers are in, the rest wait behind the stalled connections: replace the policy */
   CHECK(run_until(&answered, FAST, 20));
   CHECK_INT(answered, FAST);
-  write_policy("-- The drift policy, second edition: every node drifted, with a reason that marks the\n"
-               "-- generation that said so.\n"
-               "local default = require 'defaults.policies.drift'\n"
-               "local M = {}\n"
-               "for k, v in pairs(default) do M[k] = v end\n"
-               "function M.is_drifted(_nodeclaim, _nodeclass, _instance, _ctx)\n"
-               "  return '" MARK "'\n"
-               "end\n"
-               "return M\n");
+  sim_tree_write_policy(
+      tree, "drift",
+      "-- The drift policy, second edition: every node drifted, with a reason that marks the\n"
+      "-- generation that said so.\n"
+      "local default = require 'defaults.policies.drift'\n"
+      "local M = {}\n"
+      "for k, v in pairs(default) do M[k] = v end\n"
+      "function M.is_drifted(_nodeclaim, _nodeclass, _instance, _ctx)\n"
+      "  return '" MARK "'\n"
+      "end\n"
+      "return M\n");
   run_until_generation(first + 1, STALL_S);
   CHECK_INT(generation, first + 1);
   CHECK(answered < CALLS); /* the reload happened with calls in flight */
