@@ -61,12 +61,128 @@ static int print_value(json_t *value) {
   return 0;
 }
 
+/* The first line of path that holds key as a YAML key or a JSON member: where to look. 0 if none. */
+static int key_line(const char *path, const char *key) {
+  FILE *f = fopen(path, "r");
+  if (!f) return 0;
+  char line[4096], yaml[300], json[300];
+  snprintf(yaml, sizeof yaml, "%s:", key);
+  snprintf(json, sizeof json, "\"%s\"", key);
+  int n = 0, found = 0;
+  while (!found && fgets(line, sizeof line, f)) {
+    n++;
+    const char *s = line + strspn(line, " \t{,");
+    if (strncmp(s, yaml, strlen(yaml)) == 0 || strstr(line, json)) found = n;
+  }
+  fclose(f);
+  return found;
+}
+
+static void fixture_error(lp_error **err, const char *what, const char *path, const char *key,
+                          const char *fmt, const char *a, const char *b) {
+  char *text = lp_xasprintf(fmt, a, b);
+  int line = key ? key_line(path, key) : 0;
+  if (line)
+    lp_error_set(err, "BadInput", "--%s %s:%d: %s", what, path, line, text);
+  else
+    lp_error_set(err, "BadInput", "--%s %s: %s", what, path, text);
+  free(text);
+}
+
+/* Fixtures are kubectl dumps (or the instance shape of SPEC §4.6): a misspelled top-level field would
+ * otherwise read as absent and the policy answer quietly for the wrong object. */
+static int check_fixture(const json_t *doc, const char *what, const char *path, lp_error **err) {
+  static const char *const k8s[] = {"apiVersion", "kind", "metadata", "spec", "status", NULL};
+  static const char *const instance[] = {"id",
+                                         "region",
+                                         "zone",
+                                         "instance_type",
+                                         "capacity_type",
+                                         "image_id",
+                                         "state",
+                                         "security_group_ids",
+                                         "vswitch_id",
+                                         "private_ip",
+                                         "tags",
+                                         "launch_time",
+                                         NULL};
+  int is_instance = strcmp(what, "instance") == 0;
+  const char *kind = json_string_value(json_object_get(doc, "kind"));
+  if (!json_is_object(doc)) {
+    fixture_error(err, what, path, NULL,
+                  "holds %s%s, not an object; pass one object as kubectl get -o yaml prints it",
+                  json_is_array(doc) ? "a list" : "a scalar", "");
+    return -1;
+  }
+  if (is_instance && kind) {
+    fixture_error(
+        err, what, path, "kind",
+        "is a Kubernetes %s, not an instance; --instance takes the instance shape of SPEC §4.6 (id, "
+        "region, zone, instance_type, image_id, ...)%s",
+        kind, "");
+    return -1;
+  }
+  const char *expected = strcmp(what, "nodeclaim") == 0   ? "NodeClaim"
+                         : strcmp(what, "nodeclass") == 0 ? "ECSNodeClass"
+                         : strcmp(what, "nodepool") == 0  ? "NodePool"
+                                                          : NULL;
+  if (expected && kind && strcmp(kind, expected) != 0) {
+    fixture_error(err, what, path, "kind",
+                  "kind is %s, expected %s; pass the object of that kind (kubectl get ... -o yaml)", kind,
+                  expected);
+    return -1;
+  }
+  const char *const *known = is_instance ? instance : k8s;
+  const char *key;
+  const json_t *value;
+  json_object_foreach((json_t *)doc, key, value) {
+    int ok = 0;
+    for (const char *const *k = known; *k && !ok; k++) ok = strcmp(key, *k) == 0;
+    if (ok) continue;
+    const char *near = lp_contract_closest(key, known);
+    if (near)
+      fixture_error(err, what, path, key, "unknown top-level field '%s'; did you mean '%s'?", key, near);
+    else
+      fixture_error(err, what, path, key,
+                    is_instance
+                        ? "unknown top-level field '%s'; the instance shape (SPEC §4.6) has id, region, "
+                          "zone, instance_type, capacity_type, image_id, state, security_group_ids, "
+                          "vswitch_id, private_ip, tags, launch_time%s"
+                        : "unknown top-level field '%s'; a Kubernetes object has apiVersion, kind, "
+                          "metadata, spec and status%s",
+                    key, "");
+    return -1;
+  }
+  if (is_instance) {
+    char *problem = lp_check_instance(doc);
+    if (problem) {
+      fixture_error(err, what, path, NULL, "%s; the instance shape is SPEC §4.6%s", problem, "");
+      free(problem);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 static json_t *load(const char *path, const char *what, lp_error **err) {
   if (!path) {
     lp_error_set(err, "Usage", "--%s FILE is required", what);
     return NULL;
   }
-  return lp_load_json_or_yaml_file(path, err);
+  lp_error *parse = NULL;
+  json_t *doc = lp_load_json_or_yaml_file(path, &parse);
+  if (!doc) {
+    lp_error_set(err, parse ? parse->code : "BadInput",
+                 "--%s %s; the file must be one JSON or YAML object as kubectl get -o json|yaml prints it",
+                 what, parse ? parse->message : path);
+    lp_error_free(parse);
+    return NULL;
+  }
+  if (check_fixture(doc, what, path, err) != 0) {
+    json_decref(doc);
+    return NULL;
+  }
+  return doc;
 }
 
 /* Calls a policy function through the script host and returns its first result (new reference). */
@@ -92,6 +208,21 @@ static json_t *call_policy(lp_script_host *h, const char *module, const char *fu
   return value;
 }
 
+/* A contract problem with what a policy returned, placed at the function's definition: the line of the
+ * return is gone by the time the value is back in C. */
+static void policy_error(lp_script_host *h, const char *module, const char *function, const char *problem,
+                         lp_error **err) {
+  char *file = NULL;
+  int line = lp_contract_function_line(lp_script_host_current(h), module, function, &file);
+  if (file && line)
+    lp_error_set(err, "Contract", "%s:%d: %s", file, line, problem);
+  else if (file)
+    lp_error_set(err, "Contract", "%s: %s", file, problem);
+  else
+    lp_error_set(err, "Contract", "%s", problem);
+  free(file);
+}
+
 static json_t *eval_drift(lp_script_host *h, json_t *ctx, json_t **objects, lp_error **err) {
   if (objects[F_NODEPOOL]) json_object_set(ctx, "nodepool", objects[F_NODEPOOL]);
   json_t *reason = call_policy(
@@ -99,10 +230,22 @@ static json_t *eval_drift(lp_script_host *h, json_t *ctx, json_t **objects, lp_e
       json_pack("[OOOO]", objects[F_NODECLAIM], objects[F_NODECLASS], objects[F_INSTANCE], ctx), err);
   if (!reason) return NULL;
   const char *r = json_is_null(reason) ? "" : json_string_value(reason);
-  if (!r || !lp_drift_reason_valid(r)) {
-    lp_error_set(err, "Contract",
-                 "is_drifted returned %s; a reason is \"\" or a CamelCase word like \"ImageDrift\"",
-                 r ? r : "a value that is not a string");
+  char *problem = NULL;
+  if (!r) {
+    char *shown = json_dumps(reason, JSON_COMPACT | JSON_ENCODE_ANY);
+    problem = lp_xasprintf("is_drifted returned %s %s, not a string; return a drift reason such as "
+                           "\"ImageDrift\", or \"\" when the node has not drifted",
+                           json_is_object(reason) || json_is_array(reason) ? "a table"
+                           : json_is_boolean(reason)                       ? "a boolean"
+                                                                           : "a number",
+                           shown ? shown : "?");
+    free(shown);
+  } else {
+    problem = lp_drift_reason_problem(r);
+  }
+  if (problem) {
+    policy_error(h, "policies.drift", "is_drifted", problem, err);
+    free(problem);
     json_decref(reason);
     return NULL;
   }
@@ -115,7 +258,9 @@ static json_t *eval_repair(lp_script_host *h, json_t *ctx, lp_error **err) {
   json_t *list = call_policy(h, "policies.repair", "policies", json_pack("[O]", ctx), err);
   char *problem = list ? lp_check_repair_policies(list) : NULL;
   if (problem) {
-    lp_error_set(err, "Contract", "repair policy: %s", problem);
+    char *text = lp_xasprintf("repair policy: %s", problem);
+    policy_error(h, "policies.repair", "policies", text, err);
+    free(text);
     free(problem);
     json_decref(list);
     return NULL;
@@ -130,9 +275,31 @@ static json_t *eval_repair(lp_script_host *h, json_t *ctx, lp_error **err) {
 static json_t *eval_tags(lp_script_host *h, json_t *ctx, json_t **objects, lp_error **err) {
   json_t *tags = call_policy(h, "policies.tags", "build_instance_tags",
                              json_pack("[OOO]", objects[F_NODECLAIM], objects[F_NODECLASS], ctx), err);
-  char *problem = tags ? lp_check_tags(tags) : NULL;
+  char *problem = NULL;
+  const char *key;
+  json_t *value;
+  if (json_is_object(tags)) {
+    json_object_foreach(tags, key, value) {
+      if (json_is_string(value) || problem) continue;
+      char *shown = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+      problem = lp_xasprintf("build_instance_tags returned tag '%s' = %s, a %s; tag values must be strings "
+                             "(wrap it in tostring())",
+                             key, shown ? shown : "?",
+                             json_is_number(value)    ? "number"
+                             : json_is_boolean(value) ? "boolean"
+                                                      : "table");
+      free(shown);
+    }
+  }
+  if (!problem && tags) {
+    char *shape = lp_check_tags(tags);
+    if (shape)
+      problem =
+          lp_xasprintf("tags policy: %s; build_instance_tags returns a map of tag key to string", shape);
+    free(shape);
+  }
   if (problem) {
-    lp_error_set(err, "Contract", "tags policy: %s", problem);
+    policy_error(h, "policies.tags", "build_instance_tags", problem, err);
     free(problem);
     json_decref(tags);
     return NULL;

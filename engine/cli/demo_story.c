@@ -129,7 +129,8 @@ static int all_pods_running(demo *d, void *ud, char *line, size_t cap) {
   int running = pods_running(d);
   snprintf(line, cap, "nodeclaims %d: launched %d, registered %d, initialized %d; pods running %d/%d",
            v.total, v.launched, v.registered, v.initialized, running, NPODS);
-  return running == NPODS;
+  /* the binder may place pods a moment before the lifecycle controller records Initialized */
+  return running == NPODS && v.total > 0 && v.initialized == v.total;
 }
 
 /* cpu and memory requests of the demo's pods */

@@ -3,17 +3,94 @@
  * script file and the best line we can find. */
 #include "contract/contracts.h"
 
+#include <ctype.h>
 #include <lauxlib.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "core/error.h"
 #include "script/call.h"
 
 typedef struct field_rule {
   const char *name;
   int type; /* LUA_TFUNCTION, LUA_TSTRING */
   int required;
+  const char *params; /* for the hint: "(nodeclaim, nodeclass, instance, ctx)"; NULL for strings */
 } field_rule;
+
+/* Case-insensitive edit distance, capped: what "did you mean" needs, not more. */
+static size_t distance(const char *a, const char *b) {
+  size_t n = strlen(a), m = strlen(b);
+  if (n > 63 || m > 63) return 64;
+  size_t row[64];
+  for (size_t j = 0; j <= m; j++) row[j] = j;
+  for (size_t i = 1; i <= n; i++) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= m; j++) {
+      size_t up = row[j];
+      size_t cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
+      size_t best = diag + cost;
+      if (row[j] + 1 < best) best = row[j] + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  return row[m];
+}
+
+const char *lp_contract_closest(const char *word, const char *const *candidates) {
+  const char *best = NULL;
+  size_t best_d = 3; /* at most two edits: a typo, not another word */
+  for (; word && *candidates; candidates++) {
+    size_t d = distance(word, *candidates);
+    if (d < best_d && strcmp(word, *candidates) != 0) best = *candidates, best_d = d;
+  }
+  return best;
+}
+
+int lp_contract_function_line(lp_generation *g, const char *module, const char *function, char **file) {
+  *file = NULL;
+  lua_State *L = lp_generation_state(g);
+  int top = lua_gettop(L), line = 0;
+  lp_generation_push_module(g, module);
+  if (lua_istable(L, -1) && lua_getfield(L, -1, function) == LUA_TFUNCTION) {
+    lua_Debug ar;
+    if (lua_getinfo(L, ">S", &ar) && ar.source[0] == '@' && ar.linedefined > 0) {
+      *file = lp_xstrdup(ar.source + 1);
+      line = ar.linedefined;
+    }
+  }
+  lua_settop(L, top);
+  if (!*file) {
+    const char *f = lp_generation_module_file(g, module);
+    if (f) *file = lp_xstrdup(f);
+  }
+  return line;
+}
+
+static const char *const builtin_drift_reasons[] = {"NodeClassDrift", "ImageDrift", "SecurityGroupDrift",
+                                                    "VSwitchDrift", NULL};
+
+char *lp_drift_reason_problem(const char *reason) {
+  const char *s = reason;
+  int camel = !*s || (*s >= 'A' && *s <= 'Z');
+  for (; camel && *s; s++)
+    camel = (*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9');
+  const char *near = lp_contract_closest(reason, builtin_drift_reasons);
+  if (near)
+    return lp_xasprintf("is_drifted returned \"%s\", which is not a drift reason; did you mean \"%s\"? "
+                        "(the built-in reasons are NodeClassDrift, ImageDrift, SecurityGroupDrift and "
+                        "VSwitchDrift; a reason of your own must not be one typo away from them)",
+                        reason, near);
+  if (!camel)
+    return lp_xasprintf("is_drifted returned \"%s\"; a reason is \"\" or a CamelCase word like "
+                        "\"ImageDrift\" (it becomes a Kubernetes condition reason)",
+                        reason);
+  return NULL;
+}
 
 /* The line of the module's last top-level `return`: where the exported table is handed back, so the
  * place to add a missing field. 0 when the file cannot be read. */
@@ -37,11 +114,44 @@ static int function_line(lua_State *L, int idx) {
   return ar.linedefined > 0 ? ar.linedefined : 0;
 }
 
+/* A required field is absent: point at a near-miss key of the table when there is one (a typo in
+ * the function's name), else at the return with what to add. */
+static void missing_field(lua_State *L, int idx, const char *file, lp_problems *problems,
+                          const char *contract, const field_rule *r) {
+  const char *kind = r->type == LUA_TFUNCTION ? "function" : "string";
+  const char *const wanted[] = {r->name, NULL};
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    if (lua_type(L, -1) != LUA_TSTRING) continue;
+    const char *key = lua_tostring(L, -1);
+    if (lp_contract_closest(key, wanted)) {
+      lua_pushvalue(L, -1);
+      int line = lua_rawget(L, idx) == LUA_TFUNCTION ? function_line(L, lua_gettop(L)) : return_line(file);
+      lua_pop(L, 1);
+      lp_problems_add(problems, file, line, "the %s must export %s '%s'; it has '%s' here: did you mean %s?",
+                      contract, kind, r->name, key, r->name);
+      lua_pop(L, 1);
+      return;
+    }
+  }
+  if (r->type == LUA_TFUNCTION)
+    lp_problems_add(problems, file, return_line(file),
+                    "the %s must export function '%s'; add function M.%s%s to the table returned here",
+                    contract, r->name, r->name, r->params);
+  else
+    lp_problems_add(problems, file, return_line(file),
+                    "the %s must export string '%s'; set M.%s = \"...\" in the table returned here", contract,
+                    r->name, r->name);
+}
+
 static int check_fields(lua_State *L, int idx, const char *file, lp_problems *problems, const char *contract,
                         const field_rule *rules) {
   if (!lua_istable(L, idx)) {
-    lp_problems_add(problems, file, return_line(file), "the %s must return a table, not a %s", contract,
-                    luaL_typename(L, idx));
+    lp_problems_add(problems, file, return_line(file),
+                    "the %s must return a table, not a %s; end the file with 'return M', M holding %s '%s'",
+                    contract, luaL_typename(L, idx), rules->type == LUA_TFUNCTION ? "function" : "string",
+                    rules->name);
     return 0;
   }
   int ok = 1;
@@ -50,17 +160,39 @@ static int check_fields(lua_State *L, int idx, const char *file, lp_problems *pr
     int t = lua_rawget(L, idx);
     if (t == LUA_TNIL) {
       if (r->required) {
-        lp_problems_add(problems, file, return_line(file), "the %s must export %s '%s'", contract,
-                        r->type == LUA_TFUNCTION ? "function" : "string", r->name);
+        missing_field(L, idx, file, problems, contract, r);
         ok = 0;
       }
     } else if (t != r->type) {
       int line = t == LUA_TFUNCTION ? function_line(L, lua_gettop(L)) : return_line(file);
-      lp_problems_add(problems, file, line, "'%s' of the %s must be a %s, not a %s", r->name, contract,
-                      lua_typename(L, r->type), lua_typename(L, t));
+      if (r->type == LUA_TFUNCTION)
+        lp_problems_add(problems, file, line,
+                        "'%s' of the %s must be a function, not a %s; define it as "
+                        "function M.%s%s",
+                        r->name, contract, lua_typename(L, t), r->name, r->params);
+      else
+        lp_problems_add(problems, file, line, "'%s' of the %s must be a string, not a %s; set M.%s = \"...\"",
+                        r->name, contract, lua_typename(L, t), r->name);
       ok = 0;
     }
     lua_pop(L, 1);
+  }
+  /* an optional function misspelled is silently never called: say so */
+  lua_pushnil(L);
+  while (lua_next(L, idx)) {
+    lua_pop(L, 1);
+    const char *key = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+    int known = 0;
+    for (const field_rule *r = rules; key && r->name && !known; r++) known = strcmp(key, r->name) == 0;
+    for (const field_rule *r = rules; key && !known && r->name; r++) {
+      const char *const wanted[] = {r->name, NULL};
+      if (r->required || !lp_contract_closest(key, wanted)) continue;
+      lp_problems_add(problems, file, return_line(file),
+                      "the %s exports '%s', which the engine never calls; did you mean optional %s '%s'?",
+                      contract, key, r->type == LUA_TFUNCTION ? "function" : "string", r->name);
+      ok = 0;
+      break;
+    }
   }
   return ok;
 }
@@ -69,12 +201,15 @@ static void validate_drift(lua_State *L, int idx, const char *file, lp_problems 
   /* static_drift(nodeclaim, nodeclass) is optional: when present the engine asks it first, and only
    * fetches the instance for is_drifted when it finds nothing (NodeClassDrift needs no API call). */
   static const field_rule rules[] = {
-      {"is_drifted", LUA_TFUNCTION, 1}, {"static_drift", LUA_TFUNCTION, 0}, {NULL, 0, 0}};
+      {"is_drifted", LUA_TFUNCTION, 1, "(nodeclaim, nodeclass, instance, ctx)"},
+      {"static_drift", LUA_TFUNCTION, 0, "(nodeclaim, nodeclass)"},
+      {NULL, 0, 0, NULL}};
   check_fields(L, idx, file, problems, "drift policy", rules);
 }
 
 static void validate_tags(lua_State *L, int idx, const char *file, lp_problems *problems) {
-  static const field_rule rules[] = {{"build_instance_tags", LUA_TFUNCTION, 1}, {NULL, 0, 0}};
+  static const field_rule rules[] = {{"build_instance_tags", LUA_TFUNCTION, 1, "(nodeclaim, nodeclass, ctx)"},
+                                     {NULL, 0, 0, NULL}};
   check_fields(L, idx, file, problems, "tags policy", rules);
 }
 
@@ -85,7 +220,7 @@ static int valid_condition_status(const char *s) {
 /* Besides the shape, the repair policy's list is checked by calling policies({}): it is cheap, pure
  * by contract, and a wrong entry would otherwise surface only when a node goes bad. */
 static void validate_repair(lua_State *L, int idx, const char *file, lp_problems *problems) {
-  static const field_rule rules[] = {{"policies", LUA_TFUNCTION, 1}, {NULL, 0, 0}};
+  static const field_rule rules[] = {{"policies", LUA_TFUNCTION, 1, "(ctx)"}, {NULL, 0, 0, NULL}};
   if (!check_fields(L, idx, file, problems, "repair policy", rules)) return;
   lua_getfield(L, idx, "policies");
   int line = function_line(L, lua_gettop(L));
@@ -109,51 +244,90 @@ static void validate_repair(lua_State *L, int idx, const char *file, lp_problems
       lua_pop(L, 1);
       continue;
     }
+    static const char *const fields[] = {"condition_type", "condition_status", "toleration_seconds", NULL};
+    int misspelled = 0; /* a near-miss key is the one problem to report: the "missing" field is it */
+    lua_pushnil(L);
+    while (lua_next(L, entry)) {
+      lua_pop(L, 1);
+      const char *key = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "?";
+      int known = 0;
+      for (const char *const *f = fields; *f; f++) known |= strcmp(key, *f) == 0;
+      if (known) continue;
+      const char *near = lp_contract_closest(key, fields);
+      if (near) {
+        lp_problems_add(problems, file, line, "policies(ctx)[%d] has unknown field '%s'; did you mean '%s'?",
+                        (int)i, key, near);
+        misspelled = 1;
+      } else {
+        lp_problems_add(problems, file, line,
+                        "policies(ctx)[%d] has unknown field '%s'; an entry holds only condition_type, "
+                        "condition_status and toleration_seconds",
+                        (int)i, key);
+      }
+    }
+    if (misspelled) {
+      lua_settop(L, list);
+      continue;
+    }
     lua_getfield(L, entry, "condition_type");
     if (lua_type(L, -1) != LUA_TSTRING || lua_rawlen(L, -1) == 0)
-      lp_problems_add(problems, file, line, "policies(ctx)[%d].condition_type must be a non-empty string",
-                      (int)i);
-    lua_getfield(L, entry, "condition_status");
-    if (lua_type(L, -1) != LUA_TSTRING || !valid_condition_status(lua_tostring(L, -1)))
       lp_problems_add(problems, file, line,
-                      "policies(ctx)[%d].condition_status must be \"True\", \"False\" or \"Unknown\"",
-                      (int)i);
+                      "policies(ctx)[%d].condition_type must be a non-empty string, not %s; name a Node "
+                      "condition such as \"Ready\"",
+                      (int)i, lua_isnil(L, -1) ? "missing" : luaL_tolstring(L, -1, NULL));
+    lua_settop(L, entry);
+    lua_getfield(L, entry, "condition_status");
+    if (lua_type(L, -1) != LUA_TSTRING || !valid_condition_status(lua_tostring(L, -1))) {
+      static const char *const statuses[] = {"True", "False", "Unknown", NULL};
+      int type = lua_type(L, -1);
+      const char *got = type == LUA_TNIL ? "missing" : luaL_tolstring(L, -1, NULL);
+      const char *near = type == LUA_TSTRING ? lp_contract_closest(got, statuses) : NULL;
+      const char *q = type == LUA_TSTRING ? "\"" : "";
+      lp_problems_add(problems, file, line,
+                      "policies(ctx)[%d].condition_status is %s%s%s; it must be \"True\", \"False\" or "
+                      "\"Unknown\"%s%s%s",
+                      (int)i, q, got, q, near ? " (did you mean \"" : "", near ? near : "",
+                      near ? "\"?)" : "");
+    }
+    lua_settop(L, entry);
     lua_getfield(L, entry, "toleration_seconds");
     if (!lua_isnumber(L, -1) || lua_tonumber(L, -1) < 0)
-      lp_problems_add(problems, file, line, "policies(ctx)[%d].toleration_seconds must be a number >= 0",
-                      (int)i);
+      lp_problems_add(problems, file, line,
+                      "policies(ctx)[%d].toleration_seconds is %s; it must be a number of seconds >= 0 (how "
+                      "long the condition may last before the node is repaired)",
+                      (int)i, lua_isnil(L, -1) ? "missing" : luaL_tolstring(L, -1, NULL));
     lua_settop(L, list);
   }
 }
 
 static void validate_cloudprovider(lua_State *L, int idx, const char *file, lp_problems *problems) {
   static const field_rule rules[] = {
-      {"name", LUA_TSTRING, 1},
-      {"instance_types", LUA_TFUNCTION, 1},
-      {"create", LUA_TFUNCTION, 1},
-      {"delete", LUA_TFUNCTION, 1},
-      {"get", LUA_TFUNCTION, 1},
-      {"list", LUA_TFUNCTION, 1},
-      {"resolve_nodeclass", LUA_TFUNCTION, 1},
-      {"provider_id", LUA_TFUNCTION, 1},
-      {"parse_provider_id", LUA_TFUNCTION, 1},
-      {NULL, 0, 0},
+      {"name", LUA_TSTRING, 1, NULL},
+      {"instance_types", LUA_TFUNCTION, 1, "(ctx, nodeclass)"},
+      {"create", LUA_TFUNCTION, 1, "(ctx, req)"},
+      {"delete", LUA_TFUNCTION, 1, "(ctx, instance_id)"},
+      {"get", LUA_TFUNCTION, 1, "(ctx, instance_id)"},
+      {"list", LUA_TFUNCTION, 1, "(ctx)"},
+      {"resolve_nodeclass", LUA_TFUNCTION, 1, "(ctx, nodeclass)"},
+      {"provider_id", LUA_TFUNCTION, 1, "(instance)"},
+      {"parse_provider_id", LUA_TFUNCTION, 1, "(s)"},
+      {NULL, 0, 0, NULL},
   };
   check_fields(L, idx, file, problems, "CloudProvider mapping", rules);
 }
 
 static void validate_nodegroup(lua_State *L, int idx, const char *file, lp_problems *problems) {
   static const field_rule rules[] = {
-      {"name", LUA_TSTRING, 1},
-      {"gpu_label", LUA_TSTRING, 1},
-      {"refresh", LUA_TFUNCTION, 1},
-      {"set_target_size", LUA_TFUNCTION, 1},
-      {"delete_node", LUA_TFUNCTION, 1},
-      {"template_node", LUA_TFUNCTION, 0}, /* the optional ones: without them, UNIMPLEMENTED */
-      {"get_options", LUA_TFUNCTION, 0},   /* NodeGroupGetOptions */
-      {"node_price", LUA_TFUNCTION, 0},    /* PricingNodePrice */
-      {"pod_price", LUA_TFUNCTION, 0},     /* PricingPodPrice */
-      {NULL, 0, 0},
+      {"name", LUA_TSTRING, 1, NULL},
+      {"gpu_label", LUA_TSTRING, 1, NULL},
+      {"refresh", LUA_TFUNCTION, 1, "(ctx)"},
+      {"set_target_size", LUA_TFUNCTION, 1, "(ctx, id, n)"},
+      {"delete_node", LUA_TFUNCTION, 1, "(ctx, id, node)"},
+      {"template_node", LUA_TFUNCTION, 0, "(ctx, id)"}, /* the optional ones: without them, UNIMPLEMENTED */
+      {"get_options", LUA_TFUNCTION, 0, "(...)"},       /* NodeGroupGetOptions */
+      {"node_price", LUA_TFUNCTION, 0, "(...)"},        /* PricingNodePrice */
+      {"pod_price", LUA_TFUNCTION, 0, "(...)"},         /* PricingPodPrice */
+      {NULL, 0, 0, NULL},
   };
   check_fields(L, idx, file, problems, "NodeGroup mapping", rules);
 }

@@ -12,4 +12,18 @@
  * mapping). None is required by the loader; the engine's controllers require the ones they use. */
 extern const lp_module_spec lp_contract_modules[];
 
+/* The candidate at most two edits from word (case-insensitive) and not equal to it, for "did you
+ * mean" hints; NULL when none is that close. candidates is NULL-terminated. */
+const char *lp_contract_closest(const char *word, const char *const *candidates);
+
+/* Where module.function is defined in generation g: returns its first line (0 when unknown) and sets
+ * *file to the script it was defined in, else the module's file, else NULL (caller frees). Loop
+ * thread only. */
+int lp_contract_function_line(lp_generation *g, const char *module, const char *function, char **file);
+
+/* NULL when reason may become a Drifted condition reason (SPEC §4.4); otherwise a malloc'd sentence
+ * starting "is_drifted returned ...", with a hint: a reason is "" or a CamelCase word, and not a typo
+ * of a built-in reason ("ImagDrift"). */
+char *lp_drift_reason_problem(const char *reason);
+
 #endif

@@ -34,6 +34,30 @@
 #include "core/log.h"
 
 #define POLICY_CACHE_ENTRIES 100000
+#define RELOAD_WATCH_MS      1000
+
+/* A hot reload of the drift policy must not wait for each NodeClaim's next evaluation (minutes away):
+ * once a second the script generation is compared, and a new one re-queues every NodeClaim. */
+static void enqueue_claim(const char *key, json_t *obj, void *ud) {
+  (void)obj;
+  lp_controller_enqueue(ud, key);
+}
+
+static void reload_tick(uv_timer_t *t) {
+  drift_state *st = t->data;
+  lp_ctrl_env *env = lp_controller_env(st->c);
+  uint64_t generation = lp_cloudprovider_script_generation(lp_env_cloud(env));
+  if (generation == st->generation) return;
+  st->generation = generation;
+  lp_info(lp_controller_logger(st->c), "scripts reloaded, evaluating every nodeclaim again",
+          LPF_INT("generation", (long long)generation),
+          LPF_INT("nodeclaims", (long long)lp_env_count(env, LP_KIND_NODECLAIM)));
+  lp_env_each(env, LP_KIND_NODECLAIM, enqueue_claim, st->c);
+}
+
+static void reload_watch_closed(uv_handle_t *h) {
+  free(h);
+}
 
 /* ---- state and the drifted gauge -------------------------------------------------------------- */
 
@@ -55,6 +79,12 @@ static void *state_new(lp_controller *c) {
                                   "NodeClaims marked Drifted=True, by drift reason.", LP_LABELS("reason"));
   st->gauge = lp_metrics_gauge(m, "luaprov_nodeclaims_drifted", "NodeClaims with Drifted=True, by NodePool.",
                                LP_LABELS("nodepool"));
+  st->c = c;
+  st->generation = lp_cloudprovider_script_generation(lp_env_cloud(env));
+  st->reload_watch = lp_xmalloc(sizeof *st->reload_watch);
+  uv_timer_init(lp_env_loop(env), st->reload_watch);
+  st->reload_watch->data = st;
+  uv_timer_start(st->reload_watch, reload_tick, RELOAD_WATCH_MS, RELOAD_WATCH_MS);
   return st;
 }
 
@@ -64,6 +94,7 @@ static void state_free(void *state) {
   json_t *count;
   /* a standby reports nothing: the leader's gauge is the one that counts */
   json_object_foreach(st->drifted_per_pool, pool, count) lp_gauge_set(st->gauge, LP_LABELS(pool), 0);
+  uv_close((uv_handle_t *)st->reload_watch, reload_watch_closed);
   lp_cache_free(st->policy);
   json_decref(st->types);
   json_decref(st->nodeclasses);
@@ -99,11 +130,6 @@ static void track_drifted(drift_state *st, const json_t *old_obj, const json_t *
 }
 
 /* ---- watches ------------------------------------------------------------------------------- */
-
-static void enqueue_claim(const char *key, json_t *obj, void *ud) {
-  (void)obj;
-  lp_controller_enqueue(ud, key);
-}
 
 typedef struct pool_scan {
   lp_controller *c;

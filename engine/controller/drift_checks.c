@@ -204,10 +204,12 @@ static void instance_type_check(drift_run *r) {
 
 /* ---- 4. the provider's drift policy ---------------------------------------------------------- */
 
-/* "<ECSNodeClass resourceVersion>\n": the prefix a cached answer must have to be used. */
+/* "<ECSNodeClass resourceVersion>\n<script generation>\n": the prefix a cached answer must have to be
+ * used, so a changed class or a reloaded policy is asked again. */
 static char *policy_prefix(const drift_run *r) {
   const char *rv = lp_obj_resource_version(r->nodeclass);
-  return lp_xasprintf("%s\n", rv ? rv : "");
+  return lp_xasprintf("%s\n%llu\n", rv ? rv : "",
+                      (unsigned long long)lp_cloudprovider_script_generation(lp_env_cloud(r->env)));
 }
 
 static void policy_verdict(drift_run *r, const char *reason) {

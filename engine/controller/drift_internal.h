@@ -28,16 +28,19 @@ typedef struct drift_fetch drift_fetch;
 
 /* The controller's state (state_new). */
 typedef struct drift_state {
-  lp_cache *policy;         /* NodeClaim uid -> "<ECSNodeClass resourceVersion>\n<reason>", TTL resync */
-  json_t *types;            /* ECSNodeClass name -> {"at": monotonic, "types": {name: {"zone|ct": true}}} */
-  drift_fetch *fetches;     /* GetInstanceTypes calls in flight, one per ECSNodeClass */
-  json_t *nodeclasses;      /* lp_cloudprovider_supported_nodeclasses: what "managed" means */
-  json_t *drifted;          /* NodeClaim name -> NodePool, for every cached Drifted=True NodeClaim */
+  lp_cache *policy;     /* NodeClaim uid -> "<ECSNodeClass rv>\n<script generation>\n<reason>", TTL resync */
+  json_t *types;        /* ECSNodeClass name -> {"at": monotonic, "types": {name: {"zone|ct": true}}} */
+  drift_fetch *fetches; /* GetInstanceTypes calls in flight, one per ECSNodeClass */
+  json_t *nodeclasses;  /* lp_cloudprovider_supported_nodeclasses: what "managed" means */
+  json_t *drifted;      /* NodeClaim name -> NodePool, for every cached Drifted=True NodeClaim */
   json_t *drifted_per_pool; /* NodePool -> count of the above */
   lp_metric *evaluations;   /* luaprov_drift_evaluations_total{result} */
   lp_metric *marked;        /* luaprov_drift_marked_total{reason} */
   lp_metric *gauge;         /* luaprov_nodeclaims_drifted{nodepool} */
   double resync_s;          /* settings.nodeclass_resync_s */
+  lp_controller *c;
+  uv_timer_t *reload_watch; /* notices a new script generation: every NodeClaim is evaluated again */
+  uint64_t generation;      /* the generation last seen by reload_watch */
 } drift_state;
 
 typedef struct drift_run drift_run;

@@ -52,12 +52,21 @@ static void log_problems(const char *msg, const lp_problems *problems, const cha
 static void start_watching(lp_script_host *h);
 static void stop_watching(lp_script_host *h);
 
+/* Folders may have appeared or gone, whatever the reload decided: a new empty folder changes no
+ * script (the reload is skipped) but the file written into it next must still be seen. */
+static void rewatch(lp_script_host *h) {
+  if (!h->watch) return;
+  stop_watching(h);
+  start_watching(h);
+}
+
 int lp_script_host_reload(lp_script_host *h, const char *trigger, int force, lp_problems *problems) {
   const char *layers[4] = {NULL};
   for (size_t i = 0; i < h->nlayers; i++) layers[i] = h->layers[i];
   if (!force && lp_layers_digest(layers) == lp_generation_digest(h->current)) {
     lp_counter_inc(h->reloads_total, LP_LABELS("unchanged"));
     lp_debug("engine.script", "scripts unchanged, reload skipped", LPF_STR("trigger", trigger));
+    rewatch(h);
     return 0;
   }
   double started = lp_clock_monotonic();
@@ -68,6 +77,7 @@ int lp_script_host_reload(lp_script_host *h, const char *trigger, int force, lp_
     lp_counter_inc(h->reloads_total, LP_LABELS("error"));
     log_problems("script reload rejected, previous generation stays in service", found, trigger);
     lp_problems_free(&local);
+    rewatch(h);
     return -1;
   }
   lp_generation *old = h->current;
@@ -80,10 +90,7 @@ int lp_script_host_reload(lp_script_host *h, const char *trigger, int force, lp_
           LPF_INT("previous", (long long)lp_generation_id(old)),
           LPF_NUM("load_ms", (lp_clock_monotonic() - started) * 1000.0));
   lp_generation_unref(old); /* tasks still running on it hold their own references */
-  if (h->watch) {
-    stop_watching(h); /* folders may have appeared or gone */
-    start_watching(h);
-  }
+  rewatch(h);
   return 1;
 }
 

@@ -8,7 +8,7 @@ WORK="$(mktemp -d /tmp/luaprov-doccmd-XXXXXX)"
 trap 'jobs -p | xargs -r kill 2>/dev/null; rm -rf "$WORK"' EXIT
 mkdir -p "$WORK/root" "$WORK/blocks"
 ln -s "$BUILD" "$WORK/root/build"
-for entry in spec policies providers sim examples docs; do [[ -e "$ROOT/$entry" ]] && ln -s "$ROOT/$entry" "$WORK/root/$entry"; done
+for entry in spec policies providers sim examples docs testkit; do [[ -e "$ROOT/$entry" ]] && ln -s "$ROOT/$entry" "$WORK/root/$entry"; done
 for doc in "$ROOT"/docs/*.md; do
   awk -v dir="$WORK/blocks" -v base="$(basename "$doc" .md)" '
     /^```sh$/ { n++; file = sprintf("%s/%s-%02d.sh", dir, base, n); inblock = 1; next }

@@ -32,6 +32,13 @@ cp "$LUAPROV_SOURCE_DIR/policies/repair.lua" "$WORK/scripts/policies/repair.lua"
 wait_for "reload of the fixed file" metric_is luaprov_script_generation 3
 kill -HUP "$ENGINE_PID"
 wait_for "SIGHUP reload" metric_is luaprov_script_generation 4
+
+# A new folder changes no script (no reload), but a file written into it afterwards is seen.
+mkdir -p "$WORK/scripts/policies/extra"
+sleep 0.3
+wait_for "the empty folder noticed" metric_is 'luaprov_script_reload_total{result="unchanged"}' 1
+printf 'return { answer = 42 }\n' > "$WORK/scripts/policies/extra/answer.lua"
+wait_for "a file in a new folder reloads" metric_is luaprov_script_generation 5
 grep -q '"trigger":"SIGHUP"' "$ENGINE_LOG" || fail "SIGHUP named as the trigger"
 
 # Every log line is JSON with the stable keys.

@@ -96,4 +96,35 @@ got="$("$LUAPROV" eval tags --nodeclaim "$WORK/bad.yaml" --nodeclass "$WORK/clas
 got="$("$LUAPROV" eval drift --nodeclaim "$WORK/claim.yaml")" && fail "missing file should exit 1"
 [[ "$got" == '{"error":"--nodeclass FILE is required"}' ]] || fail "missing flag message: $got"
 
+# Fixtures with a misspelled top-level field, the wrong kind or broken YAML: one line naming the flag,
+# the file, the line of the field and a hint.
+fixture_says() { # fixture_says EXPECTED_ERROR ARGS...
+  local want="$1" got
+  shift
+  got="$("$LUAPROV" eval "$@" 2>/dev/null)" && fail "eval $*: should exit 1, printed $got"
+  [[ "$got" == "{\"error\":\"$want\"}" ]] || fail "eval $*: expected {\"error\":\"$want\"}, got $got"
+}
+reset
+cd "$WORK"
+sed 's/^metadata:/metdata:/' claim.yaml > metdata.yaml
+fixture_says "--nodeclaim metdata.yaml:4: unknown top-level field 'metdata'; did you mean 'metadata'?" \
+  drift --nodeclaim metdata.yaml --nodeclass class.json --instance instance.json
+sed 's/^status:/stauts:/' claim.yaml > stauts.yaml
+fixture_says "--nodeclaim stauts.yaml:22: unknown top-level field 'stauts'; did you mean 'status'?" \
+  tags --nodeclaim stauts.yaml --nodeclass class.json
+sed 's/"status":/"stauts":/' class.json > stauts.json
+fixture_says "--nodeclass stauts.json:17: unknown top-level field 'stauts'; did you mean 'status'?" \
+  drift --nodeclaim claim.yaml --nodeclass stauts.json --instance instance.json
+sed 's/"image_id"/"imageid"/' instance.json > imageid.json
+fixture_says "--instance imageid.json:7: unknown top-level field 'imageid'; did you mean 'image_id'?" \
+  drift --nodeclaim claim.yaml --nodeclass class.json --instance imageid.json
+printf 'apiVersion: v1\nkind: Node\nmetadata:\n  name: n1\n' > node.yaml
+fixture_says "--nodeclaim node.yaml:2: kind is Node, expected NodeClaim; pass the object of that kind (kubectl get ... -o yaml)" \
+  drift --nodeclaim node.yaml --nodeclass class.json --instance instance.json
+fixture_says "--instance claim.yaml:3: is a Kubernetes NodeClaim, not an instance; --instance takes the instance shape of SPEC §4.6 (id, region, zone, instance_type, image_id, ...)" \
+  drift --nodeclaim claim.yaml --nodeclass class.json --instance claim.yaml
+fixture_says "--nodeclaim bad.yaml: did not find expected ',' or ']' at line 3, column 1; the file must be one JSON or YAML object as kubectl get -o json|yaml prints it" \
+  tags --nodeclaim bad.yaml --nodeclass class.json
+cd - >/dev/null
+
 echo "eval: ok"

@@ -1,9 +1,10 @@
 -- policies/tags.lua: SPEC §5 rule 7, the engine's tags win over the class's.
+local kit = require "luaprov.testkit"
 local tags = require "policies.tags"
 
 describe("tags policy", function()
-  local nodeclaim = { metadata = { name = "default-x1", labels = { ["karpenter.sh/nodepool"] = "default" } } }
-  local nodeclass = { metadata = { name = "gpu" }, spec = { tags = {
+  local nodeclaim = kit.nodeclaim { metadata = { name = "default-x1" } }
+  local nodeclass = kit.nodeclass { metadata = { name = "gpu" }, spec = { tags = {
     team = "ml", ["kubernetes.io/cluster/c-1"] = "shared", ["ecs:ecs-cluster-id"] = "spoofed" } } }
 
   it("merges the class's tags with the engine's, the engine's winning", function()
@@ -14,13 +15,15 @@ describe("tags policy", function()
       ["karpenter.sh/nodeclaim"] = "default-x1",
       ["karpenter.k8s.alibabacloud/ecsnodeclass"] = "gpu",
       ["ecs:ecs-cluster-id"] = "c-1",
-    }, tags.build_instance_tags(nodeclaim, nodeclass, { cluster_id = "c-1", region = "cn-hangzhou" }))
+    }, tags.build_instance_tags(nodeclaim, nodeclass, kit.ctx { cluster_id = "c-1" }))
   end)
 
   it("works for a class without tags and a claim without a pool", function()
-    local got = tags.build_instance_tags({ metadata = { name = "n" } }, { metadata = { name = "c" } },
-      { cluster_id = "c-2" })
+    local claim = kit.nodeclaim { metadata = { name = "n", labels = kit.NONE } }
+    local class = kit.nodeclass { metadata = { name = "c" }, spec = kit.NONE }
+    local got = tags.build_instance_tags(claim, class, kit.ctx { cluster_id = "c-2" })
     assert.equals("owned", got["kubernetes.io/cluster/c-2"])
     assert.equals("", got["karpenter.sh/nodepool"])
+    assert.equals("c-2", got["ecs:ecs-cluster-id"])
   end)
 end)
