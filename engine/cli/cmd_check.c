@@ -57,6 +57,15 @@ static int check_tree(const char *dir, const char *defaults) {
   }
   lp_script_files files = {0};
   lp_script_tree_list(dir, &files);
+  if (files.count == 0) {
+    /* checking nothing must not look like a pass: usually the policies/ folder was given */
+    printf("%s: no scripts found: a scripts tree holds policies/*.lua and providers/<name>/*.lua; pass its "
+           "root (the folder that contains policies/)\n",
+           dir);
+    lp_script_files_free(&files);
+    lp_generation_unref(g);
+    return 1;
+  }
   int entries = 0;
   for (const lp_module_spec *m = lp_contract_modules; m->module; m++)
     if (lp_generation_module_file(g, m->module)) entries++;

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "contract/cloudprovider_internal.h"
+#include "contract/contracts.h"
 #include "contract/shapes.h"
 #include "core/log.h"
 
@@ -53,14 +54,13 @@ static void drift_done(op *o, json_t *values, lp_error *err) {
   }
   json_t *reason = json_array_get(values, 0);
   const char *r = json_is_null(reason) || !reason ? "" : json_string_value(reason);
-  if (!r || !lp_drift_reason_valid(r)) {
+  /* the same rule `luaprov eval` applies: "" or CamelCase, and not one typo from a built-in reason */
+  char *problem =
+      r ? lp_drift_reason_problem(r) : lp_xstrdup("is_drifted returned a value that is not a string");
+  if (problem) {
     json_decref(values);
-    drift_answered(o, "error", r, NULL);
-    cp_finish(o, NULL,
-              cp_contract_error(o, "policies.drift", "is_drifted",
-                                lp_xstrdup("returned a reason that is not \"\" or a CamelCase word like "
-                                           "\"ImageDrift\""),
-                                "SPEC §4.4"));
+    drift_answered(o, "error", NULL, NULL);
+    cp_finish(o, NULL, cp_contract_error(o, "policies.drift", "is_drifted", problem, "SPEC §4.4"));
     return;
   }
   drift_answered(o, *r ? "drifted" : "not_drifted", r, NULL);

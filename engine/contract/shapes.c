@@ -66,14 +66,6 @@ static char *check_requirements(const json_t *reqs, const char *where) {
   return NULL;
 }
 
-int lp_drift_reason_valid(const char *s) {
-  if (!*s) return 1;
-  if (!(*s >= 'A' && *s <= 'Z')) return 0;
-  for (; *s; s++)
-    if (!((*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9'))) return 0;
-  return 1;
-}
-
 const char *lp_requirement_single_value(const json_t *requirements, const char *key) {
   size_t i;
   const json_t *r;

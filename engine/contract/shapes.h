@@ -28,10 +28,6 @@ char *lp_check_repair_policies(const json_t *policies);
 /* A tag map: string keys to string values, keys non-empty. */
 char *lp_check_tags(const json_t *tags);
 
-/* Non-zero when reason is "" or a CamelCase word ("ImageDrift"): it becomes a Kubernetes condition
- * reason, which the API restricts to that form. */
-int lp_drift_reason_valid(const char *reason);
-
 /* The single value of the requirement `key` in a requirement list, or NULL. */
 const char *lp_requirement_single_value(const json_t *requirements, const char *key);
 

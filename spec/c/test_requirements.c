@@ -4,6 +4,7 @@
 
 #include "check.h"
 #include "contract/requirements.h"
+#include "contract/contracts.h"
 #include "contract/shapes.h"
 #include "core/yaml.h"
 
@@ -145,10 +146,16 @@ static void test_instance_shape(void) {
   CHECK_STR(p, "the instance has no string 'image_id'");
   free(p);
   json_decref(inst);
-  CHECK(lp_drift_reason_valid(""));
-  CHECK(lp_drift_reason_valid("ImageDrift"));
-  CHECK(!lp_drift_reason_valid("image drift"));
-  CHECK(!lp_drift_reason_valid("imageDrift"));
+  /* drift reasons: "" or CamelCase (a condition reason), and not one typo from a built-in one */
+  CHECK(lp_drift_reason_problem("") == NULL);
+  CHECK(lp_drift_reason_problem("ImageDrift") == NULL);
+  CHECK(lp_drift_reason_problem("RetiredTeamDrift") == NULL);
+  p = lp_drift_reason_problem("stale image");
+  CHECK_CONTAINS(p, "a CamelCase word");
+  free(p);
+  p = lp_drift_reason_problem("ImagDrift");
+  CHECK_CONTAINS(p, "did you mean \"ImageDrift\"?");
+  free(p);
 }
 
 static void test_yaml(void) {

@@ -158,4 +158,16 @@ LUA
 eval_says "tags_nonstring/policies/tags.lua:2: build_instance_tags returned tag 'cost' = 42, a number; tag values must be strings (wrap it in tostring())" \
   tags --scripts tags_nonstring --nodeclaim "$F/nodeclaim.yaml" --nodeclass "$F/nodeclass.json"
 
+# The policies/ folder given instead of the tree's root: checking nothing must not pass.
+tree folder_given repair.lua <<'LUA'
+local M = {}
+function M.policies() return {} end
+return M
+LUA
+status=0
+got="$("$LUAPROV" check folder_given/policies 2>/dev/null)" || status=$?
+[[ "$status" == 1 ]] || fail "check of a policies/ folder: expected exit 1, got $status ($got)"
+[[ "$got" == "folder_given/policies: no scripts found: a scripts tree holds policies/*.lua and providers/<name>/*.lua; pass its root (the folder that contains policies/)" ]] \
+  || fail "check of a policies/ folder: got '$got'"
+
 echo "check_messages: ok"

@@ -51,8 +51,10 @@ describe("testkit assertions", function()
     assert.valid_repair_policies({})
     local msg = failure(assert.valid_repair_policies, { { condition_type = "Ready", condition_status = "false",
       toleration_seconds = 1 } })
-    assert.matches('policies(ctx)[1].condition_status must be "True", "False" or "Unknown"', msg, 1, true)
-    assert.same({ false, "policies(ctx)[1].toleration_seconds must be a number >= 0" },
+    assert.matches('policies(ctx)[1].condition_status is "false"; it must be "True", "False" or "Unknown" '
+      .. '(did you mean "False"?)', msg, 1, true)
+    assert.same({ false, "policies(ctx)[1].toleration_seconds is -1; it must be a number of seconds >= 0 (how long "
+      .. "the condition may last before the node is repaired)" },
       { kit.check_repair_policies({ { condition_type = "X", condition_status = "True", toleration_seconds = -1 } }) })
   end)
 end)

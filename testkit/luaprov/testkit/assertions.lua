@@ -30,7 +30,17 @@ local function show(reason, err)
   return ("drifted: %q"):format(reason)
 end
 
---- check_repair_policies(list) -> true | false, message: the engine's load-time check (same texts).
+local FIELDS = { condition_type = true, condition_status = true, toleration_seconds = true }
+
+-- The value as the engine's messages show it: "missing", a quoted string, or tostring.
+local function shown(v)
+  if v == nil then return "missing" end
+  if type(v) == "string" then return ("%q"):format(v) end
+  return tostring(v)
+end
+
+--- check_repair_policies(list) -> true | false, message: the engine's load-time check of a repair
+-- policy list, with the texts `luaprov check` prints after "file:line: " (engine/contract/contracts.c).
 function M.check_repair_policies(list)
   if type(list) ~= "table" then
     return false, "policies(ctx) must return a list of {condition_type, condition_status, toleration_seconds}, not a "
@@ -38,14 +48,29 @@ function M.check_repair_policies(list)
   end
   for i, p in ipairs(list) do
     if type(p) ~= "table" then return false, ("policies(ctx)[%d] must be a table, not a %s"):format(i, type(p)) end
+    for k in pairs(p) do
+      if not FIELDS[k] then
+        return false, ("policies(ctx)[%d] has unknown field '%s'; an entry holds only condition_type, "
+          .. "condition_status and toleration_seconds"):format(i, tostring(k))
+      end
+    end
     if type(p.condition_type) ~= "string" or p.condition_type == "" then
-      return false, ("policies(ctx)[%d].condition_type must be a non-empty string"):format(i)
+      return false, ('policies(ctx)[%d].condition_type must be a non-empty string, not %s; name a Node '
+        .. 'condition such as "Ready"'):format(i, p.condition_type == nil and "missing" or tostring(p.condition_type))
     end
     if not STATUSES[p.condition_status] then
-      return false, ('policies(ctx)[%d].condition_status must be "True", "False" or "Unknown"'):format(i)
+      local near = ""
+      for status in pairs(STATUSES) do
+        if type(p.condition_status) == "string" and status:lower() == p.condition_status:lower() then
+          near = (' (did you mean "%s"?)'):format(status)
+        end
+      end
+      return false, ('policies(ctx)[%d].condition_status is %s; it must be "True", "False" or "Unknown"%s')
+        :format(i, shown(p.condition_status), near)
     end
     if type(p.toleration_seconds) ~= "number" or p.toleration_seconds < 0 then
-      return false, ("policies(ctx)[%d].toleration_seconds must be a number >= 0"):format(i)
+      return false, ("policies(ctx)[%d].toleration_seconds is %s; it must be a number of seconds >= 0 (how long "
+        .. "the condition may last before the node is repaired)"):format(i, shown(p.toleration_seconds))
     end
   end
   return true
