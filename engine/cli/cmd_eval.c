@@ -23,7 +23,8 @@ static const char usage[] =
     "\n"
     "Runs one policy or mapping function on objects read from files, with the scripts of DIR (files it\n"
     "does not hold come from the default tree), and prints one JSON document:\n"
-    "  drift           {\"reason\": \"ImageDrift\"} (\"\" when not drifted)\n"
+    "  drift           {\"reason\": \"ImageDrift\"} (\"\" when not drifted; when the policy cannot tell\n"
+    "                  yet, {\"reason\": \"\", \"undecided\": \"why\"}: the engine leaves Drifted as it is)\n"
     "  repair          [{\"condition_type\", \"condition_status\", \"toleration_seconds\"}]\n"
     "  tags            {\"tag-key\": \"value\", ...}\n"
     "  instance-types  [{\"name\", \"requirements\", \"offerings\", \"capacity\", \"overhead\"}]\n"
@@ -225,10 +226,20 @@ static void policy_error(lp_script_host *h, const char *module, const char *func
 
 static json_t *eval_drift(lp_script_host *h, json_t *ctx, json_t **objects, lp_error **err) {
   if (objects[F_NODEPOOL]) json_object_set(ctx, "nodepool", objects[F_NODEPOOL]);
+  lp_error *call_err = NULL;
   json_t *reason = call_policy(
       h, "policies.drift", "is_drifted",
-      json_pack("[OOOO]", objects[F_NODECLAIM], objects[F_NODECLASS], objects[F_INSTANCE], ctx), err);
-  if (!reason) return NULL;
+      json_pack("[OOOO]", objects[F_NODECLAIM], objects[F_NODECLASS], objects[F_INSTANCE], ctx), &call_err);
+  if (!reason && strcmp(call_err->code, "PolicyUndecided") == 0) {
+    /* nil, message is an answer, "not known yet": the engine leaves the Drifted condition as it is */
+    json_t *out = json_pack("{s:s, s:s}", "reason", "", "undecided", call_err->message);
+    lp_error_free(call_err);
+    return out;
+  }
+  if (!reason) {
+    *err = call_err;
+    return NULL;
+  }
   const char *r = json_is_null(reason) ? "" : json_string_value(reason);
   char *problem = NULL;
   if (!r) {
