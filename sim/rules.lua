@@ -1,6 +1,7 @@
 -- Fault-rule plumbing shared by the simulators: validators for the fields of a rule spec, an ordered
 -- rule set (ids, skip/count firing, list, remove, reset), and the /_sim/faults admin endpoints. Each
 -- simulator keeps its own kinds, matching and messages in its faults.lua.
+local clock = require "sim.clock"
 local M = {}
 
 --- opt_string(spec, name) -> the string field, nil, or nil, message.
@@ -107,8 +108,8 @@ function Set:remove(id)
   return false
 end
 
---- admin(opts) -> helpers for a simulator's admin paths: reply, bad, body_json, fault_list and
--- handle_faults. opts: json (luaprov.json), wire (with list and json_response), faults (add, list,
+--- admin(opts) -> helpers for a simulator's admin paths: reply, bad, body_json, fault_list,
+-- handle_faults and handle_clock. opts: json (luaprov.json), wire (with list and json_response), faults (add, list,
 -- remove, reset), objects_only (a body must decode to a table: "the body is not a JSON object or
 -- list"; otherwise any JSON value: "the body is not JSON").
 function M.admin(opts)
@@ -156,6 +157,29 @@ function M.admin(opts)
       added[#added + 1] = rule
     end
     return A.reply(200, { added = wire.list(added), faults = A.fault_list() })
+  end
+
+  --- handle_clock(request) -> the response for POST /_sim/advance {"seconds"} and GET/POST /_sim/clock
+  -- {"speed"} (the simulated clock every simulator shares), or nil for any other request.
+  function A.handle_clock(request)
+    local path, method = request.path, request.method
+    if path == "/_sim/clock" and method == "GET" then return A.reply(200, clock.state()) end
+    if not (method == "POST" and (path == "/_sim/advance" or path == "/_sim/clock")) then return nil end
+    local body, err = A.body_json(request, true)
+    if not body then return A.bad(err) end
+    if path == "/_sim/advance" then
+      local seconds = body.seconds
+      if type(seconds) ~= "number" or seconds < 0 or seconds ~= seconds or seconds == math.huge then
+        return A.bad("seconds must be a number >= 0")
+      end
+      clock.advance(seconds)
+    else
+      if type(body.speed) ~= "number" or body.speed < 0 or body.speed > 10000 then
+        return A.bad("speed must be a number between 0 and 10000")
+      end
+      clock.set_speed(body.speed)
+    end
+    return A.reply(200, clock.state())
   end
 
   --- handle_faults(request) -> the response for GET/POST/DELETE /_sim/faults and DELETE

@@ -38,27 +38,6 @@ local function get_state()
     total_calls = c.total_calls })
 end
 
-local function post_advance(request)
-  local body, err = body_json(request, true)
-  if not body then return bad(err) end
-  local seconds = body.seconds
-  if type(seconds) ~= "number" or seconds < 0 or seconds ~= seconds or seconds == math.huge then
-    return bad("seconds must be a number >= 0")
-  end
-  clock.advance(seconds)
-  return reply(200, clock.state())
-end
-
-local function post_clock(request)
-  local body, err = body_json(request, true)
-  if not body then return bad(err) end
-  if type(body.speed) ~= "number" or body.speed < 0 or body.speed > 10000 then
-    return bad("speed must be a number between 0 and 10000")
-  end
-  clock.set_speed(body.speed)
-  return reply(200, clock.state())
-end
-
 local function cluster_summary()
   local s = cluster.summary()
   local autoscaled = 0
@@ -132,11 +111,8 @@ function M.handle(request)
   if path == "/_sim/state" and method == "GET" then return get_state() end
   local faults_response = admin.handle_faults(request)
   if faults_response then return faults_response end
-  if path == "/_sim/advance" and method == "POST" then return post_advance(request) end
-  if path == "/_sim/clock" then
-    if method == "GET" then return reply(200, clock.state()) end
-    if method == "POST" then return post_clock(request) end
-  end
+  local clock_response = admin.handle_clock(request)
+  if clock_response then return clock_response end
   if path == "/_sim/reset" and method == "POST" then
     M.reset_all()
     return reply(200, { reset = true, time = clock.state() })
