@@ -151,6 +151,7 @@ ng_snapshot *ng_snapshot_build(const json_t *groups, char **problem, const char 
   s->by_provider_id = json_object();
   s->taken_at = lp_clock_monotonic();
   s->ngroups = ngroups;
+  s->ninstances = ninstances;
   size_t next = 0;
   json_t *g;
   json_array_foreach(s->doc, i, g) {

@@ -177,6 +177,8 @@ static int target_of(const char *id) {
                                      LP_LABELS("result")),                                                   \
                   LP_LABELS(result))
 
+#define gauge(name) lp_metric_value(lp_metrics_find(lp_metrics_default(), name), NULL)
+
 static lp_nodegroups *new_nodegroups(double max_stale_s) {
   lp_nodegroups_config cfg = {&loop,      scripts, NULL, "ke1m4ea3j8w6kkvp", "http://127.0.0.1:9/kaas",
                               max_stale_s};
@@ -195,6 +197,9 @@ static void test_refresh_and_readers(void) {
   CHECK_STR(json_string_value(json_object_get(call, "endpoint")), "http://127.0.0.1:9/kaas");
   json_decref(state);
   CHECK_INT(lp_ng_count(ng), 2);
+  /* the gauges count the snapshot: 2 groups, 3 + 2 instances */
+  CHECK(gauge("luaprov_nodegroup_groups") == 2);
+  CHECK(gauge("luaprov_nodegroup_instances") == 5);
   const lp_ng_group *a = lp_ng_at(ng, 0), *b = lp_ng_find(ng, "pool-b");
   CHECK_STR(a->id, "pool-a");
   CHECK_INT(a->min_size, 1);
@@ -230,6 +235,8 @@ static void test_refresh_and_readers(void) {
   CHECK_INT(lp_ng_count(ng), 1);
   CHECK(lp_ng_for_node(ng, "bizflycloud://b1") == NULL);
   CHECK_INT(lp_ng_find(ng, "pool-c")->ninstances, 0);
+  CHECK(gauge("luaprov_nodegroup_groups") == 1);
+  CHECK(gauge("luaprov_nodegroup_instances") == 0);
   /* an empty cluster is a valid snapshot */
   load("{\"groups\": {}}");
   CHECK(refresh() == NULL);
