@@ -156,6 +156,11 @@ int lp_obj_deleting(const json_t *obj);
 int lp_obj_has_finalizer(const json_t *obj, const char *name);
 /* A new JSON array: obj's finalizers with name added (add != 0) or removed. */
 json_t *lp_obj_finalizers_with(const json_t *obj, const char *name, int add);
+/* A new ownerReference naming owner (borrowed; a cached object) as of api_version and kind, the way
+ * Karpenter writes them: name, uid, blockOwnerDeletion true, not controller. The garbage collector
+ * deletes the owned object once its owner is gone, so what a NodePool or NodeClaim made goes with it.
+ * The uid is left out when owner has none (only a test object lacks one). */
+json_t *lp_obj_owner_ref(const json_t *owner, const char *api_version, const char *kind);
 /* The value at a dotted path ("spec.nodeClassRef"), borrowed, or NULL. */
 json_t *lp_obj_get(const json_t *obj, const char *dotted_path);
 /* A string at a dotted path ("status.providerID", "spec.nodeClassRef.name"), borrowed, or NULL. */

@@ -3,7 +3,8 @@
  *
  * The replacement is what the NodePool would launch today for the candidate's pods: generateName
  * "<nodepool>-", the template's labels (plus karpenter.sh/nodepool) and annotations, the NodePool's
- * current karpenter.sh/nodepool-hash and -hash-version, luaprov.io/replaces=<candidate>; in spec the
+ * current karpenter.sh/nodepool-hash and -hash-version, luaprov.io/replaces=<candidate>, the
+ * provisioner's ownerReference to the NodePool (so deleting the NodePool deletes it too); in spec the
  * template's nodeClassRef, taints, startupTaints, expireAfter and terminationGracePeriod, the
  * candidate's resources.requests, and requirements that are the template's plus those of the
  * candidate's that still agree with them (a zone or instance type its pods narrowed it to). Copying
@@ -77,9 +78,10 @@ json_t *dz_replacement_for(const json_t *claim, const json_t *nodepool) {
   if (json_is_object(resources)) json_object_set_new(spec, "resources", json_deep_copy(resources));
 
   char *generate = lp_xasprintf("%s-", pool);
-  json_t *out = json_pack("{s:s, s:s, s:{s:s, s:o, s:o}, s:o}", "apiVersion", "karpenter.sh/v1", "kind",
-                          "NodeClaim", "metadata", "generateName", generate, "labels", labels, "annotations",
-                          annotations, "spec", spec);
+  json_t *out = json_pack("{s:s, s:s, s:{s:s, s:o, s:o, s:[o]}, s:o}", "apiVersion", "karpenter.sh/v1",
+                          "kind", "NodeClaim", "metadata", "generateName", generate, "labels", labels,
+                          "annotations", annotations, "ownerReferences",
+                          lp_obj_owner_ref(nodepool, "karpenter.sh/v1", "NodePool"), "spec", spec);
   free(generate);
   return out;
 }

@@ -321,6 +321,11 @@ json_t *lp_obj_finalizers_with(const json_t *obj, const char *name, int add) {
   return out;
 }
 
+json_t *lp_obj_owner_ref(const json_t *owner, const char *api_version, const char *kind) {
+  return json_pack("{s:s, s:s, s:s?, s:s*, s:b}", "apiVersion", api_version, "kind", kind, "name",
+                   lp_obj_name(owner), "uid", lp_obj_uid(owner), "blockOwnerDeletion", 1);
+}
+
 /* ---- time ---------------------------------------------------------------------------------- */
 
 void lp_rfc3339(double t, char out[21]) {

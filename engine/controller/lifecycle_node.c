@@ -133,10 +133,7 @@ static json_t *registered_node(const json_t *node, const json_t *claim) {
   size_t i;
   json_t *o;
   json_array_foreach(owners, i, o) owned |= same(str(o, "uid"), lp_obj_uid(claim));
-  if (!owned)
-    json_array_append_new(owners, json_pack("{s:s, s:s, s:s, s:s, s:b}", "apiVersion", "karpenter.sh/v1",
-                                            "kind", "NodeClaim", "name", lp_obj_name(claim), "uid",
-                                            lp_obj_uid(claim), "blockOwnerDeletion", 1));
+  if (!owned) json_array_append_new(owners, lp_obj_owner_ref(claim, "karpenter.sh/v1", "NodeClaim"));
 
   merge_object(md, "labels", json_object_get(claim_md, "labels"));
   merge_object(md, "annotations", json_object_get(claim_md, "annotations"));

@@ -95,11 +95,10 @@ static json_t *claim_object(pv_pass *p, const pv_claim *c) {
   pv_res requests = pv_res_sum(&c->requests, &c->pool->daemon);
   json_object_set_new(spec, "resources", json_pack("{s:o}", "requests", pv_res_to_list(&p->dims, &requests)));
   char *generate = lp_xasprintf("%s-", c->pool->name);
-  json_t *claim = json_pack(
-      "{s:s, s:s, s:{s:s, s:o, s:o, s:[{s:s, s:s, s:s, s:s*, s:b}]}, s:o}", "apiVersion", "karpenter.sh/v1",
-      "kind", "NodeClaim", "metadata", "generateName", generate, "labels", claim_labels(c), "annotations",
-      claim_annotations(c), "ownerReferences", "apiVersion", "karpenter.sh/v1", "kind", "NodePool", "name",
-      c->pool->name, "uid", lp_obj_uid(c->pool->obj), "blockOwnerDeletion", 1, "spec", spec);
+  json_t *claim = json_pack("{s:s, s:s, s:{s:s, s:o, s:o, s:[o]}, s:o}", "apiVersion", "karpenter.sh/v1",
+                            "kind", "NodeClaim", "metadata", "generateName", generate, "labels",
+                            claim_labels(c), "annotations", claim_annotations(c), "ownerReferences",
+                            lp_obj_owner_ref(c->pool->obj, "karpenter.sh/v1", "NodePool"), "spec", spec);
   free(generate);
   return claim;
 }

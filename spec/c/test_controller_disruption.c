@@ -323,6 +323,7 @@ static void test_replace_one_at_a_time(void) {
 
   json_t *items = pool_claims();
   CHECK_INT(json_array_size(items), 3);
+  json_t *pool = ctrl_get(&f, POOLS "/" POOL);
   size_t i;
   json_t *c;
   json_array_foreach(items, i, c) {
@@ -330,7 +331,17 @@ static void test_replace_one_at_a_time(void) {
     CHECK(strncmp(lp_obj_name(c), POOL "-", strlen(POOL) + 1) == 0);
     CHECK(annotation(c, DZ_ANNOTATION_REPLACES) != NULL);
     CHECK(!lp_condition_is(c, "Drifted", "True"));
+    /* owned by the NodePool as the provisioner's are, so the garbage collector deletes it with it */
+    json_t *owners = json_object_get(json_object_get(c, "metadata"), "ownerReferences");
+    CHECK_INT(json_array_size(owners), 1);
+    json_t *owner = json_array_get(owners, 0);
+    CHECK_STR(lp_obj_str(owner, "apiVersion"), "karpenter.sh/v1");
+    CHECK_STR(lp_obj_str(owner, "kind"), "NodePool");
+    CHECK_STR(lp_obj_str(owner, "name"), POOL);
+    CHECK_STR(lp_obj_str(owner, "uid"), lp_obj_uid(pool));
+    CHECK(json_is_true(json_object_get(owner, "blockOwnerDeletion")));
   }
+  json_decref(pool);
   json_decref(items);
   rollout_free(&r);
 }
