@@ -101,6 +101,12 @@ void ng_finish(ng_op *o, lp_error *err, json_t *node) {
   free(o);
 }
 
+lp_ng_group *ng_group_or_fail(ng_op *o) {
+  lp_ng_group *g = ng_snapshot_find(o->ng->snapshot, o->id);
+  if (!g) ng_finish(o, lp_error_new("NotFound", "NodeGroup \"%s\", not found", o->id), NULL);
+  return g;
+}
+
 /* "providers/bizfly/init.lua: refresh: <problem> (SPEC §4.5)"; takes problem. */
 lp_error *ng_contract_error(lp_nodegroups *ng, const char *function, char *problem, const char *rule) {
   const char *file = lp_generation_module_file(lp_script_host_current(ng->scripts), ng->mapping);

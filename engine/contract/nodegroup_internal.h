@@ -78,6 +78,9 @@ void ng_enqueue(ng_op *o);
 /* Calls the operation's done with err and node (ownership passes), lets the next mutation of the
  * group start and frees o. */
 void ng_finish(ng_op *o, lp_error *err, json_t *node);
+/* The group o names in the snapshot; else ends o with NotFound (the message names the id, in the
+ * upstream provider's words) and returns NULL. */
+lp_ng_group *ng_group_or_fail(ng_op *o);
 /* "providers/bizfly/init.lua: refresh: <problem> (SPEC §4.5)"; takes problem. */
 lp_error *ng_contract_error(lp_nodegroups *ng, const char *function, char *problem, const char *rule);
 /* Calls mapping.function(args...) (args stolen) as a task; next gets the results array or an error

@@ -127,12 +127,13 @@ static void options_done(void *ud, json_t *values, lp_error *err) {
   ng_finish(o, NULL, merged);
 }
 
+/* The group is checked before the mapping's exports: an UNIMPLEMENTED answer would tell the autoscaler
+ * the group exists and takes its defaults. Without get_options and before the first snapshot there is
+ * nothing to check the id against, and UNIMPLEMENTED is the answer (the autoscaler lists the groups
+ * before it asks for their options). */
 static void options_run(ng_op *o) {
+  if (o->ng->snapshot && !ng_group_or_fail(o)) return;
   if (unimplemented(o, "get_options", "the autoscaler's own options apply")) return;
-  if (!ng_snapshot_find(o->ng->snapshot, o->id)) {
-    ng_finish(o, lp_error_new("NotFound", "NodeGroup \"%s\", not found", o->id), NULL);
-    return;
-  }
   ng_call_mapping(o->ng, "get_options", json_pack("[OsO]", o->ng->ctx, o->id, o->args), options_done, o);
 }
 

@@ -7,12 +7,6 @@
 
 /* ---- IncreaseSize, DecreaseTargetSize ---------------------------------------------------- */
 
-static lp_ng_group *group_or_fail(ng_op *o) {
-  lp_ng_group *g = ng_snapshot_find(o->ng->snapshot, o->id);
-  if (!g) ng_finish(o, lp_error_new("NotFound", "NodeGroup \"%s\", not found", o->id), NULL);
-  return g;
-}
-
 static void resized(void *ud, json_t *values, lp_error *err) {
   ng_op *o = ud;
   json_decref(values);
@@ -42,7 +36,7 @@ static void increase_run(ng_op *o) {
     ng_finish(o, lp_error_new("InvalidArgument", "delta must be positive, have: %d", o->delta), NULL);
     return;
   }
-  lp_ng_group *g = group_or_fail(o);
+  lp_ng_group *g = ng_group_or_fail(o);
   if (!g) return;
   o->target = (long long)g->target_size + o->delta;
   if (o->target > g->max_size) {
@@ -61,7 +55,7 @@ static void decrease_run(ng_op *o) {
     ng_finish(o, lp_error_new("InvalidArgument", "delta must be negative, have: %d", o->delta), NULL);
     return;
   }
-  lp_ng_group *g = group_or_fail(o);
+  lp_ng_group *g = ng_group_or_fail(o);
   if (!g) return;
   o->target = (long long)g->target_size + o->delta;
   int existing = ng_group_live_instances(g);
@@ -154,7 +148,7 @@ static void delete_next(ng_op *o) {
 }
 
 static void delete_run(ng_op *o) {
-  lp_ng_group *g = group_or_fail(o);
+  lp_ng_group *g = ng_group_or_fail(o);
   if (!g) return;
   /* every node first: a request with a stranger in it deletes nothing */
   size_t i;
@@ -246,7 +240,7 @@ static void template_done(void *ud, json_t *values, lp_error *err) {
 }
 
 static void template_run(ng_op *o) {
-  if (!group_or_fail(o)) return;
+  if (!ng_group_or_fail(o)) return;
   if (!ng_mapping_has(o->ng, "template_node")) {
     ng_finish(o,
               lp_error_new("Unimplemented",

@@ -223,6 +223,11 @@ static void test_get_options_nil_and_errors(void) {
   options_of("pool-a", ca_defaults, &code);
   CHECK_STR(code, "Unimplemented");
   CHECK_CONTAINS(last_message, "has no get_options");
+  /* an unknown group is NotFound all the same: the autoscaler must not take it for a group of ours */
+  CHECK(lp_ng_has_snapshot(ng));
+  options_of("pool-z", ca_defaults, &code);
+  CHECK_STR(code, "NotFound");
+  CHECK_STR(last_message, "NodeGroup \"pool-z\", not found");
   size_t n;
   json_decref(last_call("get_options", &n));
   CHECK_INT(n, 0);

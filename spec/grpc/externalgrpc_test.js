@@ -296,6 +296,32 @@ test('optional RPCs answer UNIMPLEMENTED, never OK with an empty body', async ({
   await fails(client, 'NodeGroupTemplateNodeInfo', { id: SYSTEM }, C.NOT_FOUND);
 });
 
+// The autoscaler asks about a group it no longer should (a pool deleted, or its autoscaling turned off):
+// every RPC naming it answers NOT_FOUND with the id, the optional ones too, and none reaches the cloud.
+test('an unknown node group is NOT_FOUND on every RPC that names one', async ({ engine, client }) => {
+  await fresh(engine, client);
+  const node = fakeNode('bizflycloud://elsewhere');
+  for (const id of [SYSTEM, 'no-such-pool']) {
+    const requests = {
+      NodeGroupTargetSize: { id },
+      NodeGroupIncreaseSize: { id, delta: 1 },
+      NodeGroupDeleteNodes: { id, nodes: [node] },
+      NodeGroupDecreaseTargetSize: { id, delta: -1 },
+      NodeGroupNodes: { id },
+      NodeGroupTemplateNodeInfo: { id },
+      NodeGroupGetOptions: { id, defaults: {} },
+    };
+    for (const [method, request] of Object.entries(requests)) {
+      await fails(client, method, request, grpc.status.NOT_FOUND, `NodeGroup "${id}", not found`);
+    }
+  }
+  // a node of no group is not an error: the empty NodeGroup, as the autoscaler expects
+  assert.equal((await ok(client, 'NodeGroupForNode', { node })).nodeGroup.id, '');
+  const { calls } = await simPool(engine, GENERAL);
+  assert.equal(calls.update_pool, undefined);
+  assert.equal(calls.delete_node, undefined);
+});
+
 // An operator's tree whose mapping has no template for the batch pool (NotFound), and one whose
 // mapping has no template_node at all: both UNIMPLEMENTED.
 test('TemplateNodeInfo without a template is UNIMPLEMENTED', async () => {
