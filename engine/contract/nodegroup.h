@@ -120,7 +120,8 @@ void lp_ng_template_node(lp_nodegroups *ng, const char *id, lp_ng_node_fn done, 
  * scale_down_gpu_utilization_threshold (numbers in [0, 1]), scale_down_unneeded_time,
  * scale_down_unready_time and max_node_provision_time (seconds, 0 to LP_NG_MAX_OPTION_SECONDS),
  * zero_or_max_node_scaling and ignore_daemon_sets_utilization (booleans). done gets the merged
- * object. NotFound for a group the snapshot does not hold, whether or not the mapping has get_options;
+ * object. InvalidArgument when defaults is not an object (NULL: the request had none), before anything
+ * else. NotFound for a group the snapshot does not hold, whether or not the mapping has get_options;
  * Unimplemented when the mapping has no get_options (then without refreshing first: before the first
  * snapshot whatever the id) or returns nil. defaults is borrowed. */
 #define LP_NG_MAX_OPTION_SECONDS 9223372036.0 /* what a meta.v1.Duration (int64 ns) holds */

@@ -132,6 +132,15 @@ static void options_done(void *ud, json_t *values, lp_error *err) {
  * nothing to check the id against, and UNIMPLEMENTED is the answer (the autoscaler lists the groups
  * before it asks for their options). */
 static void options_run(ng_op *o) {
+  if (!o->args) {
+    ng_finish(o,
+              lp_error_new("InvalidArgument",
+                           "NodeGroupGetOptions: defaults is required (the autoscaler's options for node "
+                           "group %s, which the overrides are merged over)",
+                           o->id),
+              NULL);
+    return;
+  }
   if (o->ng->snapshot && !ng_group_or_fail(o)) return;
   if (unimplemented(o, "get_options", "the autoscaler's own options apply")) return;
   ng_call_mapping(o->ng, "get_options", json_pack("[OsO]", o->ng->ctx, o->id, o->args), options_done, o);
@@ -142,6 +151,11 @@ void lp_ng_get_options(lp_nodegroups *ng, const char *id, const json_t *defaults
   ng_op *o = ng_op_new(ng, "GetOptions", id, options_run);
   o->node_done = done;
   o->ud = ud;
+  if (!json_is_object(defaults)) { /* refused in options_run: nothing to merge over */
+    o->no_snapshot = 1;
+    ng_schedule(o);
+    return;
+  }
   /* every field present, the ones the client left out as zero */
   o->args = json_object();
   for (size_t i = 0; i < NOPTIONS; i++) {

@@ -22,9 +22,10 @@ static double seconds_of(const Google__Protobuf__Duration *d,
   return 0;
 }
 
-/* The defaults the client sent, as the contract reads them (durations in seconds). */
+/* The defaults the client sent, as the contract reads them (durations in seconds); NULL when the
+ * request has none, which the contract refuses. */
 static json_t *options_json(const PB(NodeGroupAutoscalingOptions) * o) {
-  if (!o) return json_object();
+  if (!o) return NULL;
   return json_pack(
       "{s:f, s:f, s:f, s:f, s:f, s:b, s:b}", "scale_down_utilization_threshold",
       o->scaledownutilizationthreshold, "scale_down_gpu_utilization_threshold",

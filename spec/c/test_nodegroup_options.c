@@ -201,6 +201,14 @@ static void test_get_options(void) {
   CHECK(code == NULL);
   CHECK(num(o, "scale_down_unneeded_time") == 600);
   json_decref(o);
+  /* no defaults: refused before the mapping is asked, as merging over nothing would zero the
+   * options the mapping does not override */
+  lp_ng_outcome none = {0};
+  lp_ng_get_options(ng, "pool-a", NULL, lp_ng_outcome_node, &none);
+  CHECK(wait_value(&none, &code) == NULL);
+  CHECK_STR(code, "InvalidArgument");
+  CHECK_STR(last_message, "NodeGroupGetOptions: defaults is required (the autoscaler's options for node "
+                          "group pool-a, which the overrides are merged over)");
   /* an unknown group, before the mapping is asked */
   size_t n;
   json_decref(options_of("pool-z", ca_defaults, &code));

@@ -293,6 +293,7 @@ test('optional RPCs answer UNIMPLEMENTED, never OK with an empty body', async ({
   await fails(client, 'PricingNodePrice', { node: fakeNode('bizflycloud://x') }, C.UNIMPLEMENTED, /has no node_price/);
   await fails(client, 'PricingPodPrice', { pod_bytes: Buffer.from([0x0a, 0x00]) }, C.UNIMPLEMENTED, /has no pod_price/);
   await fails(client, 'NodeGroupGetOptions', { id: GENERAL, defaults: {} }, C.UNIMPLEMENTED, /has no get_options/);
+  await fails(client, 'NodeGroupGetOptions', { id: GENERAL }, C.INVALID_ARGUMENT, /defaults is required/);
   await fails(client, 'NodeGroupTemplateNodeInfo', { id: SYSTEM }, C.NOT_FOUND);
 });
 
@@ -422,6 +423,9 @@ return M
     const old = (await ok(client, 'NodeGroupGetOptions', { id: GENERAL, defaults: legacy }))
       .nodeGroupAutoscalingOptions;
     assert.equal(String(old.MaxNodeProvisionDuration.seconds), '600');
+    // without the defaults to merge over, an answer would zero every option CA did not override
+    await fails(client, 'NodeGroupGetOptions', { id: GENERAL }, C.INVALID_ARGUMENT,
+      `NodeGroupGetOptions: defaults is required (the autoscaler's options for node group ${GENERAL}, which the overrides are merged over)`);
     await fails(client, 'NodeGroupGetOptions', { id: BATCH, defaults }, C.UNIMPLEMENTED, /own options apply/);
     await fails(client, 'NodeGroupGetOptions', { id: 'pool-z', defaults }, C.NOT_FOUND);
     await fails(client, 'NodeGroupGetOptions', { id: GPU, defaults }, C.INTERNAL,
