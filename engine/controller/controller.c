@@ -63,6 +63,13 @@ void lp_controller_done(lp_controller *c, const char *key, lp_error *err, double
   lp_workqueue_done(c->queue, key, err ? LP_WORKQUEUE_RETRY : LP_WORKQUEUE_SUCCESS);
 }
 
+int lp_controller_gone(lp_controller *c, const char *key, const lp_kube_reply *reply, const char *action) {
+  if (!reply->error || reply->status != 404) return 0;
+  lp_debug(c->logger, "already gone, nothing left to do", LPF_STR("controller", c->def->name),
+           LPF_STR("key", key), LPF_STR("action", action), LPF_STR("error", reply->error->message));
+  return 1;
+}
+
 static void work(lp_workqueue *q, const char *key, void *ud) {
   (void)q;
   lp_controller *c = ud;

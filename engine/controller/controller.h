@@ -102,6 +102,13 @@ void lp_controller_enqueue_after(lp_controller *c, const char *key, double secon
  * (polling something the caches cannot tell: an instance shutting down, a drain in progress). */
 void lp_controller_done(lp_controller *c, const char *key, lp_error *err, double requeue_after_s);
 
+/* Non-zero when reply (of a patch, update or delete by c's reconcile of key) is a 404 Not Found: the
+ * object written was deleted since the cache showed it, often by the reconcile's own finalizer removal
+ * a moment before. For the object being reconciled that means there is nothing left to do, which is
+ * success: the caller ends the reconcile without an error. Logged at debug level (action: what the
+ * write was for, e.g. "removing the finalizer"). */
+int lp_controller_gone(lp_controller *c, const char *key, const lp_kube_reply *reply, const char *action);
+
 /* ---- the shared view --------------------------------------------------------------------- */
 
 uv_loop_t *lp_env_loop(lp_ctrl_env *env);

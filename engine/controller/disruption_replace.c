@@ -112,8 +112,17 @@ static void patch_mark(dz_action *a, const char *value, lp_kube_done_fn done) {
                a);
 }
 
+/* Ends the action without an error when the candidate's write answered 404: it was deleted meanwhile,
+ * so it needs no mark (a replacement already made stays, as capacity). */
+static int candidate_gone(dz_action *a, const lp_kube_reply *reply, const char *action) {
+  if (!lp_controller_gone(a->p->c, a->p->key, reply, action)) return 0;
+  dz_action_done(a, NULL);
+  return 1;
+}
+
 static void marked(const lp_kube_reply *reply, void *ud) {
   dz_action *a = ud;
+  if (candidate_gone(a, reply, "marking the candidate as replaced")) return;
   if (reply->error) {
     fail(a, reply, "marking as replaced by the new", a->claim);
     return;
@@ -170,6 +179,7 @@ static void candidate_deleted(const lp_kube_reply *reply, void *ud) {
 
 static void unmarked(const lp_kube_reply *reply, void *ud) {
   dz_action *a = ud;
+  if (candidate_gone(a, reply, "removing the candidate's replaced-by mark")) return;
   if (reply->error) {
     fail(a, reply, "removing the replaced-by mark of", a->claim);
     return;

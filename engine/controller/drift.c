@@ -193,7 +193,10 @@ static void condition_written(const lp_kube_reply *reply, void *ud) {
   drift_run *r = w->r;
   lp_error *err = NULL;
   const char *log = lp_controller_logger(r->c), *pool = lp_obj_label(r->claim, DRIFT_LABEL_POOL);
-  if (reply->error) {
+  double requeue = requeue_of(r);
+  if (lp_controller_gone(r->c, r->key, reply, "updating the Drifted condition")) {
+    requeue = 0; /* deleted meanwhile: nothing is left to mark */
+  } else if (reply->error) {
     err = lp_error_new(reply->error->code, "drift: updating the Drifted condition of nodeclaim %s: %s",
                        r->key, reply->error->message);
   } else if (w->reason) {
@@ -204,7 +207,6 @@ static void condition_written(const lp_kube_reply *reply, void *ud) {
     lp_debug(log, "removing drifted status condition, not drifted", LPF_STR("nodeclaim", r->key),
              LPF_STR("nodepool", pool));
   }
-  double requeue = requeue_of(r);
   free(w->reason);
   free(w->message);
   free(w);

@@ -122,9 +122,21 @@ static void finish(lc_run *r) {
   lp_controller_done(c, key, err, err ? 0 : requeue);
 }
 
+/* Ends the reconcile without an error when the write's answer is a 404: the NodeClaim was deleted
+ * before its finalizer was on, so there is nothing left to launch, register or time out. */
+static int claim_gone(lc_run *r, const lp_kube_reply *reply, const char *action) {
+  if (!lp_controller_gone(r->c, r->key, reply, action)) return 0;
+  lp_error_free(r->err);
+  r->err = NULL;
+  r->requeue_s = 0;
+  finish(r);
+  return 1;
+}
+
 /* The answer of a write of the NodeClaim: it is now what is stored. */
 static void claim_written(const lp_kube_reply *reply, void *ud) {
   lc_run *r = ud;
+  if (claim_gone(r, reply, "writing metadata")) return;
   if (reply->error) {
     lp_error_keep_first(&r->err, lp_error_new(reply->error->code, "%s", reply->error->message));
     finish(r);
@@ -250,6 +262,7 @@ static void record_transitions(lc_run *r, const json_t *before) {
 
 static void status_written(const lp_kube_reply *reply, void *ud) {
   lc_run *r = ud;
+  if (claim_gone(r, reply, "writing status")) return;
   json_t *before = json_incref(r->stored);
   if (reply->error) {
     lp_error_keep_first(&r->err, lp_error_new(reply->error->code, "%s", reply->error->message));

@@ -86,7 +86,9 @@ static void initialize(lc_run *r);
 static void node_written(const lp_kube_reply *reply, void *ud) {
   lc_run *r = ud;
   if (reply->error) { /* liveness still runs: a Node that cannot be written must not outlive its timeout */
-    lp_error_keep_first(&r->err, lp_error_new(reply->error->code, "%s", reply->error->message));
+    /* a Node deleted meanwhile is no failure: the NodeClaim is reconciled again on its deletion */
+    if (!lp_controller_gone(r->c, r->key, reply, "writing the node"))
+      lp_error_keep_first(&r->err, lp_error_new(reply->error->code, "%s", reply->error->message));
     lc_node_done(r);
     return;
   }

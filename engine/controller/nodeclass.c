@@ -239,8 +239,17 @@ static void finish(pass *p, lp_error *write_err) {
   pass_end(p, NULL, (ready || resync < NOT_READY_REQUEUE_S) ? resync : NOT_READY_REQUEUE_S);
 }
 
+/* Ends the pass without an error when the write's answer is a 404: the ECSNodeClass was deleted
+ * meanwhile, so nothing is left to resolve (its deletion is reconciled on its own). */
+static int class_gone(pass *p, const lp_kube_reply *reply, const char *action) {
+  if (!lp_controller_gone(p->c, p->key, reply, action)) return 0;
+  pass_end(p, NULL, 0);
+  return 1;
+}
+
 static void status_written(const lp_kube_reply *reply, void *ud) {
   pass *p = ud;
+  if (class_gone(p, reply, "writing status")) return;
   finish(p, reply->error ? lp_error_new(reply->error->code, "%s", reply->error->message) : NULL);
 }
 
@@ -256,6 +265,7 @@ static void write_status(pass *p) {
 
 static void metadata_written(const lp_kube_reply *reply, void *ud) {
   pass *p = ud;
+  if (class_gone(p, reply, "writing the finalizer and hash annotations")) return;
   if (reply->error) {
     finish(p, lp_error_new(reply->error->code, "%s", reply->error->message));
     return;

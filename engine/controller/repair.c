@@ -204,6 +204,10 @@ static void delete_claim(repair_op *op) {
 
 static void claim_annotated(const lp_kube_reply *reply, void *ud) {
   repair_op *op = ud;
+  if (lp_controller_gone(op->c, op->key, reply, "annotating the termination deadline")) {
+    op_end(op, NULL); /* gone meanwhile: someone else replaced it */
+    return;
+  }
   if (reply->error) {
     op_end(op, lp_error_new(reply->error->code, "annotating the termination deadline of nodeclaim %s: %s",
                             lp_obj_name(op->claim), reply->error->message));

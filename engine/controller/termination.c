@@ -12,7 +12,8 @@
  *   4. remove the Nodes' finalizer and delete them ("deleted node");
  *   5. remove the NodeClaim's finalizer ("deleted nodeclaim").
  * Each step's writes carry the resourceVersion of the object they change; a 409 is returned to the
- * framework, which retries after backoff once the cache caught up.
+ * framework, which retries after backoff once the cache caught up. A 404 on the NodeClaim means it was
+ * finalized meanwhile (a pass that acted on a cache still showing it): the reconcile ends as a success.
  *
  * A Node deleted by a user (kubectl delete node) while its NodeClaim is not deleting makes this
  * controller delete the NodeClaim, so the sequence above runs. A deleting Node with the finalizer and
@@ -101,8 +102,19 @@ static void patch_claim(term_op *op, const char *subresource, json_t *patch, lp_
                done, op);
 }
 
-/* Keeps the answer of a write to the claim as op->claim; 0 after ending the reconcile on an error. */
+static void forget(term_state *st, const char *key) {
+  json_object_del(st->last_failed_draining, key);
+}
+
+/* Keeps the answer of a write to the claim as op->claim; 0 after ending the reconcile: on an error, or
+ * without one when the claim is gone (404: finalized meanwhile, by this reconcile's previous pass or
+ * by someone else, so nothing is left to do). */
 static int take_claim(term_op *op, const lp_kube_reply *reply, const char *action) {
+  if (lp_controller_gone(op->c, op->key, reply, action)) {
+    forget(op->st, op->key);
+    term_finish(op, NULL, 0);
+    return 0;
+  }
   if (reply->error) {
     term_finish(
         op,
@@ -132,10 +144,6 @@ void term_set_condition(term_op *op, const char *type, const char *status, const
 }
 
 /* ---- 5. the NodeClaim's finalizer --------------------------------------------------------------- */
-
-static void forget(term_state *st, const char *key) {
-  json_object_del(st->last_failed_draining, key);
-}
 
 static void released(const lp_kube_reply *reply, void *ud) {
   term_op *op = ud;

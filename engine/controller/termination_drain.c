@@ -48,7 +48,8 @@ static int has_disrupted_taint(const json_t *node) {
 
 static void cordoned(const lp_kube_reply *reply, void *ud) {
   term_op *op = ud;
-  if (reply->error)
+  /* a Node deleted meanwhile needs no cordon */
+  if (reply->error && !lp_controller_gone(op->c, op->key, reply, "cordoning a node"))
     lp_error_keep_first(&op->err, lp_error_new(reply->error->code, "cordoning node for nodeclaim %s: %s",
                                                op->key, reply->error->message));
   term_batch_end(op);

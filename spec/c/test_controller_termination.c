@@ -343,6 +343,11 @@ static void test_pods_left_alone(void) {
   stop();
 }
 
+static int reconciled_at_least(ctrl_fixture *f, const void *ud) {
+  return ctrl_metric(f, "luaprov_controller_reconciles_total", LP_LABELS("termination", "success")) >=
+         *(const double *)ud;
+}
+
 static int reconcile_failed(ctrl_fixture *f, const void *ud) {
   (void)ud;
   return ctrl_metric(f, "luaprov_controller_reconciles_total", LP_LABELS("termination", "error")) >= 1;
@@ -409,6 +414,36 @@ static void test_user_deletes_node(void) {
   stop();
 }
 
+static int faults_fired(ctrl_fixture *f, const void *ud) {
+  (void)ud;
+  json_t *faults = ctrl_admin(f, "kubernetes", "GET", "/_sim/faults", NULL);
+  int none_left = json_array_size(json_object_get(faults, "faults")) == 0;
+  json_decref(faults);
+  return none_left;
+}
+
+/* (h) The NodeClaim is finalized by someone else while the controller's own finalizer removal is on
+ * its way: that write meets a real 404, which means the work is done, not that the reconcile failed. */
+static void test_claim_gone_meanwhile(void) {
+  start();
+  nodeclaim("nc-h", NULL, 0);
+  /* the controller's first write of a never-launched claim is its finalizer removal: held back 1 s */
+  json_decref(ctrl_admin(&fx, "kubernetes", "POST", "/_sim/faults",
+                         "{\"verb\":\"patch\",\"resource\":\"nodeclaims\",\"kind\":\"slow\","
+                         "\"seconds\":1,\"count\":1}"));
+  delete_claim("nc-h");
+  CHECK(ctrl_wait_for(&fx, 10, faults_fired, NULL));
+  CHECK_INT(ctrl_kube_pack(&fx, "PATCH", CLAIM_PATH "nc-h", "{s:{s:[]}}", "metadata", "finalizers"), 200);
+  CHECK(ctrl_gone(&fx, CLAIM_PATH "nc-h"));
+  const char *const *done = LP_LABELS("termination", "success");
+  double before = ctrl_metric(&fx, "luaprov_controller_reconciles_total", done);
+  /* the held-back patch answers 404, then the deletion's watch event reconciles the key once more */
+  CHECK(ctrl_wait_for(&fx, 10, reconciled_at_least, (const double[]){before + 2}));
+  CHECK_INT(ctrl_metric(&fx, "luaprov_controller_reconciles_total", LP_LABELS("termination", "error")), 0);
+  CHECK_INT(ctrl_metric(&fx, "luaprov_nodeclaims_terminated_total", LP_LABELS("default")), 0);
+  stop();
+}
+
 int main(void) {
   RUN(test_plain_termination);
   RUN(test_pdb_blocks_until_relaxed);
@@ -417,5 +452,6 @@ int main(void) {
   RUN(test_pods_left_alone);
   RUN(test_delete_instance_retried);
   RUN(test_user_deletes_node);
+  RUN(test_claim_gone_meanwhile);
   return check_summary();
 }
