@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/buf.h"
+#include "core/log.h"
 #include "http/server.h"
 #include "kube/kube_internal.h"
 
@@ -14,6 +15,7 @@ struct lp_kube_client {
   uv_loop_t *loop;
   lp_kube_config *cfg;
   lp_http_client *http;
+  json_t *denied; /* causes of 401/403 answers already logged ("403 patch /apis/.../{name}") -> true */
   void (*on_closed)(void *ud);
   void *on_closed_ud;
 };
@@ -77,6 +79,71 @@ lp_error *lp_kube__error(const char *verb, const char *path, const char *name, c
                       message ? message : "no Status in the answer");
 }
 
+/* path with its namespace and object name replaced by placeholders: what RBAC grants on. */
+static void path_template(lp_buf *out, const char *path) {
+  const char *seg[16];
+  size_t len[16], n = 0;
+  for (const char *p = path; *p && n < 16;) {
+    while (*p == '/') p++;
+    if (!*p) break;
+    seg[n] = p;
+    while (*p && *p != '/') p++;
+    len[n] = (size_t)(p - seg[n]);
+    n++;
+  }
+  /* "/api/v1/..." or "/apis/<group>/<version>/..." */
+  size_t i = n > 0 && len[0] == 4 && strncmp(seg[0], "apis", 4) == 0 ? 3 : 2;
+  if (i > n) i = n;
+  for (size_t k = 0; k < i; k++) lp_buf_printf(out, "/%.*s", (int)len[k], seg[k]);
+  int namespaced = n >= i + 3 && len[i] == 10 && strncmp(seg[i], "namespaces", 10) == 0;
+  if (namespaced) {
+    lp_buf_puts(out, "/namespaces/{namespace}");
+    i += 2;
+  }
+  for (size_t k = i; k < n; k++) {
+    if (k == i + 1) /* after the resource: the object's name; what follows is a subresource */
+      lp_buf_puts(out, "/{name}");
+    else
+      lp_buf_printf(out, "/%.*s", (int)len[k], seg[k]);
+  }
+}
+
+void lp_kube__note_answer(lp_kube_client *c, const char *api_verb, const char *path, const lp_http_result *r,
+                          json_t *body) {
+  int denied = !r->error && LP_KUBE_DENIED(r->status);
+  int ok = !r->error && r->status / 100 == 2;
+  if (!denied && !(ok && json_object_size(c->denied) > 0)) return;
+  lp_buf key = LP_BUF_INIT;
+  lp_buf_printf(&key, "%s ", api_verb);
+  path_template(&key, path);
+  if (ok) {
+    json_object_del(c->denied, lp_buf_cstr(&key)); /* every status of this verb and path */
+    lp_buf_free(&key);
+    return;
+  }
+  json_t *statuses = json_object_get(c->denied, lp_buf_cstr(&key));
+  if (!statuses) json_object_set_new(c->denied, lp_buf_cstr(&key), statuses = json_object());
+  char status[8];
+  snprintf(status, sizeof status, "%ld", r->status);
+  if (!json_object_get(statuses, status)) {
+    json_object_set_new(statuses, status, json_true());
+    const char *reason = NULL, *message = NULL;
+    if (json_is_object(body)) {
+      reason = json_string_value(json_object_get(body, "reason"));
+      message = json_string_value(json_object_get(body, "message"));
+    }
+    lp_warn("engine.kube", "API request denied", LPF_STR("verb", api_verb), LPF_STR("path", path),
+            LPF_INT("status", r->status),
+            LPF_STR("reason", reason ? reason : lp_http_status_text((int)r->status)),
+            LPF_STR("message", message ? message : ""),
+            LPF_STR("hint", r->status == 401 ? "the API server rejects the credentials: check the token or "
+                                               "client certificate in use"
+                                             : "the credentials lack this permission: check the RBAC rules "
+                                               "(examples/deploy/rbac.yaml)"));
+  }
+  lp_buf_free(&key);
+}
+
 /* ---- paths ---- */
 
 char *lp_kube_path(const char *group, const char *version, const char *resource, const char *namespace,
@@ -120,6 +187,7 @@ lp_kube_client *lp_kube_client_new(uv_loop_t *loop, lp_kube_config *cfg,
   c->loop = loop;
   c->cfg = cfg;
   c->http = http;
+  c->denied = json_object();
   return c;
 }
 
@@ -139,6 +207,7 @@ static void on_http_closed(void *ud) {
   lp_kube_client *c = ud;
   void (*cb)(void *) = c->on_closed;
   void *cb_ud = c->on_closed_ud;
+  json_decref(c->denied);
   free(c);
   if (cb) cb(cb_ud);
 }
@@ -186,6 +255,27 @@ static const char *verb_of(kube_call *k) {
     return k->patching ? "PATCH" : "GET";
   }
   return "GET";
+}
+
+/* The verb RBAC names for the call's current request. */
+static const char *api_verb_of(kube_call *k) {
+  switch (k->op) {
+  case OP_GET:
+    return "get";
+  case OP_LIST:
+    return "list";
+  case OP_CREATE:
+    return "create";
+  case OP_DELETE:
+    return "delete";
+  case OP_PATCH:
+    return "patch";
+  case OP_REPLACE:
+    return "update";
+  case OP_UPDATE:
+    return k->patching ? "patch" : "get";
+  }
+  return "get";
 }
 
 /* Sends the call's next request; body (borrowed, may be NULL) is serialized compactly. */
@@ -283,6 +373,7 @@ static void on_http_done(lp_http_result *r, void *ud) {
   kube_call *k = ud;
   json_t *body = NULL;
   if (!r->error && r->body_len) body = json_loadb(r->body, r->body_len, 0, NULL);
+  lp_kube__note_answer(k->c, api_verb_of(k), k->path, r, body);
   if (!r->error && r->status / 100 == 2 && !json_is_object(body)) {
     /* a 2xx answer that is no JSON object: the server (or a proxy) is not speaking the API */
     lp_error *e = lp_error_new("InvalidResponse", "%s %s (%s): %ld answer is not a JSON object", verb_of(k),

@@ -203,8 +203,10 @@ static void on_listed(const lp_kube_reply *r, void *ud) {
     for (unsigned i = 0; i < inf->failures && d < inf->wopts.backoff_max_ms; i++) d *= 2;
     if (d > inf->wopts.backoff_max_ms) d = inf->wopts.backoff_max_ms;
     inf->failures++;
-    lp_log(LP_LOG_WARN, "engine.kube.informer", "list failed", LPF_STR("resource", inf->metric),
-           LPF_STR("code", r->error->code), LPF_STR("error", r->error->message), LPF_INT("retry_ms", d));
+    /* a denial was logged once already (lp_kube__note_answer); every retry would repeat it */
+    lp_log(LP_KUBE_DENIED(r->status) ? LP_LOG_DEBUG : LP_LOG_WARN, "engine.kube.informer", "list failed",
+           LPF_STR("resource", inf->metric), LPF_STR("code", r->error->code),
+           LPF_STR("error", r->error->message), LPF_INT("retry_ms", d));
     uv_timer_start(&inf->timer, on_retry, d, 0);
     return;
   }

@@ -115,9 +115,11 @@ static void on_timer(uv_timer_t *t) {
   if (w->state == LP_KUBE_BACKOFF) watch_request(w);
 }
 
-static void backoff(lp_kube_watch *w, lp_error *err) {
-  lp_log(LP_LOG_WARN, "engine.kube.watch", "watch failed", LPF_STR("path", w->path),
-         LPF_STR("code", err->code), LPF_STR("error", err->message));
+/* status: of the answer that failed, 0 when none did (a transport error, a broken stream). */
+static void backoff(lp_kube_watch *w, lp_error *err, long status) {
+  /* a denial was logged once already (lp_kube__note_answer); every retry would repeat it */
+  lp_log(LP_KUBE_DENIED(status) ? LP_LOG_DEBUG : LP_LOG_WARN, "engine.kube.watch", "watch failed",
+         LPF_STR("path", w->path), LPF_STR("code", err->code), LPF_STR("error", err->message));
   if (w->h.on_error) w->h.on_error(w, err, w->h.ud);
   lp_error_free(err);
   if (w->state != LP_KUBE_WATCHING) return; /* stopped from on_error */
@@ -145,14 +147,16 @@ static void on_done(lp_http_result *r, void *ud) {
     w->state = LP_KUBE_RELIST;
     w->h.on_relist(w, w->h.ud);
   } else if (fail) {
-    backoff(w, fail);
+    backoff(w, fail, 0);
   } else if (r->error || r->status / 100 != 2) {
     json_t *body = r->body_len ? json_loadb(r->body, r->body_len, 0, NULL) : NULL;
-    backoff(w, lp_kube__error("GET", w->path, NULL, r, body));
+    lp_kube__note_answer(w->c, "watch", w->path, r, body);
+    backoff(w, lp_kube__error("GET", w->path, NULL, r, body), r->status);
     json_decref(body);
   } else if (lines == 0) {
-    backoff(w, lp_error_new("EmptyWatch", "watch %s: the stream ended without an event", w->path));
+    backoff(w, lp_error_new("EmptyWatch", "watch %s: the stream ended without an event", w->path), 0);
   } else {
+    lp_kube__note_answer(w->c, "watch", w->path, r, NULL);
     watch_request(w); /* timeoutSeconds elapsed: carry on from the last RV */
   }
   lp_http_result_free(r);

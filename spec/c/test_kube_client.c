@@ -1,7 +1,8 @@
 /* The Kubernetes client (engine/kube/config.h, client.h) against a fake API server built on the engine's
  * own HTTP server, on one loop: kubeconfig and in-cluster config, paths, paginated lists and the 410
- * restart, create/get/delete with preconditions, merge patches and the conflict-retrying update.
- * The watch is in test_kube_watch.c. */
+ * restart, create/get/delete with preconditions, merge patches and the conflict-retrying update, and
+ * the log of denied requests (401/403), for calls and watches alike. The watch's state machine is in
+ * test_kube_watch.c. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <jansson.h>
@@ -15,8 +16,10 @@
 #include "check.h"
 #include "core/clock.h"
 #include "http/server.h"
+#include "core/log.h"
 #include "kube/client.h"
 #include "kube/config.h"
+#include "kube/watch.h"
 
 static char tmpdir[256];
 
@@ -30,7 +33,7 @@ static void write_file(const char *path, const char *text) {
 static char *slurp(const char *path) {
   FILE *f = fopen(path, "r");
   if (!f) return NULL;
-  static char buf[4096];
+  static char buf[16384];
   size_t n = fread(buf, 1, sizeof buf - 1, f);
   fclose(f);
   buf[n] = '\0';
@@ -41,6 +44,7 @@ static char *slurp(const char *path) {
 
 static struct {
   int list_calls, gone_once, conflicts_left, nc_rv, patches;
+  int deny; /* secrets: answer this status (401, 403) instead of the object */
   char auth[128], ctype[128], body[1024], queries[8][160];
   json_t *cm; /* the one configmap, or NULL */
 } fake;
@@ -123,6 +127,15 @@ static void h_api(const lp_http_request *req, lp_http_response *res, void *ud) {
     json_decref(fake.cm);
     fake.cm = NULL;
     reply_json(res, 200, json_pack("{s:s,s:s}", "kind", "Status", "status", "Success"));
+  } else if (strstr(p, "/secrets")) {
+    if (fake.deny == 401)
+      reply_status(res, 401, "Unauthorized", "Unauthorized");
+    else if (fake.deny)
+      reply_status(res, 403, "Forbidden",
+                   "secrets is forbidden: User \"system:serviceaccount:kube-system:luaprov\" cannot access "
+                   "resource \"secrets\" in API group \"\"");
+    else
+      reply_json(res, 200, json_pack("{s:{s:s}}", "metadata", "name", "s"));
   } else if (strncmp(p, "/apis/karpenter.sh/v1/nodeclaims/nc1", 36) == 0) {
     if (strcmp(m, "GET") == 0) {
       reply_json(res, 200, nodeclaim());
@@ -479,6 +492,114 @@ static void test_patch_and_conflict_retry(void) {
   teardown();
 }
 
+/* ---- denied requests ---- */
+
+static int watch_errors;
+
+static void count_watch_error(lp_kube_watch *w, const lp_error *err, void *ud) {
+  (void)w;
+  (void)err;
+  (void)ud;
+  watch_errors++;
+}
+
+static int logfd = -1;
+static char logpath[512];
+
+/* Sends this test's log lines (info and up) to a file read by logged(). */
+static void capture_log(void) {
+  snprintf(logpath, sizeof logpath, "%s/denied.log", tmpdir);
+  logfd = open(logpath, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+  lp_log_configure(LP_LOG_INFO, LP_LOG_FORMAT_JSON, logfd);
+}
+
+static void release_log(void) {
+  lp_log_configure(LP_LOG_INFO, LP_LOG_FORMAT_AUTO, 2);
+  close(logfd);
+}
+
+/* How many log lines so far contain needle. */
+static int logged(const char *needle) {
+  int n = 0;
+  for (const char *at = slurp(logpath); at && (at = strstr(at, needle)); at += strlen(needle)) n++;
+  return n;
+}
+
+#define DENIED "\"msg\":\"API request denied\""
+
+static void call(const char *method, const lp_kube_ref *ref) {
+  slot s = {0};
+  json_t *patch = json_pack("{s:{s:s}}", "data", "k", "v");
+  if (strcmp(method, "GET") == 0)
+    lp_kube_get(kc, ref, on_reply, &s);
+  else if (strcmp(method, "LIST") == 0)
+    lp_kube_list(kc, ref, NULL, on_reply, &s);
+  else
+    lp_kube_merge_patch(kc, ref, NULL, patch, on_reply, &s);
+  wait_for(&s);
+  json_decref(patch);
+  CHECK_INT(s.status, fake.deny ? fake.deny : 200);
+  reset(&s);
+}
+
+static void test_denied_logged_once_per_cause(void) {
+  setup();
+  capture_log();
+  const lp_kube_ref secret_a = {.version = "v1", .resource = "secrets", .namespace = "default", .name = "a"};
+  const lp_kube_ref secret_b = {.version = "v1", .resource = "secrets", .namespace = "other", .name = "b"};
+  const lp_kube_ref secrets = {.version = "v1", .resource = "secrets", .namespace = "default"};
+  fake.deny = 403;
+  for (int i = 0; i < 5; i++) call("GET", &secret_a);
+  call("GET", &secret_b); /* another object of the same resource: the same cause */
+  CHECK_INT(logged(DENIED), 1);
+  CHECK_CONTAINS(slurp(logpath), "\"level\":\"warn\",\"logger\":\"engine.kube\"," DENIED
+                                 ",\"verb\":\"get\",\"path\":\"/api/v1/namespaces/default/secrets/a\","
+                                 "\"status\":403,\"reason\":\"Forbidden\",\"message\":\"secrets is "
+                                 "forbidden: User \\\"system:serviceaccount:kube-system:luaprov\\\" cannot");
+  CHECK_CONTAINS(slurp(logpath), "examples/deploy/rbac.yaml");
+  /* another verb, another path, another status: one line each */
+  call("LIST", &secrets);
+  call("LIST", &secrets);
+  CHECK_INT(logged(DENIED), 2);
+  CHECK_INT(logged("\"verb\":\"list\",\"path\":\"/api/v1/namespaces/default/secrets\""), 1);
+  call("PATCH", &secret_a);
+  CHECK_INT(logged("\"verb\":\"patch\""), 1);
+  fake.deny = 401;
+  call("GET", &secret_a);
+  call("GET", &secret_a);
+  CHECK_INT(logged("\"status\":401"), 1);
+  CHECK_INT(logged(DENIED), 4);
+  /* once allowed, a denial that comes back is news again */
+  fake.deny = 0;
+  call("GET", &secret_a);
+  fake.deny = 403;
+  call("GET", &secret_a);
+  CHECK_INT(logged(DENIED), 5);
+  /* a watch retrying its denied request logs the denial once, its retries at debug level only */
+  lp_kube_watch_opts opts = {.backoff_initial_ms = 2, .backoff_max_ms = 4};
+  lp_kube_watch_handlers h = {.on_error = count_watch_error}; /* a denied watch sees no event */
+  watch_errors = 0;
+  lp_kube_watch *w = lp_kube_watch_start(kc, &secrets, "1", &opts, &h);
+  uv_timer_t t;
+  int expired = 0;
+  uv_timer_init(&loop, &t);
+  t.data = &expired;
+  uv_timer_start(&t, on_deadline, 5000, 0);
+  while (watch_errors < 10 && !expired) uv_run(&loop, UV_RUN_ONCE);
+  lp_kube_watch_stop(w);
+  uv_close((uv_handle_t *)&t, NULL);
+  uv_run(&loop, UV_RUN_NOWAIT);
+  CHECK(!expired);
+  CHECK_INT(logged("\"verb\":\"watch\",\"path\":\"/api/v1/namespaces/default/secrets\""), 1);
+  CHECK_INT(logged("watch failed"), 0);
+  CHECK_INT(logged(DENIED), 6);
+  /* never the credentials */
+  CHECK_INT(logged("t0k"), 0);
+  CHECK_INT(logged("Bearer"), 0);
+  release_log();
+  teardown();
+}
+
 int main(void) {
   snprintf(tmpdir, sizeof tmpdir, "%s/luaprov-kube-test-XXXXXX",
            getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
@@ -490,6 +611,7 @@ int main(void) {
   RUN(test_list_pages);
   RUN(test_create_get_delete);
   RUN(test_patch_and_conflict_retry);
+  RUN(test_denied_logged_once_per_cause);
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
   if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
