@@ -128,7 +128,7 @@ static void call_done(const lp_task_result *r, void *ud) {
   call_ctx c = *(call_ctx *)ud;
   free(ud);
   if (r->error) {
-    c.next(c.ud, NULL, lp_error_new(r->error->code, "%s", r->error->message));
+    c.next(c.ud, NULL, lp_error_new(r->error->code, "%s", r->error->message), NULL);
     return;
   }
   json_t *values = json_loadb(r->json, r->json_len, JSON_DECODE_ANY, NULL);
@@ -138,11 +138,11 @@ static void call_done(const lp_task_result *r, void *ud) {
     const char *message = json_is_string(second) ? json_string_value(second)
                                                  : json_string_value(json_object_get(second, "message"));
     lp_error *err = lp_error_new(code && *code ? code : "Error", "%s", message ? message : "(no message)");
+    c.next(c.ud, NULL, err, json_is_object(second) ? second : NULL);
     json_decref(values);
-    c.next(c.ud, NULL, err);
     return;
   }
-  c.next(c.ud, values, NULL);
+  c.next(c.ud, values, NULL, NULL);
 }
 
 void ng_call_mapping(lp_nodegroups *ng, const char *function, json_t *args, ng_call_next next, void *ud) {
@@ -177,7 +177,7 @@ int ng_mapping_has(lp_nodegroups *ng, const char *function) {
 
 /* ---- Refresh ----------------------------------------------------------------------------- */
 
-static void refresh_done(void *ud, json_t *values, lp_error *err) {
+static void refresh_done(void *ud, json_t *values, lp_error *err, const json_t *failure) {
   lp_nodegroups *ng = ud;
   lp_error *out = NULL;
   const char *result = "ok";

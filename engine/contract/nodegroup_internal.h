@@ -84,8 +84,10 @@ lp_ng_group *ng_group_or_fail(ng_op *o);
 /* "providers/bizfly/init.lua: refresh: <problem> (SPEC §4.5)"; takes problem. */
 lp_error *ng_contract_error(lp_nodegroups *ng, const char *function, char *problem, const char *rule);
 /* Calls mapping.function(args...) (args stolen) as a task; next gets the results array or an error
- * ((nil, {code, message}) and (nil, "message") become errors). */
-typedef void (*ng_call_next)(void *ud, json_t *values, lp_error *err);
+ * ((nil, {code, message}) and (nil, "message") become errors). failure is the mapping's error table
+ * when it answered (nil, {...}), else NULL: borrowed, valid during next, for the fields beyond code and
+ * message a log line wants (the Bizfly mapping's method, path, status, request_id). */
+typedef void (*ng_call_next)(void *ud, json_t *values, lp_error *err, const json_t *failure);
 void ng_call_mapping(lp_nodegroups *ng, const char *function, json_t *args, ng_call_next next, void *ud);
 /* Whether the mapping in service exports function (optional exports such as template_node). */
 int ng_mapping_has(lp_nodegroups *ng, const char *function);

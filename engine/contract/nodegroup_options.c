@@ -78,7 +78,7 @@ static char *check_option(const char *name, const json_t *v) {
   return NULL;
 }
 
-static void options_done(void *ud, json_t *values, lp_error *err) {
+static void options_done(void *ud, json_t *values, lp_error *err, const json_t *failure) {
   ng_op *o = ud;
   if (err) {
     lp_error *e = lp_error_new(err->code, "options of node group %s: %s", o->id, err->message);
@@ -172,7 +172,7 @@ void lp_ng_get_options(lp_nodegroups *ng, const char *id, const json_t *defaults
 
 /* ---- Pricing ----------------------------------------------------------------------------- */
 
-static void price_done(void *ud, json_t *values, lp_error *err) {
+static void price_done(void *ud, json_t *values, lp_error *err, const json_t *failure) {
   ng_op *o = ud;
   const char *function = o->name;
   const char *subject = json_string_value(json_object_get(json_array_get(o->args, 0), "name"));

@@ -1,16 +1,46 @@
 /* The NodeGroup size changes, deletions and template node: each checks the Cluster Autoscaler's
  * rules (SPEC §6) against the snapshot before the mapping touches the cloud. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "contract/nodegroup_internal.h"
 #include "core/log.h"
 
+/* A size change or deletion the mapping or Bizfly refused: a warning with what an operator takes to
+ * Bizfly's support, the API call (method and path, else the action the error names, else the mapping
+ * function) and the request ID Bizfly answered with. The engine's own rule checks (FailedPrecondition,
+ * InvalidArgument) are the autoscaler's to log and never get here. node is NULL for a size change.
+ * The message is the mapping's, which never carries a credential (providers/bizfly/wire.lua). */
+static void warn_refused(const ng_op *o, const char *function, const lp_error *err, const json_t *failure,
+                         const json_t *node) {
+  const char *method = json_string_value(json_object_get(failure, "method"));
+  const char *path = json_string_value(json_object_get(failure, "path"));
+  const char *named = json_string_value(json_object_get(failure, "action"));
+  const char *request_id = json_string_value(json_object_get(failure, "request_id"));
+  const json_t *status = json_object_get(failure, "status");
+  char *action = method && path ? lp_xasprintf("%s %s", method, path) : lp_xstrdup(named ? named : function);
+  char *rpc = lp_xasprintf("NodeGroup%s", o->name);
+  const lp_field none = {.type = LP_FIELD_NONE};
+  lp_warn(NG_LOGGER, "node group resize failed", LPF_STR("node_group", o->id), LPF_STR("rpc", rpc),
+          LPF_STR("action", action),
+          json_is_number(status) ? LPF_INT("status", json_number_value(status)) : none,
+          request_id ? LPF_STR("request_id", request_id) : none, LPF_STR("code", err->code),
+          LPF_STR("error", err->message),
+          node ? LPF_STR("node", json_string_value(json_object_get(node, "name")))
+               : LPF_INT("target_size", o->target),
+          node ? LPF_STR("provider_id", json_string_value(json_object_get(node, "provider_id"))) : none,
+          node ? LPF_INT("deleted", o->next_node) : none);
+  free(rpc);
+  free(action);
+}
+
 /* ---- IncreaseSize, DecreaseTargetSize ---------------------------------------------------- */
 
-static void resized(void *ud, json_t *values, lp_error *err) {
+static void resized(void *ud, json_t *values, lp_error *err, const json_t *failure) {
   ng_op *o = ud;
   json_decref(values);
   if (err) {
+    warn_refused(o, "set_target_size", err, failure, NULL);
     lp_error *e = lp_error_new(err->code, "setting the target size of node group %s to %lld failed: %s",
                                o->id, o->target, err->message);
     lp_error_free(err);
@@ -104,12 +134,13 @@ static const char *node_field(const json_t *node, const char *field) {
 
 static void delete_next(ng_op *o);
 
-static void node_deleted(void *ud, json_t *values, lp_error *err) {
+static void node_deleted(void *ud, json_t *values, lp_error *err, const json_t *failure) {
   ng_op *o = ud;
   json_decref(values);
   const json_t *node = json_array_get(o->nodes, o->next_node);
   const char *pid = node_field(node, "provider_id");
   if (err) {
+    warn_refused(o, "delete_node", err, failure, node);
     lp_error *e = lp_error_new(
         err->code, "deleting node %s (provider ID %s) of node group %s failed: %s (%zu of %zu nodes deleted)",
         node_field(node, "name"), pid, o->id, err->message, o->next_node, json_array_size(o->nodes));
@@ -210,7 +241,7 @@ void lp_ng_delete_nodes(lp_nodegroups *ng, const char *id, const json_t *nodes, 
 
 /* ---- TemplateNodeInfo -------------------------------------------------------------------- */
 
-static void template_done(void *ud, json_t *values, lp_error *err) {
+static void template_done(void *ud, json_t *values, lp_error *err, const json_t *failure) {
   ng_op *o = ud;
   if (err && strcmp(err->code, "NotFound") == 0) {
     lp_error *e =

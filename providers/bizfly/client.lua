@@ -10,10 +10,10 @@
 --   c:delete_pool_node(cluster, pool, node) -> true | nil, err   DELETE {svc}/_/{cluster}/{pool}/{node}
 --   c:logout()                                                   forget the token (tests, rotation)
 --
--- err = {code, message, method, path, status, api_message, attempts} (wire.lua); code is
+-- err = {code, message, method, path, status, api_message, attempts, request_id} (wire.lua); code is
 -- "NotFound", "Auth", "Forbidden", "InvalidRequest", "Throttled", "ServerError", "InvalidResponse",
--- "Transport". The message names the method, the path, the HTTP status and the API's message, and
--- never a password, secret or token.
+-- "Transport". The message names the method, the path, the HTTP status, the API's message and the
+-- request ID the API answered (X-Request-Id), and never a password, secret or token.
 local luaprov = require "luaprov"
 local auth = require "providers.bizfly.auth"
 local wire = require "providers.bizfly.wire"
@@ -89,7 +89,7 @@ end
 
 local function unauthorized_error(req, result)
   return wire.error { code = "Auth", method = req.method, path = wire.path_of(req.url), status = 401,
-    api_message = result.detail,
+    api_message = result.detail, request_id = result.request_id,
     detail = (result.detail or "unauthorized") .. "; refused again right after a new login" }
 end
 

@@ -3,7 +3,7 @@
 -- body or an error table, and retries transient failures of idempotent requests with backoff.
 --
 --   wire.exchange(opts, requests) -> results      results[i] = {status, body, headers} | {error = err}
---   wire.error(fields) -> err                     err = {code, message, method, path, status, ...}
+--   wire.error(fields) -> err                     err = {code, message, method, path, status, request_id, ...}
 --   wire.scrub(text, secrets) -> text with every secret replaced by "[redacted]"
 --
 -- request = {method, url, headers, body (a table, encoded here), idempotent, json (expect a JSON
@@ -63,19 +63,28 @@ function M.path_of(url)
 end
 
 --- error(fields) -> err. fields: code, method, path, status, detail (the API's message or the
--- transport's), attempts, plus anything else to carry (transport_code, retryable).
--- message = "<METHOD> <path>: HTTP <status>: <detail> (after N attempts)".
+-- transport's), attempts, request_id (the answer's X-Request-Id), plus anything else to carry
+-- (transport_code, retryable).
+-- message = "<METHOD> <path>: HTTP <status>: <detail> (after N attempts; request ID <id>)": the
+-- request ID is what Bizfly's support asks for.
 function M.error(fields)
   local parts = { format("%s %s: ", fields.method or "?", fields.path or "?") }
   if fields.status then parts[#parts + 1] = format("HTTP %d: ", fields.status) end
   parts[#parts + 1] = fields.detail or fields.code
-  if fields.attempts and fields.attempts > 1 then
-    parts[#parts + 1] = format(" (after %d attempts)", fields.attempts)
-  end
+  local notes = {}
+  if fields.attempts and fields.attempts > 1 then notes[#notes + 1] = format("after %d attempts", fields.attempts) end
+  if fields.request_id then notes[#notes + 1] = "request ID " .. fields.request_id end
+  if #notes > 0 then parts[#parts + 1] = " (" .. table.concat(notes, "; ") .. ")" end
   local err = { code = fields.code, message = table.concat(parts), method = fields.method, path = fields.path,
     status = fields.status, api_message = fields.api_message, transport_code = fields.transport_code,
-    retryable = fields.retryable or false, attempts = fields.attempts }
+    retryable = fields.retryable or false, attempts = fields.attempts, request_id = fields.request_id }
   return err
+end
+
+--- request_id(res) -> the X-Request-Id the API answered with, or nil (a gateway that sends none).
+function M.request_id(res)
+  local id = res and res.headers and res.headers["x-request-id"]
+  return type(id) == "string" and id ~= "" and id or nil
 end
 
 -- The API's own words from an error body: Bizfly answers {"message": ...} (some gateways "error" or
@@ -110,14 +119,17 @@ local function interpret(req, res, terr, tcode, secrets)
     if not req.json then return { status = status, headers = res.headers } end
     local detail = text == "" and "empty body where JSON was expected"
       or ("the body is not JSON: " .. M.scrub(snippet(text), secrets))
-    return { fields = { code = "InvalidResponse", method = method, path = path, status = status, detail = detail } },
-      req.idempotent
+    return { fields = { code = "InvalidResponse", method = method, path = path, status = status, detail = detail,
+      request_id = M.request_id(res) } }, req.idempotent
   end
   local detail = M.scrub(api_message(res.body), secrets)
-  if status == 401 then return { status = 401, unauthorized = true, detail = detail } end
+  if status == 401 then
+    return { status = 401, unauthorized = true, detail = detail, request_id = M.request_id(res) }
+  end
   local retry = status == 429 or (status >= 500 and status ~= 501 and req.idempotent) or false
   return { fields = { code = class_of(status), method = method, path = path, status = status,
-    detail = detail or ("HTTP " .. status), api_message = detail, retryable = retry } }, retry
+    detail = detail or ("HTTP " .. status), api_message = detail, retryable = retry, request_id = M.request_id(res) } },
+    retry
 end
 
 local function encode_request(req, timeout_ms)

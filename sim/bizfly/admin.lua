@@ -35,7 +35,7 @@ local function get_state()
   local c = calls.summary()
   return reply(200, { time = clock.state(), cluster = cluster.summary(), capacity = cluster.capacity(),
     faults = fault_list(), credentials = auth.state(), calls = c.calls, errors = c.errors,
-    total_calls = c.total_calls })
+    total_calls = c.total_calls, last_request_id = c.last_request_id })
 end
 
 local function cluster_summary()

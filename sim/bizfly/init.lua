@@ -83,7 +83,7 @@ local function api(request)
     end
     res = wire.error_response(res)
   end
-  calls.count(applied.operation, res.status >= 400)
+  res.headers["x-request-id"] = calls.count(applied.operation, res.status >= 400)
   local rule = applied.rule
   if rule and rule.kind == "malformed" then
     res.body = rule.body or res.body:sub(1, #res.body // 2)

@@ -13,6 +13,7 @@
 #include "core/cache.h"
 #include "core/log.h"
 #include "core/metrics.h"
+#include "log_capture.h"
 
 static uv_loop_t loop;
 static lp_script_host *scripts;
@@ -381,10 +382,26 @@ static void test_increase_size(void) {
   CHECK_STR(last_message, "size increase is too large. current: 10 desired: 11 max: 10");
   /* the cloud's refusal is passed through with its code; the target stays */
   load("{\"fail_set\": {\"code\": \"Throttled\", \"message\": \"429 Too Many Requests\"}, \"groups\": []}");
+  log_capture_start(LP_LOG_WARN);
+  CHECK_STR(increase("pool-b", 1), "Throttled");
+  CHECK_STR(increase("pool-b", 9), "FailedPrecondition"); /* the engine's own rule: not warned about */
+  json_t *lines = log_capture_stop(NULL);
+  CHECK_CONTAINS(last_message, "size increase is too large");
+  CHECK_INT(target_of("pool-b"), 2);
+  /* a refusal without an API call to name (no method and path): the mapping function stands for it */
+  CHECK_INT(json_array_size(lines), 1);
+  const json_t *line = log_capture_line(lines, "node group resize failed", 0);
+  CHECK_STR(json_string_value(json_object_get(line, "level")), "warn");
+  CHECK_STR(json_string_value(json_object_get(line, "node_group")), "pool-b");
+  CHECK_STR(json_string_value(json_object_get(line, "rpc")), "NodeGroupIncreaseSize");
+  CHECK_STR(json_string_value(json_object_get(line, "action")), "set_target_size");
+  CHECK_STR(json_string_value(json_object_get(line, "code")), "Throttled");
+  CHECK_STR(json_string_value(json_object_get(line, "error")), "429 Too Many Requests");
+  CHECK(json_object_get(line, "request_id") == NULL);
+  json_decref(lines);
   CHECK_STR(increase("pool-b", 1), "Throttled");
   CHECK_CONTAINS(last_message,
                  "setting the target size of node group pool-b to 3 failed: 429 Too Many Requests");
-  CHECK_INT(target_of("pool-b"), 2);
 }
 
 static void test_decrease_target_size(void) {
@@ -458,10 +475,19 @@ static void test_delete_nodes(void) {
        "\"running\"}, {\"provider_id\": \"bizflycloud://b2\", \"state\": \"running\"}, {\"provider_id\": "
        "\"bizflycloud://b3\", \"state\": \"running\"}]}]}");
   CHECK(refresh() == NULL);
+  log_capture_start(LP_LOG_WARN);
   CHECK_STR(delete_nodes("pool-b", "[{\"provider_id\": \"bizflycloud://b1\", \"name\": \"n1\"},"
                                    " {\"provider_id\": \"bizflycloud://b2\", \"name\": \"n2\"},"
                                    " {\"provider_id\": \"bizflycloud://b3\", \"name\": \"n3\"}]"),
             "Throttled");
+  json_t *lines = log_capture_stop(NULL);
+  const json_t *line = log_capture_line(lines, "node group resize failed", 0);
+  CHECK_STR(json_string_value(json_object_get(line, "rpc")), "NodeGroupDeleteNodes");
+  CHECK_STR(json_string_value(json_object_get(line, "action")), "delete_node");
+  CHECK_STR(json_string_value(json_object_get(line, "node")), "n2");
+  CHECK_STR(json_string_value(json_object_get(line, "provider_id")), "bizflycloud://b2");
+  CHECK_INT(json_integer_value(json_object_get(line, "deleted")), 1);
+  json_decref(lines);
   CHECK_STR(last_message,
             "deleting node n2 (provider ID bizflycloud://b2) of node group pool-b failed: random "
             "error (1 of 3 nodes deleted)");

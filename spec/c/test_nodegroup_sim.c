@@ -15,6 +15,7 @@
 #include "grpc/externalgrpc.h"
 #include "http/client.h"
 #include "k8s_core.pb-c.h"
+#include "log_capture.h"
 #include "sim/sim.h"
 #include "sim_admin.h"
 
@@ -173,6 +174,96 @@ static void test_stale(void) {
   lp_nodegroups_free(fresh);
 }
 
+static const char *sim_last_request_id(void) {
+  static char id[128];
+  json_t *state = admin("GET", "/_sim/state", NULL);
+  const char *v = json_string_value(json_object_get(state, "last_request_id"));
+  snprintf(id, sizeof id, "%s", v ? v : "");
+  json_decref(state);
+  return id;
+}
+
+static const char *field(const json_t *line, const char *key) {
+  return json_string_value(json_object_get(line, key));
+}
+
+/* Bizfly refusing a resize or a deletion: one warning per RPC that an operator can take to Bizfly's
+ * support (the pool, the RPC, the API call, its request ID), and no credential in any line. */
+static void test_refusals_logged(void) {
+  reset();
+  const lp_ng_group *g = lp_ng_find(ng, GENERAL);
+  char pid[128];
+  snprintf(pid, sizeof pid, "%s", g->instances[0].provider_id);
+  json_t *pool = sim_pool(GENERAL);
+  char node_id[64];
+  snprintf(node_id, sizeof node_id, "%s",
+           json_string_value(json_object_get(json_array_get(json_object_get(pool, "nodes"), 0), "id")));
+  json_decref(pool);
+  char request_ids[3][128];
+  log_capture_start(LP_LOG_WARN);
+
+  json_decref(admin("POST", "/_sim/faults",
+                    "{\"operation\": \"update_pool\", \"kind\": \"error\", \"status\": 409, \"message\": "
+                    "\"pool is being upgraded\", \"count\": 2}"));
+  lp_ng_outcome o = {0};
+  lp_ng_increase_size(ng, GENERAL, 1, lp_ng_outcome_store, &o);
+  CHECK_STR(wait_code(&o), "InvalidRequest");
+  snprintf(request_ids[0], sizeof request_ids[0], "%s", sim_last_request_id());
+  CHECK_CONTAINS(message, request_ids[0]); /* the autoscaler's log has it too */
+  o = (lp_ng_outcome){0};
+  lp_ng_decrease_target_size(ng, BATCH, -1, lp_ng_outcome_store, &o); /* below 0: the engine's own rule */
+  CHECK_STR(wait_code(&o), "FailedPrecondition");
+  o = (lp_ng_outcome){0};
+  lp_ng_increase_size(ng, BATCH, 2, lp_ng_outcome_store, &o);
+  CHECK_STR(wait_code(&o), "InvalidRequest");
+  snprintf(request_ids[1], sizeof request_ids[1], "%s", sim_last_request_id());
+  json_decref(admin("POST", "/_sim/faults",
+                    "{\"operation\": \"delete_node\", \"kind\": \"error\", \"status\": 400, \"message\": "
+                    "\"node is being drained\", \"count\": 1}"));
+  json_t *nodes = json_pack("[{s:s, s:s}]", "provider_id", pid, "name", pid);
+  o = (lp_ng_outcome){0};
+  lp_ng_delete_nodes(ng, GENERAL, nodes, lp_ng_outcome_store, &o);
+  json_decref(nodes);
+  CHECK_STR(wait_code(&o), "InvalidRequest");
+  snprintf(request_ids[2], sizeof request_ids[2], "%s", sim_last_request_id());
+
+  char *text = NULL;
+  json_t *lines = log_capture_stop(&text);
+  char pool_path[160], node_path[240];
+  snprintf(pool_path, sizeof pool_path, "PATCH /api/kubernetes-engine/_/bkesimluaprov001/%s", GENERAL);
+  const json_t *first = log_capture_line(lines, "node group resize failed", 0);
+  CHECK(first != NULL);
+  CHECK_STR(field(first, "level"), "warn");
+  CHECK_STR(field(first, "node_group"), GENERAL);
+  CHECK_STR(field(first, "rpc"), "NodeGroupIncreaseSize");
+  CHECK_STR(field(first, "action"), pool_path);
+  CHECK_INT(json_integer_value(json_object_get(first, "status")), 409);
+  CHECK_STR(field(first, "request_id"), request_ids[0]);
+  CHECK_STR(field(first, "code"), "InvalidRequest");
+  CHECK_CONTAINS(field(first, "error"), "pool is being upgraded");
+  CHECK_INT(json_integer_value(json_object_get(first, "target_size")), 3);
+  /* the engine's own refusal is the autoscaler's to log: no warning for it */
+  const json_t *second = log_capture_line(lines, "node group resize failed", 1);
+  CHECK_STR(field(second, "node_group"), BATCH);
+  CHECK_STR(field(second, "rpc"), "NodeGroupIncreaseSize");
+  CHECK_STR(field(second, "request_id"), request_ids[1]);
+  const json_t *third = log_capture_line(lines, "node group resize failed", 2);
+  snprintf(node_path, sizeof node_path, "DELETE /api/kubernetes-engine/_/bkesimluaprov001/%s/%s", GENERAL,
+           node_id);
+  CHECK_STR(field(third, "rpc"), "NodeGroupDeleteNodes");
+  CHECK_STR(field(third, "node_group"), GENERAL);
+  CHECK_STR(field(third, "action"), node_path);
+  CHECK_STR(field(third, "request_id"), request_ids[2]);
+  CHECK_STR(field(third, "provider_id"), pid);
+  CHECK_INT(json_integer_value(json_object_get(third, "deleted")), 0);
+  CHECK(log_capture_line(lines, "node group resize failed", 3) == NULL);
+  CHECK(strncmp(request_ids[0], "req-", 4) == 0 && strcmp(request_ids[0], request_ids[1]) != 0);
+  CHECK(text && strstr(text, "luaprov-sim-secret") == NULL);
+  CHECK(text && strstr(text, "gAAAAAB") == NULL); /* the simulator's tokens */
+  free(text);
+  json_decref(lines);
+}
+
 static const char *label(const K8s__Io__Api__Core__V1__Node *n, const char *key) {
   for (size_t i = 0; i < n->metadata->n_labels; i++)
     if (strcmp(n->metadata->labels[i]->key, key) == 0) return n->metadata->labels[i]->value;
@@ -265,6 +356,7 @@ int main(void) {
   RUN(test_resize);
   RUN(test_delete);
   RUN(test_stale);
+  RUN(test_refusals_logged);
   RUN(test_template_bytes);
   RUN(test_failed_node);
 

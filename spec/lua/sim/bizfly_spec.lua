@@ -261,6 +261,23 @@ describe("bizfly simulator", function()
       assert.equals(2, state.errors.get_cluster)
     end)
 
+    it("gives every answer, refusals too, its own request ID in X-Request-Id", function()
+      local token = sim:token()
+      sim:fault({ operation = "update_pool", kind = "error", status = 409, message = "pool is being upgraded",
+        count = 1 })
+      local status, _, refused = kaas("PATCH", cluster_path(h.POOLS.general), { desired_size = 3 }, token)
+      assert.equals(409, status)
+      local id = refused.headers["x-request-id"]
+      assert.matches("^req%-%x+%-%x+%-%x+%-%x+%-%x+$", id)
+      -- /_sim/state names the last one, for tests that follow it through a client's logs
+      assert.equals(id, sim:state().last_request_id)
+      local _, _, ok = kaas("GET", cluster_path(), nil, token)
+      assert.matches("^req%-", ok.headers["x-request-id"])
+      assert.are_not.equal(id, ok.headers["x-request-id"])
+      local _, _, unknown = kaas("GET", cluster_path("no-such-pool"), nil, token)
+      assert.matches("^req%-", unknown.headers["x-request-id"])
+    end)
+
     it("cuts a body in half after the call took effect", function()
       local token = sim:token()
       sim:fault({ operation = "update_pool", kind = "malformed", count = 1 })

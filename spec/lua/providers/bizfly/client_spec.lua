@@ -353,4 +353,22 @@ describe("bizfly client against the simulator", function()
     assert.equals("PATCH", err.method)
     assert.matches("desired_size 9 must be between min_size 1 and max_size 5", err.message)
   end)
+
+  it("carries the request ID the API answered, in the error and at the end of its message", function()
+    local c = new_client(h.APP_ENV)
+    sim:fault({ operation = "update_pool", kind = "error", status = 409, message = "pool is being upgraded",
+      count = 1 })
+    local ok, err = c:set_desired_size(h.CLUSTER, h.POOLS.general, 3)
+    assert.is_nil(ok)
+    local id = sim:state().last_request_id
+    assert.matches("^req%-", id)
+    assert.equals(id, err.request_id)
+    assert.equals("PATCH /api/kubernetes-engine/_/" .. h.CLUSTER .. "/" .. h.POOLS.general
+      .. ": HTTP 409: pool is being upgraded (request ID " .. id .. ")", err.message)
+    -- after retries, the last answer's
+    sim:fault({ operation = "get_cluster", kind = "5xx", status = 503 })
+    local _, lasting = c:get_cluster(h.CLUSTER)
+    assert.matches(" %(after 2 attempts; request ID " .. sim:state().last_request_id:gsub("%-", "%%-") .. "%)$",
+      lasting.message)
+  end)
 end)
