@@ -2,6 +2,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -192,6 +193,24 @@ int lp_quantity_parse(const char *text, double *out) {
     }
   }
   return -1;
+}
+
+void lp_quantity_format(double v, int binary, char *out, size_t cap) {
+  static const struct {
+    const char *suffix;
+    double factor;
+  } units[] = {{"Gi", 1073741824.0}, {"Mi", 1048576.0}, {"Ki", 1024.0}};
+  if (v != floor(v)) {
+    snprintf(out, cap, "%.0fm", ceil(v * 1000 - 1e-6));
+    return;
+  }
+  for (size_t i = 0; binary && i < sizeof units / sizeof units[0]; i++) {
+    if (v >= units[i].factor && fmod(v, units[i].factor) == 0) {
+      snprintf(out, cap, "%.0f%s", v / units[i].factor, units[i].suffix);
+      return;
+    }
+  }
+  snprintf(out, cap, "%.0f", v);
 }
 
 static double quantity_of(const json_t *map, const char *resource) {

@@ -22,6 +22,11 @@ int lp_requirement_allows(const json_t *requirement, const char *value);
  * units. Returns 0 and stores it, or -1 for anything else. */
 int lp_quantity_parse(const char *text, double *out);
 
+/* Writes v as Kubernetes prints a quantity into out (cap bytes): a whole number in the largest binary
+ * unit that divides it ("1536Mi") when binary is set, else as is ("110"); a fraction in millis,
+ * rounded up ("1500m": a request must not shrink). */
+void lp_quantity_format(double v, int binary, char *out, size_t cap);
+
 /* Non-zero when every request in requests ({"cpu": "1500m", ...}; NULL = none) fits in capacity
  * minus the overhead ({"kube_reserved": {...}, "system_reserved": {...}, "eviction_threshold": {...}};
  * NULL = none). A resource the type does not have fits only a zero request. When it does not fit and

@@ -6,6 +6,7 @@
 /* clang-format off */
 const lp_controller_def *const lp_controllers_default[] = {
     &lp_nodeclass_controller,
+    &lp_nodepool_status_controller,
     &lp_nodeclaim_lifecycle_controller,
     &lp_termination_controller,
     &lp_gc_controller,

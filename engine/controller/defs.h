@@ -5,6 +5,7 @@
 #include "controller/controller.h"
 
 extern const lp_controller_def lp_nodeclass_controller;           /* nodeclass.c */
+extern const lp_controller_def lp_nodepool_status_controller;     /* nodepool_status.c */
 extern const lp_controller_def lp_nodeclaim_lifecycle_controller; /* lifecycle.c */
 extern const lp_controller_def lp_termination_controller;         /* termination.c */
 extern const lp_controller_def lp_gc_controller;                  /* gc.c */

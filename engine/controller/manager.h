@@ -34,8 +34,8 @@ typedef struct lp_controllers_config {
   const lp_controller_def *const *controllers;
 } lp_controllers_config;
 
-/* NULL-terminated: nodeclass status, nodeclaim lifecycle, termination, garbage collection, provisioner,
- * node repair, drift, disruption (defs.c). */
+/* NULL-terminated: nodeclass status, nodepool status, nodeclaim lifecycle, termination, garbage
+ * collection, provisioner, node repair, drift, disruption (defs.c). */
 extern const lp_controller_def *const lp_controllers_default[];
 
 /* Starts the informers (and the campaign). Returns NULL with err "InvalidConfig" on bad leader

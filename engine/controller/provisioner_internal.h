@@ -73,9 +73,8 @@ json_t *pv_pod_requirements(const json_t *spec);
 int pv_tolerates(const json_t *tolerations, const json_t *taints, const json_t **untolerated);
 /* The first key a positive requirement of reqs names (NotIn and DoesNotExist hold for an absent
  * label) that the requirement list defined does not define, the set known (may be NULL) does not hold
- * and, with allow_well_known, is not one of Karpenter's WellKnownLabels (zone, region, instance type,
- * arch, os, capacity type, nodepool, windows build); or NULL. Karpenter: "label X does not have known
- * values". */
+ * and, with allow_well_known, is not a well-known label (lp_label_well_known); or NULL. Karpenter: "label X
+ * does not have known values". */
 const char *pv_undefined_key(const json_t *reqs, const json_t *defined, const json_t *known,
                              int allow_well_known);
 /* Non-zero when labels (a node's) satisfy every requirement of reqs (NULL = none). */

@@ -5,6 +5,7 @@
 
 #include "contract/requirements.h"
 #include "controller/conditions.h"
+#include "controller/nodepool.h"
 #include "controller/provisioner_internal.h"
 #include "core/error.h"
 
@@ -73,28 +74,14 @@ void pv_pod_requests(pv_dims *d, const json_t *spec, pv_res *out) {
   out->v[PV_PODS] += 1;
 }
 
-/* Karpenter's NormalizedLabels: deprecated keys a pod may still select on. */
-static const char *normalized(const char *key) {
-  static const char *const map[][2] = {
-      {"failure-domain.beta.kubernetes.io/zone", "topology.kubernetes.io/zone"},
-      {"failure-domain.beta.kubernetes.io/region", "topology.kubernetes.io/region"},
-      {"beta.kubernetes.io/arch", "kubernetes.io/arch"},
-      {"beta.kubernetes.io/os", "kubernetes.io/os"},
-      {"beta.kubernetes.io/instance-type", "node.kubernetes.io/instance-type"},
-  };
-  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-    if (strcmp(key, map[i][0]) == 0) return map[i][1];
-  return key;
-}
-
 json_t *pv_pod_requirements(const json_t *spec) {
   json_t *out = json_array();
   const char *key;
   const json_t *value;
   json_object_foreach(json_object_get(spec, "nodeSelector"), key, value) {
     if (json_is_string(value))
-      json_array_append_new(
-          out, json_pack("{s:s, s:s, s:[O]}", "key", normalized(key), "operator", "In", "values", value));
+      json_array_append_new(out, json_pack("{s:s, s:s, s:[O]}", "key", lp_label_normalized(key), "operator",
+                                           "In", "values", value));
   }
   const json_t *required = json_object_get(json_object_get(json_object_get(spec, "affinity"), "nodeAffinity"),
                                            "requiredDuringSchedulingIgnoredDuringExecution");
@@ -105,9 +92,10 @@ json_t *pv_pod_requirements(const json_t *spec) {
     const char *k = json_string_value(json_object_get(expr, "key"));
     const json_t *values = json_object_get(expr, "values");
     if (!k) continue;
-    json_array_append_new(
-        out, json_pack("{s:s, s:O, s:o}", "key", normalized(k), "operator", json_object_get(expr, "operator"),
-                       "values", json_is_array(values) ? json_incref((json_t *)values) : json_array()));
+    json_array_append_new(out,
+                          json_pack("{s:s, s:O, s:o}", "key", lp_label_normalized(k), "operator",
+                                    json_object_get(expr, "operator"), "values",
+                                    json_is_array(values) ? json_incref((json_t *)values) : json_array()));
   }
   if (json_array_size(out) == 0) {
     json_decref(out);
@@ -148,22 +136,6 @@ int pv_tolerates(const json_t *tolerations, const json_t *taints, const json_t *
   return 1;
 }
 
-/* Karpenter's WellKnownLabels: a pod may require them of a NodePool that does not mention them. */
-static int well_known(const char *key) {
-  static const char *const labels[] = {"karpenter.sh/nodepool",
-                                       "topology.kubernetes.io/zone",
-                                       "topology.kubernetes.io/region",
-                                       "node.kubernetes.io/instance-type",
-                                       "kubernetes.io/arch",
-                                       "kubernetes.io/os",
-                                       "karpenter.sh/capacity-type",
-                                       "node.kubernetes.io/windows-build",
-                                       NULL};
-  for (size_t i = 0; labels[i]; i++)
-    if (strcmp(key, labels[i]) == 0) return 1;
-  return 0;
-}
-
 static int defines(const json_t *reqs, const char *key) {
   size_t i;
   const json_t *req;
@@ -181,7 +153,8 @@ const char *pv_undefined_key(const json_t *reqs, const json_t *defined, const js
     const char *key = json_string_value(json_object_get(req, "key"));
     const char *op = json_string_value(json_object_get(req, "operator"));
     if (!key || (op && (strcmp(op, "NotIn") == 0 || strcmp(op, "DoesNotExist") == 0))) continue;
-    if (defines(defined, key) || json_object_get(known, key) || (allow_well_known && well_known(key)))
+    if (defines(defined, key) || json_object_get(known, key) ||
+        (allow_well_known && lp_label_well_known(key)))
       continue;
     return key;
   }

@@ -2,7 +2,6 @@
  * fixed arrays of numbers, so that fitting a pod against hundreds of instance types compares doubles
  * instead of parsing quantities. */
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,32 +61,12 @@ pv_res pv_res_sum(const pv_res *r, const pv_res *s) {
   return out;
 }
 
-/* A quantity as Kubernetes prints it: whole numbers in the largest binary unit that divides them,
- * fractions in millis (rounded up: a request must not shrink). */
-static void quantity_text(double v, char *out, size_t cap) {
-  static const struct {
-    const char *suffix;
-    double factor;
-  } units[] = {{"Gi", 1073741824.0}, {"Mi", 1048576.0}, {"Ki", 1024.0}};
-  if (v != floor(v)) {
-    snprintf(out, cap, "%.0fm", ceil(v * 1000 - 1e-6));
-    return;
-  }
-  for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-    if (v >= units[i].factor && fmod(v, units[i].factor) == 0) {
-      snprintf(out, cap, "%.0f%s", v / units[i].factor, units[i].suffix);
-      return;
-    }
-  }
-  snprintf(out, cap, "%.0f", v);
-}
-
 json_t *pv_res_to_list(const pv_dims *d, const pv_res *r) {
   json_t *out = json_object();
   for (size_t i = 0; i < d->n; i++) {
     if (r->v[i] <= 0) continue;
     char text[48];
-    quantity_text(r->v[i], text, sizeof text);
+    lp_quantity_format(r->v[i], 1, text, sizeof text);
     json_object_set_new(out, d->name[i], json_string(text));
   }
   return out;
@@ -97,8 +76,8 @@ char *pv_res_shortfall(const pv_dims *d, const pv_res *want, const pv_res *have)
   for (size_t i = 0; i < d->n; i++) {
     if (want->v[i] > 0 && !within(want->v[i], have->v[i])) {
       char w[48], h[48];
-      quantity_text(want->v[i], w, sizeof w);
-      quantity_text(have->v[i] > 0 ? have->v[i] : 0, h, sizeof h);
+      lp_quantity_format(want->v[i], 1, w, sizeof w);
+      lp_quantity_format(have->v[i] > 0 ? have->v[i] : 0, 1, h, sizeof h);
       return lp_xasprintf("%s: requested %s, allocatable %s", d->name[i], w, h);
     }
   }

@@ -95,6 +95,10 @@ kget "/api/v1/nodes/$NODE" | jq -e --arg p "$PID" '.spec.providerID == $p
   and ([.spec.taints[]? | select(.key == "karpenter.sh/unregistered")] | length == 0)
   and (.metadata.ownerReferences[0].kind == "NodeClaim")' >/dev/null || fail "Node synced: $(kget "/api/v1/nodes/$NODE")"
 grep -q '"msg":"launched nodeclaim"' "$ENGINE_LOG" || fail "launched nodeclaim logged"
+# the NodePool counts it (kubectl get nodepools: NODES 1, READY True)
+until_ok "NodePool default counts 1 node" 10 bash -c "curl -sf '$K/apis/karpenter.sh/v1/nodepools/default' | jq -e \
+  '.status.nodes == 1 and .status.resources.nodes == \"1\" and
+   ([.status.conditions[] | select(.type == \"Ready\" and .status == \"True\")] | length == 1)' >/dev/null"
 
 # ---- a pod lands on it; a PodDisruptionBudget holds the drain until relaxed ---------------------
 kpost /api/v1/namespaces/default/pods '{"metadata":{"name":"web","labels":{"app":"web"}},

@@ -188,6 +188,18 @@ describe("kubernetes simulator: tables", function()
     assert.same({ "c1", "ecs.g7.large", "spot", json.null, "n1", "False" }, { table.unpack(cells, 1, 6) })
     assert.matches("^%d+s$", cells[7])
     assert.equal("default", cells[11])
+
+    -- a NodePool's NODES and READY come from the status the engine's nodepool.status controller writes
+    ok("POST", "/apis/karpenter.sh/v1/nodepools", { metadata = { name = "np1" },
+      spec = { template = { spec = { nodeClassRef = { name = "default" }, requirements = {} } } } })
+    ok("PATCH", "/apis/karpenter.sh/v1/nodepools/np1/status", { status = { nodes = 2,
+      resources = { cpu = "8", memory = "32Gi", nodes = "2" }, conditions = { { type = "Ready", status = "True" } } } },
+      { ["content-type"] = "application/merge-patch+json" })
+    local pools = ok("GET", "/apis/karpenter.sh/v1/nodepools", nil, { accept = TABLE })
+    assert.same({ "Name", "NodeClass", "Nodes", "Ready", "Age", "Weight", "CPU", "Memory" }, columns(pools))
+    local row = pools.rows[1].cells
+    assert.same({ "np1", "default", "2", "True" }, { table.unpack(row, 1, 4) })
+    assert.same({ "8", "32Gi" }, { row[7], row[8] })
   end)
 
   it("sends a watching kubectl one-row tables", function()
