@@ -1,9 +1,10 @@
 -- Kubernetes API simulator: enough of an apiserver for the engine's controllers and a stock kubectl.
 -- Discovery (legacy and aggregated), OpenAPI v3, Tables for kubectl get, CRUD with merge and
 -- strategic merge patch, the /status subresource, finalizers, pagination, selectors, watch with
--- bookmarks and 410, dryRun and fieldValidation, PodDisruptionBudgets with the eviction subresource,
--- pod binding; and a simulated cluster behind it: a kubelet per Alibaba simulator instance, a binder
--- for pending pods, the budgets' status (controllers.lua). Errors are Kubernetes Status objects;
+-- bookmarks and 410, streaming lists (sendInitialEvents), dryRun and fieldValidation,
+-- PodDisruptionBudgets with the eviction subresource, pod binding; and a simulated cluster behind it: a
+-- kubelet per Alibaba simulator instance, a binder for pending pods, the budgets' status
+-- (controllers.lua). Errors are Kubernetes Status objects;
 -- unauthenticated; admin paths under /_sim/. Served by `luaprov sim` through handle(request); see
 -- docs/sim.md.
 --
@@ -61,6 +62,7 @@ local function serve_collection(request, res, ns, params)
     local watching = params.watch == "1" or params.watch == "true"
     faults.apply(watching and "watch" or "list", res)
     if watching then return watch.start(res, ns, params, request) end
+    watch.check_options(params, false)
     local status, list = objects.list(res, ns, params)
     local version = tables.wanted(request)
     if version then list = tables.table_of(res, list.items, list.metadata, params, version) end

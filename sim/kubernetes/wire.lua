@@ -87,6 +87,28 @@ function M.invalid(res, name, field, problem)
   })
 end
 
+--- invalid_options(errors): 422 Invalid for a request's ListOptions, as the apiserver words it.
+-- errors = {{field, reason ("FieldValueForbidden", "FieldValueNotSupported"), body}}, body the error's
+-- text after the field ("Forbidden: ...", 'Unsupported value: "Exact": supported values: ...').
+function M.invalid_options(errors)
+  local texts, causes = {}, M.array()
+  for i, e in ipairs(errors) do
+    texts[i] = e.field .. ": " .. e.body
+    causes[i] = { reason = e.reason, message = e.body, field = e.field }
+  end
+  local all = #texts == 1 and texts[1] or ("[" .. table.concat(texts, ", ") .. "]")
+  M.fail(422, "Invalid", 'ListOptions.meta.k8s.io "" is invalid: ' .. all,
+    { group = "meta.k8s.io", kind = "ListOptions", causes = causes })
+end
+
+--- too_large(wanted, current): 504, the apiserver's answer when it has not reached a resourceVersion
+-- a read must not be older than (after waiting up to 3 s for it; the simulator answers at once).
+function M.too_large(wanted, current)
+  M.fail(504, "Timeout", string.format("Too large resource version: %d, current: %d", wanted, current), {
+    causes = M.array { { reason = "ResourceVersionTooLarge", message = "Too large resource version" } },
+    retryAfterSeconds = 1 })
+end
+
 function M.expired(from, current)
   return M.status_object(410, "Expired", string.format("too old resource version: %d (%d)", from, current))
 end

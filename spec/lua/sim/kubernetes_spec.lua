@@ -205,6 +205,97 @@ describe("kubernetes simulator", function()
     assert.is_true(bookmarks >= 3, text)
   end)
 
+  -- client-go's WatchList: a watch that starts with the state, as a list would, and says where it ends
+  local WATCH_LIST = "?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
+
+  local function until_file_has(path, text)
+    for _ = 1, 250 do
+      if read_all(path):find(text, 1, true) then return true end
+      os.execute("sleep 0.02")
+    end
+    return false
+  end
+
+  it("starts a WatchList with the matching objects, then the initial-events-end bookmark, then live events", function()
+    local np = "/apis/karpenter.sh/v1/nodepools"
+    for name, team in pairs { a = "x", b = "x", c = "y" } do
+      call("POST", np, { metadata = { name = name, labels = { team = team } } })
+    end
+    local _, list = call("GET", np)
+    local tmp = os.tmpname()
+    local p = io.popen(string.format("curl -sN '%s%s%s&labelSelector=team%%3Dx&timeoutSeconds=10' >%s & echo $!",
+      url, np, WATCH_LIST, tmp))
+    local curl = p:read("l")
+    p:close()
+    -- the live change only once the initial events are out: nothing here depends on timing
+    assert.is_true(until_file_has(tmp, "k8s.io/initial-events-end"), read_all(tmp))
+    call("POST", np, { metadata = { name = "d", labels = { team = "x" } } })
+    call("POST", np, { metadata = { name = "e", labels = { team = "y" } } })
+    local seen = until_file_has(tmp, '"name":"d"')
+    os.execute("kill " .. curl)
+    local text = read_all(tmp)
+    os.remove(tmp)
+    assert.is_true(seen, text)
+    local events = {}
+    for line in text:gmatch("[^\n]+") do events[#events + 1] = json.decode(line) end
+    local got = {}
+    for _, e in ipairs(events) do got[#got + 1] = e.type .. " " .. (e.object.metadata.name or "") end
+    assert.same({ "ADDED a", "ADDED b", "BOOKMARK ", "ADDED d" }, got)
+    local mark = events[3].object
+    assert.equal("NodePool", mark.kind)
+    assert.equal("karpenter.sh/v1", mark.apiVersion)
+    assert.equal(list.metadata.resourceVersion, mark.metadata.resourceVersion)
+    assert.same({ ["k8s.io/initial-events-end"] = "true" }, mark.metadata.annotations)
+  end)
+
+  it("sends no end bookmark without allowWatchBookmarks, and no initial events with sendInitialEvents=false", function()
+    local np = "/apis/karpenter.sh/v1/nodepools"
+    call("POST", np, { metadata = { name = "a" } })
+    -- as the apiserver: the initial events alone, no bookmark and no error
+    local events = watch_lines(np .. "?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan"
+      .. "&timeoutSeconds=1")
+    assert.equal(1, #events)
+    assert.same({ "ADDED", "a" }, { events[1].type, events[1].object.metadata.name })
+    -- sendInitialEvents=false: from now on, with the plain bookmark that says where now is
+    events = watch_lines(np .. "?watch=1&sendInitialEvents=false&resourceVersionMatch=NotOlderThan"
+      .. "&allowWatchBookmarks=true&timeoutSeconds=1")
+    assert.equal(1, #events)
+    assert.equal("BOOKMARK", events[1].type)
+    assert.is_nil(events[1].object.metadata.annotations)
+  end)
+
+  it("refuses the ListOptions the apiserver refuses, in its words", function()
+    local np = "/apis/karpenter.sh/v1/nodepools"
+    local function refused(query)
+      local status, body = call("GET", np .. "?" .. query)
+      assert.equal(422, status)
+      assert.same({ "Invalid", "meta.k8s.io", "ListOptions" }, { body.reason, body.details.group, body.details.kind })
+      return body
+    end
+    local body = refused("watch=1&sendInitialEvents=true&allowWatchBookmarks=true")
+    assert.equal('ListOptions.meta.k8s.io "" is invalid: resourceVersionMatch: Forbidden: sendInitialEvents requires '
+      .. "setting resourceVersionMatch to NotOlderThan", body.message)
+    assert.same({ { reason = "FieldValueForbidden", field = "resourceVersionMatch",
+      message = "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan" } },
+      body.details.causes)
+    body = refused("watch=1&sendInitialEvents=true&resourceVersionMatch=Exact&allowWatchBookmarks=true")
+    assert.equal('ListOptions.meta.k8s.io "" is invalid: [resourceVersionMatch: Forbidden: sendInitialEvents requires '
+      .. 'setting resourceVersionMatch to NotOlderThan, resourceVersionMatch: Unsupported value: "Exact": supported '
+      .. 'values: "NotOlderThan"]', body.message)
+    assert.equal("FieldValueNotSupported", body.details.causes[2].reason)
+    body = refused("watch=1&resourceVersionMatch=NotOlderThan")
+    assert.matches("resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided", body.message)
+    body = refused("sendInitialEvents=true")
+    assert.equal('ListOptions.meta.k8s.io "" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is '
+      .. "forbidden for list", body.message)
+    local status = call("GET", np .. "?watch=1&sendInitialEvents=maybe&resourceVersionMatch=NotOlderThan")
+    assert.equal(400, status)
+    -- not older than a resourceVersion the server has not reached: a timeout, as the apiserver's
+    local _, too_new = call("GET", np .. WATCH_LIST .. "&resourceVersion=999999")
+    assert.same({ 504, "Timeout" }, { too_new.code, too_new.reason })
+    assert.matches("^Too large resource version: 999999, current: %d+$", too_new.message)
+  end)
+
   it("registers the node of a Running instance while a client only watches", function()
     call("POST", "/_sim/config", { sync_seconds = 0.2 })
     local tmp = os.tmpname()
