@@ -12,4 +12,10 @@ double lp_clock_monotonic(void);
  * lines, Kubernetes conditions). May jump; never use it to measure a duration. */
 double lp_clock_wall(void);
 
+/* Wall time t as RFC 3339 in UTC, the form Kubernetes objects carry: "2026-12-01T22:12:47Z" (a Time,
+ * fraction dropped) or, with micro set, "2026-12-01T22:12:47.123456Z" (a MicroTime: Lease renewals).
+ * out holds at least LP_RFC3339_SIZE bytes. */
+#define LP_RFC3339_SIZE 32
+void lp_clock_rfc3339(double t, int micro, char *out);
+
 #endif

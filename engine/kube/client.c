@@ -279,7 +279,7 @@ static const char *api_verb_of(kube_call *k) {
 }
 
 /* Sends the call's next request; body (borrowed, may be NULL) is serialized compactly. */
-static void call_send(kube_call *k, json_t *body, const char *content_type) {
+static void call_send(kube_call *k, const json_t *body, const char *content_type) {
   lp_buf url = LP_BUF_INIT;
   lp_buf_printf(&url, "%s%s", k->c->cfg->server, k->path);
   char sep = '?';
@@ -428,8 +428,14 @@ void lp_kube_delete(lp_kube_client *c, const lp_kube_ref *ref, const char *resou
   if (resource_version)
     opts = json_pack("{s:s,s:s,s:{s:s}}", "apiVersion", "v1", "kind", "DeleteOptions", "preconditions",
                      "resourceVersion", resource_version);
-  call_send(call_new(c, OP_DELETE, ref_path(ref, 1, NULL), ref->name, done, ud), opts, "application/json");
+  lp_kube_delete_with(c, ref, opts, done, ud);
   json_decref(opts);
+}
+
+void lp_kube_delete_with(lp_kube_client *c, const lp_kube_ref *ref, const json_t *options, lp_kube_done_fn done,
+                         void *ud) {
+  call_send(call_new(c, OP_DELETE, ref_path(ref, 1, NULL), ref->name, done, ud), options,
+            "application/json");
 }
 
 void lp_kube_merge_patch(lp_kube_client *c, const lp_kube_ref *ref, const char *subresource, json_t *patch,
