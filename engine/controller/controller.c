@@ -119,6 +119,10 @@ lp_controller *controller_start(const lp_controller_def *def, lp_ctrl_env *env) 
   return c;
 }
 
+void controller_pause(lp_controller *c, int paused) {
+  lp_workqueue_pause(c->queue, paused);
+}
+
 static void part_closed(lp_controller *c) {
   if (--c->pending_closes > 0) return;
   if (c->def->state_free) c->def->state_free(c->state);

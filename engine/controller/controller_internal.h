@@ -27,6 +27,9 @@ void env_free(lp_ctrl_env *env);
 lp_controller *controller_start(const lp_controller_def *def, lp_ctrl_env *env);
 /* Stops its queue and timers; on_closed runs once its last reconcile ended and it is freed. */
 void controller_stop(lp_controller *c, void (*on_closed)(void *ud), void *ud);
+/* paused != 0: no new reconcile starts (keys keep queueing; those in flight finish) until it is called
+ * with 0. Its state is kept, unlike a stop. */
+void controller_pause(lp_controller *c, int paused);
 const lp_controller_def *controller_def(const lp_controller *c);
 /* Every key it owns: the primary kind's cached keys, or the singleton. */
 void controller_enqueue_all(lp_controller *c);

@@ -25,6 +25,8 @@ struct lp_controllers {
   informer_ud informer_uds[LP_KIND_COUNT];
   lp_leader *leader;
   int leader_elect, leading, synced, stopping;
+  int current; /* every informer current (lp_informer_current): listed, not relisting */
+  int paused;  /* the running controllers are paused while current is 0 */
   lp_metric *synced_gauge, *active_gauge;
   uv_timer_t done_timer; /* runs on_done on a later loop turn */
   int pending_stop;      /* parts of the shutdown still in progress */
@@ -33,6 +35,7 @@ struct lp_controllers {
 };
 
 static void maybe_start_controllers(lp_controllers *m);
+static void caches_changed(lp_controllers *m);
 
 /* ---- informers ----------------------------------------------------------------------------- */
 
@@ -77,14 +80,19 @@ static void on_synced(lp_informer *inf, void *ud) {
   for (int k = 0; k < LP_KIND_COUNT; k++)
     if (!lp_informer_synced(m->env.informers[k])) return;
   m->synced = 1;
-  lp_gauge_set(m->synced_gauge, NULL, 1);
   size_t counts[LP_KIND_COUNT];
   for (int k = 0; k < LP_KIND_COUNT; k++) counts[k] = lp_informer_size(m->env.informers[k]);
   lp_info(LOGGER, "caches synced", LPF_INT("nodeclaims", counts[LP_KIND_NODECLAIM]),
           LPF_INT("nodes", counts[LP_KIND_NODE]), LPF_INT("nodepools", counts[LP_KIND_NODEPOOL]),
           LPF_INT("nodeclasses", counts[LP_KIND_NODECLASS]), LPF_INT("pods", counts[LP_KIND_POD]),
           LPF_INT("daemonsets", counts[LP_KIND_DAEMONSET]));
-  maybe_start_controllers(m);
+  caches_changed(m);
+}
+
+static void on_current(lp_informer *inf, int current, void *ud) {
+  (void)inf;
+  (void)current;
+  caches_changed(((informer_ud *)ud)->m);
 }
 
 /* ---- controllers --------------------------------------------------------------------------- */
@@ -111,7 +119,7 @@ static void replay_cache(lp_controllers *m, lp_controller *c) {
 }
 
 static void maybe_start_controllers(lp_controllers *m) {
-  if (m->stopping || m->running || m->closing || !m->synced) return;
+  if (m->stopping || m->running || m->closing || !m->current) return;
   if (m->leader_elect && !m->leading) return;
   m->running = lp_xcalloc(m->ndefs, sizeof *m->running);
   for (size_t i = 0; i < m->ndefs; i++) {
@@ -120,6 +128,31 @@ static void maybe_start_controllers(lp_controllers *m) {
   }
   lp_gauge_set(m->active_gauge, NULL, 1);
   lp_info(LOGGER, "controllers running", LPF_INT("controllers", (long long)m->ndefs));
+}
+
+/* Running controllers act only on current caches: while an informer relists (a 410, or the relist of a
+ * new leader) its store may miss what happened during a whole outage, and a provisioner counting
+ * NodeClaims from it would create them again. Pausing keeps their state and queued keys; changes seen
+ * meanwhile still reach their on_change. */
+static void set_paused(lp_controllers *m, int paused) {
+  if (!m->running || m->paused == paused) return;
+  m->paused = paused;
+  for (size_t i = 0; i < m->ndefs; i++) controller_pause(m->running[i], paused);
+  lp_gauge_set(m->active_gauge, NULL, paused ? 0 : 1);
+  if (paused)
+    lp_warn(LOGGER, "a cache is relisting: controllers paused until it is current");
+  else
+    lp_info(LOGGER, "caches current: controllers resumed");
+}
+
+static void caches_changed(lp_controllers *m) {
+  int current = 1;
+  for (int k = 0; k < LP_KIND_COUNT && current; k++)
+    current = m->env.informers[k] && lp_informer_current(m->env.informers[k]);
+  m->current = current;
+  lp_gauge_set(m->synced_gauge, NULL, current);
+  set_paused(m, !current);
+  maybe_start_controllers(m);
 }
 
 static void finish_stop_part(lp_controllers *m);
@@ -138,6 +171,7 @@ static size_t stop_controllers(lp_controllers *m) {
   if (!m->running) return 0;
   lp_controller **running = m->running;
   m->running = NULL;
+  m->paused = 0;
   m->closing += m->ndefs;
   lp_gauge_set(m->active_gauge, NULL, 0);
   for (size_t i = 0; i < m->ndefs; i++) controller_stop(running[i], controller_closed, m);
@@ -147,11 +181,17 @@ static size_t stop_controllers(lp_controllers *m) {
 
 /* ---- leader election ----------------------------------------------------------------------- */
 
+/* A new leader lists everything again before its controllers run: its watches may have been cut off
+ * (an API server restart) and not resumed yet, and the previous leader may have written until moments
+ * ago. The controllers start once every informer holds a list begun after this point. */
 static void started_leading(lp_leader *le, void *ud) {
   (void)le;
   lp_controllers *m = ud;
   m->leading = 1;
-  maybe_start_controllers(m);
+  lp_info(LOGGER, "leading: relisting every cache before the controllers run");
+  for (int k = 0; k < LP_KIND_COUNT; k++)
+    if (m->env.informers[k]) lp_informer_relist(m->env.informers[k]);
+  caches_changed(m);
 }
 
 static void stopped_leading(lp_leader *le, void *ud) {
@@ -183,8 +223,9 @@ lp_controllers *lp_controllers_start(const lp_controllers_config *cfg, lp_error 
   m->defs = cfg->controllers;
   while (m->defs[m->ndefs]) m->ndefs++;
   m->leader_elect = cfg->leader_elect;
-  m->synced_gauge = lp_metrics_gauge(m->env.metrics, "luaprov_caches_synced",
-                                     "1 once every informer cache has listed.", LP_NO_LABELS);
+  m->synced_gauge = lp_metrics_gauge(
+      m->env.metrics, "luaprov_caches_synced",
+      "1 while every informer cache is listed and current (0 while one relists).", LP_NO_LABELS);
   m->active_gauge =
       lp_metrics_gauge(m->env.metrics, "luaprov_controllers_active",
                        "1 while this process runs the controllers (leading and synced).", LP_NO_LABELS);
@@ -208,8 +249,11 @@ lp_controllers *lp_controllers_start(const lp_controllers_config *cfg, lp_error 
       return NULL;
     }
   }
-  lp_informer_handlers h = {
-      .on_add = on_add, .on_update = on_update, .on_delete = on_delete, .on_synced = on_synced};
+  lp_informer_handlers h = {.on_add = on_add,
+                            .on_update = on_update,
+                            .on_delete = on_delete,
+                            .on_synced = on_synced,
+                            .on_current = on_current};
   for (int k = 0; k < LP_KIND_COUNT; k++) {
     m->informer_uds[k] = (informer_ud){m, (lp_kind)k};
     h.ud = &m->informer_uds[k];
@@ -223,7 +267,7 @@ int lp_controllers_synced(const lp_controllers *m) {
   return m->synced;
 }
 int lp_controllers_active(const lp_controllers *m) {
-  return m->running != NULL;
+  return m->running != NULL && !m->paused;
 }
 int lp_controllers_healthy(const lp_controllers *m) {
   return !m->leader || lp_leader_healthy(m->leader);

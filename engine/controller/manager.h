@@ -1,16 +1,21 @@
 /* The controller manager: one informer per cached kind (controller.h), the secondary indices, Lease
  * leader election, and the controllers, started only while this process leads.
  *
- * Start-up: the informers list and watch at once, leader or not, so a standby has warm caches and
- * takes over without relisting. Once every informer has synced and (with leader election) this process
- * leads, each controller gets its workqueue and every key of its primary kind is enqueued. Losing the
- * lease stops the controllers' queues (reconciles in flight finish, nothing new starts) until the lease
- * is won again.
+ * Start-up: the informers list and watch at once, leader or not, so a standby has warm caches. Once
+ * every informer is current (lp_informer_current: listed, not relisting) and (with leader election)
+ * this process leads, each controller gets its workqueue and every key of its primary kind is
+ * enqueued. Winning the lease relists every informer first (lp_informer_relist): a standby's watches
+ * may have been cut off by an API server restart without a 410 yet, and the previous leader wrote until
+ * moments ago, so the controllers start only once every cache holds a list begun after the win. Losing
+ * the lease stops the controllers' queues (reconciles in flight finish, nothing new starts) until the
+ * lease is won again. While any informer relists (a 410) the running controllers are paused: no new
+ * reconcile starts, their state and queued keys are kept, and they resume once it is current again.
  *
  * Readiness (/readyz): lp_controllers_synced, every informer listed. Liveness (/healthz):
  * lp_controllers_healthy, false only when the leader's renew loop is wedged.
- * Metrics: luaprov_controller_leading (gauge), luaprov_caches_synced (gauge), and those of the informers,
- * queues, leader election and controllers. Loop thread only. */
+ * Metrics: luaprov_caches_synced (gauge: 1 while every informer is current), luaprov_controllers_active
+ * (gauge: 1 while the controllers run, not paused), and those of the informers, queues, leader election
+ * and controllers. Loop thread only. */
 #ifndef LUAPROV_CONTROLLER_MANAGER_H
 #define LUAPROV_CONTROLLER_MANAGER_H
 
@@ -44,7 +49,8 @@ lp_controllers *lp_controllers_start(const lp_controllers_config *cfg, lp_error 
 
 /* Non-zero once every informer has listed (stays so). */
 int lp_controllers_synced(const lp_controllers *m);
-/* Non-zero while the controllers run (leading, or no leader election, and synced). */
+/* Non-zero while the controllers run (leading, or no leader election, and every cache current; not
+ * while they are paused for a relist). */
 int lp_controllers_active(const lp_controllers *m);
 /* Liveness: false only when leading with a wedged renew loop. */
 int lp_controllers_healthy(const lp_controllers *m);

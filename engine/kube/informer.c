@@ -27,9 +27,10 @@ struct lp_informer {
   lp_kube_watch *watch;
   uv_timer_t timer; /* list retries */
   unsigned failures;
-  int listing;  /* a list call is in flight */
-  int busy;     /* depth of handler dispatch: the informer must outlive it */
-  int stopping; /* lp_informer_stop ran */
+  int listing;       /* a list call is in flight */
+  int relist_wanted; /* lp_informer_relist ran while a list was in flight: list once more after it */
+  int busy;          /* depth of handler dispatch: the informer must outlive it */
+  int stopping;      /* lp_informer_stop ran */
   int timer_closed;
   lp_metric *m_objects, *m_relists, *m_events;
 };
@@ -93,6 +94,21 @@ static void deliver_delete(lp_informer *inf, json_t *obj) {
   if (inf->h.on_delete && !inf->stopping) inf->h.on_delete(inf, obj, inf->h.ud);
 }
 
+static int is_current(const lp_informer *inf) {
+  return inf->synced && inf->state == INF_WATCHING;
+}
+
+/* Moves to state; on_current hears when that changes whether the informer is current. */
+static void set_state(lp_informer *inf, inf_state state) {
+  int before = is_current(inf);
+  inf->state = state;
+  int after = is_current(inf);
+  if (before == after || !inf->h.on_current || inf->stopping) return;
+  inf->busy++;
+  inf->h.on_current(inf, after, inf->h.ud);
+  inf->busy--;
+}
+
 static void set_size_gauge(lp_informer *inf, size_t before) {
   lp_gauge_add(inf->m_objects, LP_LABELS(inf->metric), (double)json_object_size(inf->store) - (double)before);
 }
@@ -141,8 +157,9 @@ static void on_relist(lp_kube_watch *w, void *ud) {
   lp_counter_inc(inf->m_relists, LP_LABELS(inf->metric));
   lp_log(LP_LOG_INFO, "engine.kube.informer", "resourceVersion expired, relisting",
          LPF_STR("resource", inf->metric));
-  inf->state = INF_RELISTING;
-  start_list(inf);
+  set_state(inf, INF_RELISTING);
+  if (!inf->stopping) start_list(inf);
+  maybe_free(inf);
 }
 
 /* ---- lists ---- */
@@ -226,8 +243,11 @@ static void on_listed(const lp_kube_reply *r, void *ud) {
       inf->busy--;
     }
   }
-  if (!inf->stopping) {
-    inf->state = INF_WATCHING;
+  if (!inf->stopping && inf->relist_wanted) { /* the list just adopted began before the request */
+    inf->relist_wanted = 0;
+    inf->state = INF_RELISTING;
+    start_list(inf);
+  } else if (!inf->stopping) {
     if (inf->watch) {
       lp_kube_watch_resume(inf->watch, rv_copy);
     } else {
@@ -237,6 +257,7 @@ static void on_listed(const lp_kube_reply *r, void *ud) {
       lp_kube_watch_handlers wh = {.on_event = on_event, .on_relist = on_relist, .ud = inf};
       inf->watch = lp_kube_watch_start(inf->c, &ref, rv_copy, &o, &wh);
     }
+    set_state(inf, INF_WATCHING);
   }
   free(rv_copy);
   maybe_free(inf);
@@ -289,6 +310,25 @@ lp_informer *lp_informer_start(lp_kube_client *c, const lp_kube_ref *ref, const 
 
 int lp_informer_synced(const lp_informer *inf) {
   return inf->synced;
+}
+
+int lp_informer_current(const lp_informer *inf) {
+  return is_current(inf);
+}
+
+void lp_informer_relist(lp_informer *inf) {
+  if (inf->stopping) return;
+  if (inf->listing) {
+    inf->relist_wanted = 1;
+    return;
+  }
+  if (inf->state != INF_WATCHING) return; /* a failed list's retry is waiting: it begins after this call */
+  lp_log(LP_LOG_INFO, "engine.kube.informer", "relisting on request", LPF_STR("resource", inf->metric));
+  /* a watch left running would apply events newer than the list, which the list's store then undoes */
+  lp_kube_watch_stop(inf->watch);
+  inf->watch = NULL;
+  set_state(inf, INF_RELISTING);
+  if (!inf->stopping) start_list(inf);
 }
 
 json_t *lp_informer_get(const lp_informer *inf, const char *key) {

@@ -13,7 +13,13 @@
  *             on_update for each object whose resourceVersion changed (or, without one, whose content
  *             changed), on_add for each new one, in list order, then on_delete for each object missing
  *             from the list. Unchanged objects are not reported again. Then the watch resumes from the
- *             relist's resourceVersion.
+ *             relist's resourceVersion. lp_informer_relist forces one (the watch is dropped and
+ *             started again from the new list's resourceVersion).
+ *
+ * Current: the store holds a complete list and is kept up by the watch (WATCHING), as opposed to
+ * listing for the first time or relisting, when the store may lag the API by a whole outage. A watch
+ * that failed and waits to resume from its resourceVersion still counts as current: nothing is lost,
+ * the events since arrive once it resumes (or it gets a 410 and relists).
  *
  * Stored objects lose metadata.managedFields and the kubectl.kubernetes.io/last-applied-configuration
  * annotation (no controller reads them; they can be larger than the rest of the object).
@@ -46,6 +52,9 @@ typedef struct lp_informer_handlers {
   void (*on_update)(lp_informer *inf, json_t *old_obj, json_t *new_obj, void *ud);
   void (*on_delete)(lp_informer *inf, json_t *obj, void *ud); /* the last state seen */
   void (*on_synced)(lp_informer *inf, void *ud);              /* once, after the first full list */
+  /* lp_informer_current changed to current: after the first list (right after on_synced), when a relist
+   * begins and when it has been adopted. */
+  void (*on_current)(lp_informer *inf, int current, void *ud);
   void *ud;
 } lp_informer_handlers;
 
@@ -63,6 +72,16 @@ lp_informer *lp_informer_start(lp_kube_client *c, const lp_kube_ref *ref, const 
 
 /* Non-zero once the first full list is in the store; stays so across relists. */
 int lp_informer_synced(const lp_informer *inf);
+
+/* Non-zero while the informer is current (see above): synced and not relisting. */
+int lp_informer_current(const lp_informer *inf);
+
+/* Lists the collection again, into a shadow store as after a 410, and reports the difference; the
+ * watch is started again from the new list's resourceVersion. A list in flight (begun before this call)
+ * is followed by another, so once lp_informer_current is non-zero again the store holds a list begun
+ * after this call. Not current until then (on_current tells). A new leader calls it so that it acts on
+ * what the API holds now, not on what a watch that may have been cut off delivered. */
+void lp_informer_relist(lp_informer *inf);
 
 /* The stored object for key ("ns/name" or "name"), borrowed, or NULL. */
 json_t *lp_informer_get(const lp_informer *inf, const char *key);

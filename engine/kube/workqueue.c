@@ -46,6 +46,7 @@ struct lp_workqueue {
   uv_timer_t timer;
   uv_idle_t idle;
   int shutting, drain, closing, handles_open;
+  int paused; /* lp_workqueue_pause */
   void (*on_closed)(void *ud);
   void *on_closed_ud;
   lp_metric *m_depth, *m_adds, *m_retries, *m_duration;
@@ -203,7 +204,7 @@ unsigned lp_workqueue_num_requeues(const lp_workqueue *q, const char *key) {
 static void on_idle(uv_idle_t *h) {
   lp_workqueue *q = h->data;
   for (int n = 0; n < DISPATCH_PER_RUN && q->len && q->active < q->opts.workers; n++) {
-    if (q->shutting && !q->drain) break;
+    if ((q->shutting && !q->drain) || q->paused) break;
     char *key = ring_pop(q);
     json_object_del(q->dirty, key);
     set_depth(q);
@@ -215,12 +216,21 @@ static void on_idle(uv_idle_t *h) {
     q->active++;
     q->opts.work(q, key, q->opts.ud); /* may call done, add, shutdown: all leave q alive */
   }
-  if (!q->len || q->active >= q->opts.workers || (q->shutting && !q->drain)) uv_idle_stop(&q->idle);
+  if (!q->len || q->active >= q->opts.workers || (q->shutting && !q->drain) || q->paused)
+    uv_idle_stop(&q->idle);
   maybe_close(q);
 }
 
 static void kick(lp_workqueue *q) {
-  if (q->len && q->active < q->opts.workers && !q->closing) uv_idle_start(&q->idle, on_idle);
+  if (q->len && q->active < q->opts.workers && !q->closing && !q->paused) uv_idle_start(&q->idle, on_idle);
+}
+
+void lp_workqueue_pause(lp_workqueue *q, int paused) {
+  q->paused = paused && !q->shutting;
+  if (q->paused)
+    uv_idle_stop(&q->idle);
+  else
+    kick(q);
 }
 
 void lp_workqueue_done(lp_workqueue *q, const char *key, lp_workqueue_result result) {
@@ -320,6 +330,7 @@ static void maybe_close(lp_workqueue *q) {
 void lp_workqueue_shutdown(lp_workqueue *q, int drain, void (*on_closed)(void *ud), void *ud) {
   if (q->shutting) return;
   q->shutting = 1;
+  q->paused = 0;
   q->drain = drain;
   q->on_closed = on_closed;
   q->on_closed_ud = ud;
@@ -335,5 +346,6 @@ void lp_workqueue_shutdown(lp_workqueue *q, int drain, void (*on_closed)(void *u
   }
   json_object_clear(q->dirty); /* nothing is queued again after a reconcile */
   set_depth(q);
+  kick(q); /* a drain serves what a pause held back */
   maybe_close(q);
 }

@@ -73,6 +73,11 @@ double lp_workqueue_backoff_seconds(const lp_workqueue_opts *opts, unsigned fail
  * ignored. May be called from inside the work callback. */
 void lp_workqueue_done(lp_workqueue *q, const char *key, lp_workqueue_result result);
 
+/* paused != 0: no key is handed to a worker until it is called again with 0. Adds, delayed adds and
+ * requeues still queue keys (deduplicated as ever); reconciles in flight finish. Resuming serves what
+ * waits. lp_workqueue_shutdown ends a pause. */
+void lp_workqueue_pause(lp_workqueue *q, int paused);
+
 /* Keys waiting, and keys being processed. */
 size_t lp_workqueue_len(const lp_workqueue *q);
 size_t lp_workqueue_active(const lp_workqueue *q);

@@ -1,8 +1,9 @@
 /* The controller manager (engine/controller/manager.h) against the Kubernetes simulator over real HTTP:
  * caches and indices follow the API; a change is reconciled once at its latest version, also across a
- * dropped watch and a 410 relist (nothing missed, nothing reconciled twice); with leader election only
- * the holder reconciles, and the standby takes over when the leader stops. A recording controller
- * stands in for the real ones. */
+ * dropped watch and a 410 relist (nothing missed, nothing reconciled twice); no reconcile starts while a
+ * cache relists; with leader election only the holder reconciles, the standby takes over when the
+ * leader stops, and a new leader acts only on caches listed after it won (not on what its cut-off
+ * watches last delivered). A recording controller stands in for the real ones. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,8 +17,20 @@ static ctrl_fixture fx;
 static json_t *seen; /* "manager|key|resourceVersion" -> times reconciled */
 static lp_ctrl_env *env_a, *env_b;
 
+/* A probe: the first reconcile of probe.key by the manager whose env is probe.env notes whether that
+ * manager's cache then held the Node probe.expect. */
+static struct {
+  lp_ctrl_env *env;
+  const char *key, *expect;
+  int done, had_it;
+} probe;
+
 static void record(lp_controller *c, const char *key) {
   lp_ctrl_env *env = lp_controller_env(c);
+  if (env == probe.env && !probe.done && (!probe.key || strcmp(key, probe.key) == 0)) {
+    probe.done = 1;
+    probe.had_it = lp_env_get(env, LP_KIND_NODE, probe.expect) != NULL;
+  }
   json_t *node = lp_env_get(env, LP_KIND_NODE, key);
   const char *who = env == env_b ? "b" : "a";
   char *entry = lp_xasprintf("%s|%s|%s", who, key, node ? lp_obj_resource_version(node) : "gone");
@@ -27,7 +40,14 @@ static void record(lp_controller *c, const char *key) {
   lp_controller_done(c, key, NULL, 0);
 }
 
-static const lp_controller_def recorder = {.name = "recorder", .primary = LP_KIND_NODE, .reconcile = record};
+/* A pod named "trigger" makes the recorder look at node-a: a key enqueued by another cache's change. */
+static void on_pod(lp_controller *c, lp_kind kind, const json_t *old_obj, const json_t *new_obj) {
+  if (kind == LP_KIND_POD && !old_obj && new_obj && strcmp(lp_obj_name(new_obj) ?: "", "trigger") == 0)
+    lp_controller_enqueue(c, "node-a");
+}
+
+static const lp_controller_def recorder = {
+    .name = "recorder", .primary = LP_KIND_NODE, .reconcile = record, .on_change = on_pod};
 static const lp_controller_def *const recorder_only[] = {&recorder, NULL};
 
 /* How often manager who reconciled key at its current resourceVersion. */
@@ -162,6 +182,45 @@ static void test_watch_drop_and_relist(void) {
   CHECK(ctrl_metric(f, "luaprov_informer_relists_total", LP_LABELS("nodes")) >= 1);
 }
 
+/* ---- no reconcile while a cache relists ----------------------------------------------------- */
+
+static int probed(ctrl_fixture *f, const void *ud) {
+  (void)f;
+  (void)ud;
+  return probe.done;
+}
+
+static int relisting_nodes(ctrl_fixture *f, const void *before) {
+  return ctrl_metric(f, "luaprov_informer_relists_total", LP_LABELS("nodes")) > *(const double *)before;
+}
+
+/* The Node cache relists slowly (its watch fell behind a compaction while node-relisted was created);
+ * meanwhile a pod enqueues node-a. Its reconcile waits until the relist is in: it sees node-relisted. */
+static void test_paused_while_relisting(void) {
+  ctrl_fixture *f = &fx;
+  double relists = ctrl_metric(f, "luaprov_informer_relists_total", LP_LABELS("nodes"));
+  json_decref(ctrl_admin(f, "kubernetes", "POST", "/_sim/faults",
+                         "[{\"verb\":\"watch\",\"resource\":\"nodes\",\"status\":500,\"count\":1},"
+                         "{\"kind\":\"slow\",\"verb\":\"list\",\"resource\":\"nodes\",\"seconds\":2,"
+                         "\"count\":1},{\"kind\":\"drop_watches\"}]"));
+  create_node(f, "node-relisted", "cn-hangzhou.i-relisted");
+  json_decref(ctrl_admin(f, "kubernetes", "POST", "/_sim/faults", "{\"kind\":\"compact\"}"));
+  CHECK(ctrl_wait_for(f, 10, relisting_nodes, &relists));
+  CHECK(!lp_controllers_active(f->manager));
+  CHECK_INT(ctrl_metric(f, "luaprov_caches_synced", NULL), 0);
+  probe = (typeof(probe)){.env = lp_controllers_env(f->manager), .key = "node-a", .expect = "node-relisted"};
+  long status = 0;
+  json_decref(ctrl_kube(f, "POST", "/api/v1/namespaces/default/pods",
+                        "{\"metadata\":{\"name\":\"trigger\"},\"spec\":{\"containers\":[]}}", &status));
+  CHECK_INT(status, 201);
+  CHECK(ctrl_wait_for(f, 10, probed, NULL));
+  CHECK(probe.had_it);
+  CHECK(lp_controllers_active(f->manager));
+  CHECK_INT(ctrl_metric(f, "luaprov_caches_synced", NULL), 1);
+  probe = (typeof(probe)){0};
+  json_decref(ctrl_kube(f, "DELETE", "/api/v1/namespaces/default/pods/trigger", NULL, &status));
+}
+
 /* ---- leader election: one acts, the other takes over --------------------------------------- */
 
 static int a_leads(ctrl_fixture *f, const void *ud) {
@@ -169,17 +228,24 @@ static int a_leads(ctrl_fixture *f, const void *ud) {
   return lp_controllers_active((const lp_controllers *)ud);
 }
 
-static void test_leader_election(void) {
-  ctrl_fixture *f = &fx;
+/* Two managers campaigning for the Lease: *leader (identity first) once it leads, then *standby. */
+static void start_pair(ctrl_fixture *f, const char *first, const char *second, lp_controllers **leader,
+                       lp_controllers **standby) {
   lp_controllers_config cfg = ctrl_manager_config(f, recorder_only);
   cfg.leader_elect = 1;
   cfg.leader_namespace = "kube-system";
   lp_error *err = NULL;
-  cfg.leader_identity = "engine-a";
-  lp_controllers *a = lp_controllers_start(&cfg, &err);
-  CHECK(ctrl_wait_for(f, 10, a_leads, a));
-  cfg.leader_identity = "engine-b";
-  lp_controllers *b = lp_controllers_start(&cfg, &err);
+  cfg.leader_identity = first;
+  *leader = lp_controllers_start(&cfg, &err);
+  CHECK(ctrl_wait_for(f, 10, a_leads, *leader));
+  cfg.leader_identity = second;
+  *standby = lp_controllers_start(&cfg, &err);
+}
+
+static void test_leader_election(void) {
+  ctrl_fixture *f = &fx;
+  lp_controllers *a, *b;
+  start_pair(f, "engine-a", "engine-b", &a, &b);
   env_a = lp_controllers_env(a);
   env_b = lp_controllers_env(b);
   json_object_clear(seen);
@@ -208,13 +274,42 @@ static void test_leader_election(void) {
   ctrl_stop_manager(f, b);
 }
 
+/* The standby's Node watch is cut off (every rewatch fails) while node-unseen is created; then the
+ * leader stops. The standby wins the Lease with a cache that lacks node-unseen: it must list again
+ * before its first reconcile. */
+static void test_new_leader_relists(void) {
+  ctrl_fixture *f = &fx;
+  lp_controllers *c, *d;
+  start_pair(f, "engine-c", "engine-d", &c, &d);
+  while (!lp_controllers_synced(d)) uv_run(&f->loop, UV_RUN_ONCE);
+  json_decref(
+      ctrl_admin(f, "kubernetes", "POST", "/_sim/faults",
+                 "[{\"verb\":\"watch\",\"resource\":\"nodes\",\"status\":500},{\"kind\":\"drop_watches\"}]"));
+  create_node(f, "node-unseen", "cn-hangzhou.i-unseen");
+  ctrl_run_for(f, 0.5);
+  CHECK(lp_env_get(lp_controllers_env(d), LP_KIND_NODE, "node-unseen") == NULL); /* the watch is down */
+
+  probe = (typeof(probe)){.env = lp_controllers_env(d), .expect = "node-unseen"};
+  int stopped = 0;
+  lp_controllers_stop(c, ctrl_set_flag, &stopped);
+  CHECK(ctrl_wait_for(f, 10, a_leads, d));
+  CHECK(ctrl_wait_for(f, 5, probed, NULL));
+  CHECK(probe.had_it); /* its first reconcile already saw what only a new list could show */
+  CHECK(stopped);
+  probe = (typeof(probe)){0};
+  json_decref(ctrl_admin(f, "kubernetes", "DELETE", "/_sim/faults", NULL));
+  ctrl_stop_manager(f, d);
+}
+
 int main(void) {
   seen = json_object();
   ctrl_fixture_start(&fx, recorder_only, NULL);
   env_a = lp_controllers_env(fx.manager);
   RUN(test_caches_and_indices);
   RUN(test_watch_drop_and_relist);
+  RUN(test_paused_while_relisting);
   RUN(test_leader_election);
+  RUN(test_new_leader_relists);
   ctrl_fixture_stop(&fx);
   json_decref(seen);
   return check_summary();

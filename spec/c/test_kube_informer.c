@@ -4,6 +4,9 @@
  *   watch  rv=100: ADDED f, MODIFIED a, DELETED b, ERROR 410     -> add, update, delete; relist
  *   relist a (same), c (changed), d (same), f (same); e is gone  -> update c, delete e; nothing re-added
  *   watch  rv=200: ADDED g, on which the owner stops the informer.
+ * Then a forced relist (lp_informer_relist) of configmaps whose watch never says anything: the
+ * difference is reported, the watch starts again from the new list, and the informer is current only
+ * once a list begun after the request is in (a request during a list in flight costs one more list).
  * The fake checks the query of every request; the test checks handlers, store, synced and metrics. */
 #define _GNU_SOURCE
 #include <jansson.h>
@@ -135,6 +138,32 @@ static void h_nodes(const lp_http_request *req, lp_http_response *res, void *ud)
       list_of("9", NULL, json_pack("[{s:{s:s,s:s}}]", "metadata", "name", "node-1", "resourceVersion", "8")));
 }
 
+/* Configmaps: each list is one version further (x stays, y goes, z comes); watches stay silent. */
+static struct {
+  int lists, watches;
+  char watch_rvs[4][16];
+  char events[256];
+} cm;
+
+static void h_configmaps(const lp_http_request *req, lp_http_response *res, void *ud) {
+  (void)ud;
+  if (strstr(req->query, "watch=1")) {
+    const char *rv = strstr(req->query, "resourceVersion=");
+    snprintf(cm.watch_rvs[cm.watches++ % 4], sizeof cm.watch_rvs[0], "%.*s",
+             rv ? (int)strcspn(rv + 16, "&") : 0, rv ? rv + 16 : "");
+    lp_http_stream_begin(res, 200, "application/json"); /* left open */
+    return;
+  }
+  char rv[16];
+  snprintf(rv, sizeof rv, "%d", ++cm.lists * 10);
+  json_t *items = json_pack("[{s:{s:s,s:s,s:s}}]", "metadata", "name", "x", "namespace", "default",
+                            "resourceVersion", "1");
+  json_array_append_new(items,
+                        json_pack("{s:{s:s,s:s,s:s}}", "metadata", "name", cm.lists == 1 ? "y" : "z",
+                                  "namespace", "default", "resourceVersion", cm.lists == 1 ? "2" : "3"));
+  reply_json(res, list_of(rv, NULL, items));
+}
+
 /* ---- the owner ---- */
 
 static void note(const char *op, json_t *obj) {
@@ -216,6 +245,7 @@ static void env_start(void) {
   server = lp_http_server_new(&loop, NULL);
   lp_http_server_route(server, "GET", "/api/v1/namespaces/default/pods", h_api, NULL);
   lp_http_server_route(server, "GET", "/api/v1/nodes", h_nodes, NULL);
+  lp_http_server_route(server, "GET", "/api/v1/namespaces/default/configmaps", h_configmaps, NULL);
   lp_error *err = NULL;
   if (lp_http_server_listen(server, "127.0.0.1", 0, &err)) abort();
   snprintf(path, sizeof path, "%s/config", dir);
@@ -330,9 +360,75 @@ static void test_list_retry_and_stop(void) {
   CHECK_INT(done, 1);
 }
 
+static void cm_note(const char *what, json_t *obj) {
+  size_t len = strlen(cm.events);
+  const char *name = json_string_value(json_object_get(json_object_get(obj, "metadata"), "name"));
+  snprintf(cm.events + len, sizeof cm.events - len, "%s %s;", what, name ? name : "?");
+}
+static void cm_add(lp_informer *i, json_t *obj, void *ud) {
+  (void)ud;
+  (void)i;
+  cm_note("add", obj);
+}
+static void cm_delete(lp_informer *i, json_t *obj, void *ud) {
+  (void)ud;
+  (void)i;
+  cm_note("delete", obj);
+}
+static void cm_current(lp_informer *i, int current, void *ud) {
+  (void)ud;
+  CHECK_INT(lp_informer_current(i), current);
+  size_t len = strlen(cm.events);
+  snprintf(cm.events + len, sizeof cm.events - len, "current=%d;", current);
+}
+
+static int cm_events_end_with(const char *tail) {
+  size_t n = strlen(cm.events), k = strlen(tail);
+  return n >= k && strcmp(cm.events + n - k, tail) == 0;
+}
+
+static void run_until_current(lp_informer *i) {
+  for (int n = 0; n < 100000 && !lp_informer_current(i); n++) uv_run(&loop, UV_RUN_ONCE);
+}
+
+static void test_forced_relist(void) {
+  env_start();
+  lp_kube_ref configmaps = {.version = "v1", .resource = "configmaps", .namespace = "default"};
+  lp_informer_opts opts = {.metrics = metrics};
+  lp_informer_handlers h = {.on_add = cm_add, .on_delete = cm_delete, .on_current = cm_current};
+  lp_informer *i = lp_informer_start(kc, &configmaps, &opts, &h);
+  run_until_current(i);
+  CHECK_STR(cm.events, "add x;add y;current=1;");
+  while (cm.watches < 1) uv_run(&loop, UV_RUN_ONCE);
+
+  /* the watch is silent (cut off, say): a relist finds what it missed */
+  lp_informer_relist(i);
+  CHECK(!lp_informer_current(i));
+  CHECK(cm_events_end_with("current=0;"));
+  run_until_current(i);
+  CHECK_STR(cm.events, "add x;add y;current=1;current=0;add z;delete y;current=1;");
+  CHECK_INT(cm.lists, 2);
+  while (cm.watches < 2) uv_run(&loop, UV_RUN_ONCE);
+  CHECK_STR(cm.watch_rvs[1], "20"); /* a new watch, from the new list */
+
+  /* asked again while that list is in flight: current only after one more */
+  lp_informer_relist(i);
+  lp_informer_relist(i);
+  run_until_current(i);
+  CHECK_INT(cm.lists, 4);
+  while (cm.watches < 3) uv_run(&loop, UV_RUN_ONCE);
+  CHECK_STR(cm.watch_rvs[2], "40");
+  CHECK(cm_events_end_with("current=1;current=0;current=1;"));
+  CHECK(lp_informer_get(i, "default/z") != NULL && lp_informer_get(i, "default/y") == NULL);
+  CHECK(metric("luaprov_informer_relists_total{resource=\"configmaps\"} ") <= 0); /* no 410 */
+  lp_informer_stop(i);
+  env_finish();
+}
+
 int main(void) {
   RUN(test_keys);
   RUN(test_informer_script);
   RUN(test_list_retry_and_stop);
+  RUN(test_forced_relist);
   return check_summary();
 }

@@ -1,7 +1,7 @@
 /* The work queue (engine/kube/workqueue.h) on a real loop, no server: dedup while waiting, re-queue
  * while processing (once, after done, never concurrently even with 4 workers), rate-limited backoff
  * that grows and resets on forget, requeue_after, 1,000 keys by 4 workers each exactly once, shutdown
- * with and without draining, and the metrics. Reconciles finish asynchronously, from a uv_check. */
+ * with and without draining, pausing, and the metrics. Reconciles finish asynchronously, from a uv_check. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -296,6 +296,35 @@ static void test_shutdown(void) {
   }
 }
 
+/* Paused: the reconcile in flight ends, keys added, requeued and re-added meanwhile wait (each once);
+ * resuming serves them. A drain ends a pause. */
+static void test_pause(void) {
+  setup(2);
+  w.hold = 1;
+  lp_workqueue_add(q, "k0");
+  RUN_UNTIL(w.total == 1, 1000);
+  lp_workqueue_pause(q, 1);
+  lp_workqueue_add(q, "k1");
+  lp_workqueue_add(q, "k1");
+  lp_workqueue_add(q, "k0"); /* being processed: queued again after its done */
+  lp_workqueue_requeue_after(q, "k2", 0.01);
+  w.hold = 0;
+  RUN_UNTIL(0, 100);
+  CHECK_INT(w.total, 1);
+  CHECK_INT(lp_workqueue_active(q), 0);
+  CHECK_INT(lp_workqueue_len(q), 3);
+  lp_workqueue_pause(q, 0);
+  RUN_UNTIL(w.total == 4, 1000);
+  CHECK_STR(w.order, "k0;k1;k0;k2;");
+
+  lp_workqueue_pause(q, 1);
+  lp_workqueue_add(q, "k3");
+  lp_workqueue_shutdown(q, 1, on_closed, NULL);
+  RUN_UNTIL(w.closed, 1000);
+  CHECK_INT(w.starts[3], 1);
+  teardown();
+}
+
 int main(void) {
   RUN(test_dedup_while_waiting);
   RUN(test_requeue_while_processing);
@@ -304,5 +333,6 @@ int main(void) {
   RUN(test_requeue_after);
   RUN(test_thousand_keys);
   RUN(test_shutdown);
+  RUN(test_pause);
   return check_summary();
 }
