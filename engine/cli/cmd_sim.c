@@ -1,4 +1,5 @@
-/* luaprov sim [--addr HOST:PORT]: serve the simulators until SIGTERM/SIGINT. */
+/* luaprov sim [--addr HOST:PORT] [--kubelet-kubeconfig FILE]: serve the simulators until SIGTERM/SIGINT,
+ * optionally with the simulated kubelet posting its Nodes to a real API server. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,34 +8,87 @@
 
 #include "cli/cli.h"
 #include "core/log.h"
+#include "kube/client.h"
+#include "kube/config.h"
+#include "sim/kubelet.h"
 #include "sim/sim.h"
 
 static const char usage[] =
-    "usage: luaprov sim [--addr HOST:PORT] [--log-level LEVEL] [--log-format json|text]\n"
+    "usage: luaprov sim [--addr HOST:PORT] [--kubelet-kubeconfig FILE [--node-gone-after SECONDS]]\n"
+    "                   [--log-level LEVEL] [--log-format json|text]\n"
     "\n"
     "Serves the built-in simulators (the scripts under sim/ of the default tree) until SIGTERM or\n"
     "SIGINT: the Kubernetes API on PORT, Alibaba Cloud ECS/VPC/STS on PORT+1, Bizfly KaaS on PORT+2\n"
     "(each only when its simulator is in the tree; the default --addr 127.0.0.1:0 picks free ports).\n"
     "Once listening, prints one JSON line on stdout naming the endpoints, e.g.\n"
     "  {\"alibaba\":\"http://127.0.0.1:41234\"}\n"
-    "Each simulator has an admin path /_sim/ to inject faults and advance simulated time (docs/sim.md).\n";
+    "Each simulator has an admin path /_sim/ to inject faults and advance simulated time (docs/sim.md).\n"
+    "\n"
+    "--kubelet-kubeconfig FILE runs the simulated kubelet against the API server FILE names (a real\n"
+    "kube-apiserver, say): a Node for each Running simulated instance, its Lease renewed as a\n"
+    "heartbeat, bound pods set Running and deleted pods removed; the Node of an instance that went\n"
+    "turns NotReady and is deleted --node-gone-after seconds later (default 30).\n";
 
-static uv_signal_t sigterm, sigint;
-static lp_sim *running;
+typedef struct sim_run {
+  lp_sim *sim;
+  lp_kube_config *kube_config;
+  lp_kube_client *kube;
+  lp_sim_kubelet *kubelet;
+  uv_signal_t sigterm, sigint;
+  int stopping;
+} sim_run;
 
-static void closed(uv_handle_t *h) {}
+static sim_run run;
+
+static void closed(uv_handle_t *h) {
+  (void)h;
+}
 
 static void sim_closed(void *ud) {
-  uv_close((uv_handle_t *)&sigterm, closed);
-  uv_close((uv_handle_t *)&sigint, closed);
+  (void)ud;
+  uv_close((uv_handle_t *)&run.sigterm, closed);
+  uv_close((uv_handle_t *)&run.sigint, closed);
+}
+
+static void kube_closed(void *ud) {
+  (void)ud;
+  lp_kube_config_free(run.kube_config);
+  run.kube_config = NULL;
+  lp_sim_close(run.sim, sim_closed, NULL);
+}
+
+static void kubelet_stopped(void *ud) {
+  (void)ud;
+  lp_kube_client_close(run.kube, kube_closed, NULL);
 }
 
 static void on_signal(uv_signal_t *handle, int signum) {
-  if (!running) return;
+  (void)handle;
+  if (run.stopping) return;
+  run.stopping = 1;
   lp_info("sim", "shutting down", LPF_STR("signal", signum == SIGTERM ? "SIGTERM" : "SIGINT"));
-  lp_sim *sim = running;
-  running = NULL;
-  lp_sim_close(sim, sim_closed, NULL);
+  if (run.kubelet)
+    lp_sim_kubelet_stop(run.kubelet, kubelet_stopped, NULL);
+  else
+    lp_sim_close(run.sim, sim_closed, NULL);
+}
+
+/* The simulated kubelet against the API server of kubeconfig; 0, or -1 after logging why. */
+static int start_kubelet(uv_loop_t *loop, const char *kubeconfig, double gone_after) {
+  lp_error *err = NULL;
+  run.kube_config = lp_kube_config_load_file(kubeconfig, &err);
+  if (run.kube_config) run.kube = lp_kube_client_new(loop, run.kube_config, NULL, &err);
+  const char *url = lp_sim_url(run.sim, "kubernetes");
+  if (run.kube && url)
+    run.kubelet = lp_sim_kubelet_start(
+        loop,
+        &(lp_sim_kubelet_options){.simulator_url = url, .kube = run.kube, .gone_after_seconds = gone_after},
+        &err);
+  if (run.kubelet) return 0;
+  lp_errorlog("sim", "cannot start the simulated kubelet", LPF_STR("kubeconfig", kubeconfig),
+              LPF_STR("error", err ? err->message : "the tree has no Kubernetes simulator"));
+  lp_error_free(err);
+  return -1;
 }
 
 int lp_cmd_sim(int argc, char **argv) {
@@ -42,7 +96,8 @@ int lp_cmd_sim(int argc, char **argv) {
     fputs(usage, stdout);
     return 0;
   }
-  const char *addr = NULL, *level = NULL, *format = NULL;
+  const char *addr = NULL, *level = NULL, *format = NULL, *kubeconfig = NULL;
+  double gone_after = 0;
   for (int i = 1; i < argc; i++) {
     const char *value = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(argv[i], "--addr") == 0 && value)
@@ -51,11 +106,24 @@ int lp_cmd_sim(int argc, char **argv) {
       level = value;
     else if (strcmp(argv[i], "--log-format") == 0 && value)
       format = value;
-    else {
+    else if (strcmp(argv[i], "--kubelet-kubeconfig") == 0 && value)
+      kubeconfig = value;
+    else if (strcmp(argv[i], "--node-gone-after") == 0 && value) {
+      char *end;
+      gone_after = strtod(value, &end);
+      if (*end || gone_after <= 0) {
+        fprintf(stderr, "luaprov sim: --node-gone-after needs a number of seconds > 0, got '%s'\n", value);
+        return 2;
+      }
+    } else {
       fprintf(stderr, "luaprov sim: unknown option '%s'\n\n%s", argv[i], usage);
       return 2;
     }
     i++;
+  }
+  if (gone_after > 0 && !kubeconfig) {
+    fprintf(stderr, "luaprov sim: --node-gone-after needs --kubelet-kubeconfig\n");
+    return 2;
   }
   if (lp_cli_configure_logging(level, format) != 0) return 2;
   lp_sim_options opts = {0};
@@ -65,26 +133,36 @@ int lp_cmd_sim(int argc, char **argv) {
 
   uv_loop_t loop;
   uv_loop_init(&loop);
+  uv_signal_init(&loop, &run.sigterm);
+  uv_signal_init(&loop, &run.sigint);
   lp_error *err = NULL;
-  running = lp_sim_start(&loop, &opts, &err);
-  if (!running) {
+  int status = 0;
+  run.sim = lp_sim_start(&loop, &opts, &err);
+  if (!run.sim) {
     lp_errorlog("sim", "cannot start the simulators", LPF_STR("error", err->message));
     lp_error_free(err);
-    uv_run(&loop, UV_RUN_DEFAULT);
-    uv_loop_close(&loop);
-    free(host);
-    return 1;
+    status = 1;
+  } else if (kubeconfig && start_kubelet(&loop, kubeconfig, gone_after) != 0) {
+    status = 1;
+    run.stopping = 1;
+    if (run.kube)
+      lp_kube_client_close(run.kube, kube_closed, NULL);
+    else
+      kube_closed(NULL);
+  } else {
+    char *endpoints = lp_sim_endpoints_json(run.sim);
+    printf("%s\n", endpoints);
+    fflush(stdout);
+    free(endpoints);
   }
-  char *endpoints = lp_sim_endpoints_json(running);
-  printf("%s\n", endpoints);
-  fflush(stdout);
-  free(endpoints);
-  uv_signal_init(&loop, &sigterm);
-  uv_signal_start(&sigterm, on_signal, SIGTERM);
-  uv_signal_init(&loop, &sigint);
-  uv_signal_start(&sigint, on_signal, SIGINT);
+  if (status == 0) {
+    uv_signal_start(&run.sigterm, on_signal, SIGTERM);
+    uv_signal_start(&run.sigint, on_signal, SIGINT);
+  } else if (!run.sim) {
+    sim_closed(NULL);
+  }
   uv_run(&loop, UV_RUN_DEFAULT);
   uv_loop_close(&loop);
   free(host);
-  return 0;
+  return status;
 }

@@ -1,6 +1,6 @@
 -- The Kubernetes simulator's admin paths under /_sim/ (JSON in and out, errors {"error": ...}):
 -- state for assertions, reset, settings, fault rules, the shared simulated clock, and the kubelet's
--- forced node conditions (for repair tests). See docs/sim.md.
+-- forced node conditions (for repair tests), and the Nodes an external kubelet posts. See docs/sim.md.
 local luaprov = require "luaprov"
 local clock = require "sim.clock"
 local rules = require "sim.rules"
@@ -43,7 +43,9 @@ local function post_config(body)
       if type(body[k]) ~= "number" or body[k] <= 0 then return bad(k .. " must be > 0") end
     end
   end
+  if body.actors ~= nil and type(body.actors) ~= "boolean" then return bad("actors must be true or false") end
   for _, k in ipairs(SETTINGS) do store.config[k] = body[k] or store.config[k] end
+  if body.actors ~= nil then store.config.actors = body.actors end
   return reply(200, store.config)
 end
 
@@ -69,6 +71,7 @@ local POSTS = { ["/_sim/config"] = post_config, ["/_sim/advance"] = post_advance
 function M.handle(request)
   local path, method = request.path, request.method
   if path == "/_sim/state" and method == "GET" then return get_state() end
+  if path == "/_sim/kubelet/nodes" and method == "GET" then return reply(200, kubelet.external()) end
   if path == "/_sim/reset" and method == "POST" then return post_reset() end
   local post = POSTS[path]
   if post and method == "POST" then

@@ -10,6 +10,7 @@ local luaprov = require "luaprov"
 local binder = require "sim.kubernetes.binder"
 local disruption = require "sim.kubernetes.disruption"
 local kubelet = require "sim.kubernetes.kubelet"
+local store = require "sim.kubernetes.store"
 
 local M = {}
 
@@ -25,9 +26,11 @@ local function run()
   disruption.sync()
 end
 
---- sync(): one turn of every actor. A failing actor is logged and does not fail the request that
--- gave it the turn.
+--- sync(): one turn of every actor, unless the settings turned them off (actors = false: a bare API
+-- server, as another simulator's kubelet posts to in tests). A failing actor is logged and does not
+-- fail the request that gave it the turn.
 function M.sync()
+  if not store.config.actors then return end
   local ok, err = pcall(run)
   if not ok then luaprov.log.error("kubernetes simulator: cluster sync failed", { error = tostring(err) }) end
 end

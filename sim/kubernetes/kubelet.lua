@@ -213,6 +213,29 @@ function M.force(name, ready)
   return store.get(NODES, nil, name)
 end
 
+--- external() -> the Nodes a kubelet would register in another API server (luaprov sim
+-- --kubelet-kubeconfig): {instance_id, ready, node} for each Running instance, node its Node object
+-- with the conditions of ready ("True", or what force() holds for its name). Reads the clouds only;
+-- the simulator's own store is not touched.
+function M.external()
+  local now, stamp = clock.now(), store.now()
+  local nodes = array()
+  for _, inst in ipairs(state.list()) do
+    if state.status(inst, now) == "Running" then
+      local name = node_name(inst)
+      local ready = forced[name] or "True"
+      local node = node_object(inst, name, stamp)
+      if ready ~= "True" then
+        node.status.conditions = nil
+        post_conditions(node, ready, stamp)
+      end
+      nodes[#nodes + 1] = { instance_id = inst.id, ready = ready, node = node }
+    end
+  end
+  table.sort(nodes, function(a, b) return a.instance_id < b.instance_id end)
+  return { nodes = nodes }
+end
+
 --- summary() -> what /_sim/state shows: each instance the kubelet has seen Running, its node (or
 -- registered_elsewhere), and the forced conditions.
 function M.summary()

@@ -69,7 +69,7 @@ end
 function M.reset()
   for id in pairs(watchers or {}) do luaprov.stream.close(id) end
   objects, rv, uids, log, compacted, watchers, changed_at = {}, 0, 0, {}, 0, {}, {}
-  M.config = { bookmark_seconds = 60, event_log = DEFAULT_LOG, sync_seconds = 1 }
+  M.config = { bookmark_seconds = 60, event_log = DEFAULT_LOG, sync_seconds = 1, actors = true }
   for _, ns in ipairs { "default", "kube-system", "kube-node-lease" } do
     M.put(M.find("", "v1", "namespaces"), "", ns, {
       apiVersion = "v1", kind = "Namespace",
