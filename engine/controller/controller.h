@@ -117,6 +117,13 @@ lp_cloudprovider *lp_env_cloud(lp_ctrl_env *env);
 lp_metrics *lp_env_metrics(lp_ctrl_env *env);
 const lp_ctrl_settings *lp_env_settings(lp_ctrl_env *env);
 
+/* The controllers' monotonic clock, in seconds: for the retry times and backoffs they keep themselves
+ * (not for Kubernetes timestamps, which are wall time). lp_clock_monotonic unless replaced. */
+double lp_env_monotonic(lp_ctrl_env *env);
+/* Replaces the clock lp_env_monotonic reads with now(ud) (NULL restores lp_clock_monotonic), so a test
+ * moves time instead of waiting for it. Times already computed stay on the old clock. */
+void lp_env_set_clock(lp_ctrl_env *env, double (*now)(void *ud), void *ud);
+
 /* The resource of kind (group, version, plural; no namespace or name). Static storage. */
 const lp_kube_ref *lp_kind_ref(lp_kind kind);
 /* ref for the object of kind at key ("ns/name" or "name"); key must outlive the ref's use, and buf

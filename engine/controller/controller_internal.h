@@ -15,6 +15,8 @@ struct lp_ctrl_env {
   lp_informer *informers[LP_KIND_COUNT];
   json_t *indices[LP_INDEX_COUNT]; /* indexed value -> {key: true} */
   json_t *recent_events;           /* "uid\nreason\nmessage" -> wall time recorded */
+  double (*clock)(void *ud);       /* lp_env_monotonic's; NULL = lp_clock_monotonic */
+  void *clock_ud;
 };
 
 /* Updates every index of kind for one change (old_obj NULL on add, new_obj NULL on delete). */

@@ -76,6 +76,15 @@ const lp_ctrl_settings *lp_env_settings(lp_ctrl_env *env) {
   return &env->settings;
 }
 
+double lp_env_monotonic(lp_ctrl_env *env) {
+  return env->clock ? env->clock(env->clock_ud) : lp_clock_monotonic();
+}
+
+void lp_env_set_clock(lp_ctrl_env *env, double (*now)(void *ud), void *ud) {
+  env->clock = now;
+  env->clock_ud = now ? ud : NULL;
+}
+
 /* ---- caches and indices -------------------------------------------------------------------- */
 
 json_t *lp_env_get(lp_ctrl_env *env, lp_kind kind, const char *key) {

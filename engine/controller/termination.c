@@ -6,7 +6,8 @@
  *      (deletionTimestamp + the period) once, event TerminationGracePeriodExpiring; an existing stamp
  *      (the repair controller may set one) is the deadline;
  *   2. cordon and drain its Nodes (termination_drain.c): Drained=Unknown/Draining while pods remain
- *      (requeue drain_requeue_s), Drained=True when none do;
+ *      (requeue drain_requeue_s, or when the earliest eviction a PDB refused may be tried again),
+ *      Drained=True when none do;
  *   3. CloudProvider Delete while status.providerID is set: triggered -> InstanceTerminating=True and
  *      requeue terminate_requeue_s; NodeClaimNotFound -> the instance is gone, go on;
  *   4. remove the Nodes' finalizer and delete them ("deleted node");
@@ -33,6 +34,7 @@
  *                                          histogram, deletionTimestamp -> finalizer removed
  * Events: TerminationGracePeriodExpiring (Normal), FailedDraining (Warning, at most once a minute per
  * NodeClaim), Evicted (Normal, on the pod). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +62,7 @@ static term_op *op_new(lp_controller *c, const char *key, const json_t *claim) {
   op->nodes = json_array();
   op->now = lp_clock_wall();
   op->deadline = -1;
+  op->retry_in = INFINITY;
   return op;
 }
 
@@ -81,6 +84,7 @@ void term_finish(term_op *op, lp_error *err, double requeue_s) {
   lp_controller_done(op->c, op->key, op->err, op->err ? 0 : requeue_s);
   json_decref(op->claim);
   json_decref(op->nodes);
+  json_decref(op->backoff);
   free(op->blocked);
   free(op);
 }
@@ -102,8 +106,10 @@ static void patch_claim(term_op *op, const char *subresource, json_t *patch, lp_
                done, op);
 }
 
+/* Drops what the controller remembers of the NodeClaim at key (finalized, or gone). */
 static void forget(term_state *st, const char *key) {
   json_object_del(st->last_failed_draining, key);
+  json_object_del(st->evict_backoff, key);
 }
 
 /* Keeps the answer of a write to the claim as op->claim; 0 after ending the reconcile: on an error, or
@@ -433,6 +439,7 @@ static void *state_new(lp_controller *c) {
   lp_metrics *m = lp_env_metrics(lp_controller_env(c));
   term_state *st = lp_xcalloc(1, sizeof *st);
   st->last_failed_draining = json_object();
+  st->evict_backoff = json_object();
   st->evictions = lp_metrics_counter(
       m, "luaprov_pods_evictions_total",
       "Pod evictions (and deletions past the deadline) by node termination, by result.", LP_LABELS("result"));
@@ -452,6 +459,7 @@ static void *state_new(lp_controller *c) {
 static void state_free(void *state) {
   term_state *st = state;
   json_decref(st->last_failed_draining);
+  json_decref(st->evict_backoff);
   free(st);
 }
 

@@ -1,17 +1,21 @@
 /* Cordon and drain for the termination controller (termination_internal.h): the Nodes of a deleting
  * NodeClaim get spec.unschedulable and the karpenter.sh/disrupted:NoSchedule taint, then their pods are
- * evicted through the Eviction API, which honours PodDisruptionBudgets (a refusal is a 429 and the pod
- * is tried again on the next pass). Pods a node's own lifecycle handles are left alone: DaemonSet pods
- * (the DaemonSet controller would put them back; upstream Karpenter skips them as they tolerate the
- * taint), mirror pods (the kubelet owns them) and finished pods. Pods annotated
+ * evicted through the Eviction API, which honours PodDisruptionBudgets. A refusal is a 429 and the pod
+ * backs off on its own, as client-go's per-item rate limiter and Karpenter's eviction queue do: its
+ * next eviction waits drain_requeue_s, then twice as long after each refusal up to 30 s, however often
+ * the pass runs meanwhile (every pod change wakes it); an eviction that succeeds, or the pod being
+ * gone, starts it afresh. When only backoffs hold the drain, the NodeClaim is reconciled again when the
+ * earliest one is due; otherwise every drain_requeue_s. Pods a node's own lifecycle handles are left alone:
+ * DaemonSet pods (the DaemonSet controller would put them back; upstream Karpenter skips them as they
+ * tolerate the taint), mirror pods (the kubelet owns them) and finished pods. Pods annotated
  * karpenter.sh/do-not-disrupt=true wait for the termination deadline; once it passed, every pod still
  * there is deleted directly, PDB or not, because the instance is going away anyway. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "controller/termination_internal.h"
-#include "core/clock.h"
 #include "core/log.h"
 
 #define TAINT_DISRUPTED           "karpenter.sh/disrupted"
@@ -21,11 +25,14 @@
 /* A pod still terminating this long after its deletionTimestamp (which already includes its grace
  * period) is stuck, e.g. on a finalizer or a dead kubelet: upstream stops waiting for it after a minute. */
 #define STUCK_TERMINATING_S 60.0
+/* The longest wait between two evictions of one pod a PodDisruptionBudget keeps refusing. */
+#define EVICT_BACKOFF_MAX_S 30.0
 
 /* A pod evicted or deleted, while its request is in flight. */
 typedef struct pod_call {
   term_op *op;
   json_t *pod;      /* reference */
+  char *key;        /* the pod's cache key, "namespace/name" */
   const char *node; /* the Node's name, owned by op->nodes */
 } pod_call;
 
@@ -99,14 +106,56 @@ static void count_eviction(term_op *op, const char *result) {
 static void pod_call_end(pod_call *pc) {
   term_op *op = pc->op;
   json_decref(pc->pod);
+  free(pc->key);
   free(pc);
   term_batch_end(op);
+}
+
+/* ---- eviction backoff ------------------------------------------------------------------------ */
+
+/* A waiting pod whose next eviction is due in seconds. */
+static void held_back(term_op *op, double seconds) {
+  op->backed_off++;
+  if (seconds < op->retry_in) op->retry_in = seconds;
+}
+
+/* The backoff the last pass left for the pod at key, or NULL; one of an earlier pod of that name (another
+ * uid) is not this pod's. */
+static json_t *last_backoff(const term_op *op, const char *key, const json_t *pod) {
+  json_t *last = json_object_get(json_object_get(op->st->evict_backoff, op->key), key);
+  const char *uid = lp_obj_uid(pod), *was = json_string_value(json_object_get(last, "uid"));
+  return last && uid && was && strcmp(uid, was) == 0 ? last : NULL;
+}
+
+/* A PodDisruptionBudget refused the eviction: the next one waits twice as long as the last (the first
+ * drain_requeue_s), up to EVICT_BACKOFF_MAX_S. */
+static void back_off(pod_call *pc) {
+  term_op *op = pc->op;
+  double first = lp_env_settings(op->env)->drain_requeue_s;
+  const json_t *last = json_object_get(op->backoff, pc->key);
+  double delay =
+      last ? fmin(2 * json_real_value(json_object_get(last, "delay")), EVICT_BACKOFF_MAX_S) : first;
+  if (delay < first) delay = first; /* a drain_requeue_s set above the cap */
+  json_object_set_new(op->backoff, pc->key,
+                      json_pack("{s:s?, s:f, s:f}", "uid", lp_obj_uid(pc->pod), "delay", delay, "at",
+                                lp_env_monotonic(op->env) + delay));
+  held_back(op, delay);
+}
+
+/* Keeps the pass's backoffs for the next one: only pods it still saw waiting have one, so a pod that
+ * was evicted or has gone starts afresh. */
+static void keep_backoffs(term_op *op) {
+  if (json_object_size(op->backoff) > 0)
+    json_object_set(op->st->evict_backoff, op->key, op->backoff);
+  else
+    json_object_del(op->st->evict_backoff, op->key);
 }
 
 static void evicted(const lp_kube_reply *reply, void *ud) {
   pod_call *pc = ud;
   term_op *op = pc->op;
   const char *ns = meta_str(pc->pod, "namespace"), *name = lp_obj_name(pc->pod);
+  if (!reply->error || reply->status == 404) json_object_del(op->backoff, pc->key);
   if (!reply->error) {
     count_eviction(op, "evicted");
     lp_info(op->log, "evicted pod", LPF_STR("nodeclaim", op->key), LPF_STR("node", pc->node),
@@ -115,8 +164,9 @@ static void evicted(const lp_kube_reply *reply, void *ud) {
   } else if (reply->status == 404) {
     count_eviction(op, "gone");
   } else if (reply->status == 429) {
-    /* a PodDisruptionBudget allows no disruption now: try again on the next pass */
+    /* a PodDisruptionBudget allows no disruption now: try again after a while */
     count_eviction(op, "blocked");
+    back_off(pc);
     lp_debug(op->log, "eviction refused", LPF_STR("nodeclaim", op->key), LPF_STR("namespace", ns),
              LPF_STR("pod", name), LPF_STR("error", reply->error->message));
     if (!op->blocked)
@@ -148,11 +198,12 @@ static void pod_deleted(const lp_kube_reply *reply, void *ud) {
   pod_call_end(pc);
 }
 
-/* Sends the eviction (or, past the deadline, the deletion) of one pod. */
-static void move_pod(term_op *op, json_t *pod, const char *node, int force) {
+/* Sends the eviction (or, past the deadline, the deletion) of the pod at key. */
+static void move_pod(term_op *op, const char *key, json_t *pod, const char *node, int force) {
   pod_call *pc = lp_xcalloc(1, sizeof *pc);
   pc->op = op;
   pc->pod = json_incref(pod);
+  pc->key = lp_xstrdup(key);
   pc->node = node;
   lp_kube_client *kube = lp_env_kube(op->env);
   lp_kube_ref ref = *lp_kind_ref(LP_KIND_POD);
@@ -180,7 +231,6 @@ typedef struct node_visit {
 } node_visit;
 
 static void visit_pod(const char *key, json_t *pod, void *ud) {
-  (void)key;
   node_visit *v = ud;
   if (stays(pod)) return;
   if (lp_obj_deleting(pod)) {
@@ -192,13 +242,22 @@ static void visit_pod(const char *key, json_t *pod, void *ud) {
   v->op->waiting++;
   const char *dnd = lp_obj_annotation(pod, ANNOTATION_DO_NOT_DISRUPT);
   if (!v->past_deadline && dnd && strcmp(dnd, "true") == 0) return;
-  move_pod(v->op, pod, v->node, v->past_deadline);
+  json_t *last = v->past_deadline ? NULL : last_backoff(v->op, key, pod);
+  if (last) {
+    json_object_set(v->op->backoff, key, last);
+    double due = json_real_value(json_object_get(last, "at")) - lp_env_monotonic(v->op->env);
+    if (due > 0) {
+      held_back(v->op, due);
+      return;
+    }
+  }
+  move_pod(v->op, key, pod, v->node, v->past_deadline);
 }
 
 /* Once a minute per NodeClaim at most: what a PDB refused, at info level and as a Warning event. */
 static void report_blocked(term_op *op) {
   if (!op->blocked) return;
-  double now = lp_clock_monotonic();
+  double now = lp_env_monotonic(op->env);
   json_t *last = json_object_get(op->st->last_failed_draining, op->key);
   if (last && now - json_real_value(last) < FAILED_DRAINING_EVERY_S) return;
   json_object_set_new(op->st->last_failed_draining, op->key, json_real(now));
@@ -208,11 +267,17 @@ static void report_blocked(term_op *op) {
                "Failed to drain node, %zu pods are waiting to be evicted: %s", op->waiting, op->blocked);
 }
 
+/* Pods remain: look again every drain_requeue_s, or, when backoffs alone hold them, once the earliest
+ * is due; never after the termination deadline, when every pod is deleted. */
 static void requeue_drain(term_op *op) {
-  term_finish(op, NULL, lp_env_settings(op->env)->drain_requeue_s);
+  double every = lp_env_settings(op->env)->drain_requeue_s;
+  double in = op->waiting > op->backed_off ? fmin(every, op->retry_in) : op->retry_in;
+  if (op->deadline > op->now) in = fmin(in, op->deadline - op->now);
+  term_finish(op, NULL, in);
 }
 
 static void drained(term_op *op) {
+  keep_backoffs(op);
   if (op->err) {
     term_finish(op, NULL, 0);
     return;
@@ -232,6 +297,7 @@ static void drain_pods(term_op *op) {
     return;
   }
   node_visit v = {.op = op, .past_deadline = op->deadline >= 0 && op->now >= op->deadline};
+  op->backoff = json_object();
   term_batch_open(op, drained);
   size_t i;
   json_t *node;

@@ -19,7 +19,10 @@
 
 /* The controller's state (lp_controller_state). */
 typedef struct term_state {
-  json_t *last_failed_draining; /* nodeclaim key -> monotonic time of its last FailedDraining report */
+  json_t *last_failed_draining; /* nodeclaim key -> lp_env_monotonic of its last FailedDraining report */
+  /* nodeclaim key -> {pod key -> {uid, delay, at}}: pods whose eviction a PodDisruptionBudget refused,
+   * the delay of their last retry and when (lp_env_monotonic) the next is due */
+  json_t *evict_backoff;
   lp_metric *evictions;         /* luaprov_pods_evictions_total{result} */
   lp_metric *nodes_terminated;  /* luaprov_nodes_terminated_total{nodepool} */
   lp_metric *claims_terminated; /* luaprov_nodeclaims_terminated_total{nodepool} */
@@ -46,6 +49,9 @@ struct term_op {
   lp_error *err;     /* the first failure of the current step */
   size_t waiting;    /* pods still to leave the claim's Nodes */
   char *blocked;     /* "pod: server message" of the first eviction a PDB refused in this pass */
+  json_t *backoff;   /* the drain pass's eviction backoffs (term_state.evict_backoff's next entry) */
+  size_t backed_off; /* waiting pods only a backoff holds back (the others are looked at every pass) */
+  double retry_in;   /* seconds until the earliest backed-off eviction is due; INFINITY when none */
 };
 
 /* ---- termination.c -------------------------------------------------------------------------- */

@@ -208,6 +208,16 @@ static inline json_t *ctrl_admin(ctrl_fixture *f, const char *service, const cha
   return sim_admin(&f->loop, f->http, f->sim, service, method, path, body);
 }
 
+/* How often the Kubernetes simulator's first fault rule has fired: a "slow" rule of a millisecond
+ * counts the calls it matches without failing them. */
+static inline long long ctrl_kube_fault_fired(ctrl_fixture *f) {
+  json_t *faults = ctrl_admin(f, "kubernetes", "GET", "/_sim/faults", NULL);
+  long long n =
+      json_integer_value(json_object_get(json_array_get(json_object_get(faults, "faults"), 0), "fired"));
+  json_decref(faults);
+  return n;
+}
+
 /* The Alibaba simulator's state (GET /_sim/state: instances, calls); caller decrefs. */
 static inline json_t *ctrl_alibaba_state(ctrl_fixture *f) {
   return ctrl_admin(f, "alibaba", "GET", "/_sim/state", NULL);

@@ -28,12 +28,16 @@ static int synced(ctrl_fixture *f, const void *ud) {
   return lp_controllers_active(f->manager);
 }
 
-static void start(void) {
+static void start_with(double drain_requeue_s) {
   static const lp_controller_def *const only[] = {&lp_termination_controller, NULL};
-  lp_ctrl_settings settings = {.drain_requeue_s = 0.3, .terminate_requeue_s = 0.3};
+  lp_ctrl_settings settings = {.drain_requeue_s = drain_requeue_s, .terminate_requeue_s = 0.3};
   ctrl_fixture_start(&fx, only, &settings);
   nodeclass = mapping_resolved_nodeclass(fx.scripts, fx.sim);
   CHECK(ctrl_wait_for(&fx, 10, synced, NULL));
+}
+
+static void start(void) {
+  start_with(0.3);
 }
 
 static void stop(void) {
@@ -444,6 +448,112 @@ static void test_claim_gone_meanwhile(void) {
   stop();
 }
 
+/* ---- eviction backoff, on the controllers' clock ------------------------------------------------ */
+
+static double fake_now = 1000; /* the controllers' monotonic clock in test_eviction_backoff */
+
+static double fake_clock(void *ud) {
+  (void)ud;
+  return fake_now;
+}
+
+/* How many evictions the Kubernetes simulator has received: its only fault rule, a 1 ms pause on
+ * every create of pods (an eviction is a create of pods/<name>/eviction), counts them as it fires. */
+static long long evictions_received(void) {
+  return ctrl_kube_fault_fired(&fx);
+}
+
+typedef struct pass_wait {
+  const char *label; /* the pod's touch label the cache must show */
+  double passes;     /* drain passes ended before the touch */
+} pass_wait;
+
+/* A drain pass ended since the touch, and the cache shows the touched pod (or none: evicted). */
+static int drain_passed(ctrl_fixture *f, const void *ud) {
+  const pass_wait *w = ud;
+  const json_t *pod = lp_env_get(lp_controllers_env(f->manager), LP_KIND_POD, "default/i-1");
+  const char *seen = lp_obj_label(pod, "touch");
+  return (!pod || (seen && strcmp(seen, w->label) == 0)) &&
+         ctrl_metric(f, "luaprov_controller_reconciles_total", LP_LABELS("termination", "requeue")) >
+             w->passes;
+}
+
+/* Moves the controllers' clock to second t of the drain and has one pass run at that time: a change of
+ * the pod wakes the NodeClaim (as the kubelet's pod updates do), whatever its backoff. */
+static void drain_at(int t) {
+  fake_now = 1000 + t;
+  char label[16];
+  snprintf(label, sizeof label, "%d", t);
+  pass_wait w = {
+      label, ctrl_metric(&fx, "luaprov_controller_reconciles_total", LP_LABELS("termination", "requeue"))};
+  CHECK_INT(
+      ctrl_kube_pack(&fx, "PATCH", POD_PATH "i-1", "{s:{s:{s:s}}}", "metadata", "labels", "touch", label),
+      200);
+  CHECK(ctrl_wait_for(&fx, 10, drain_passed, &w));
+}
+
+/* (i) A PodDisruptionBudget that keeps refusing: with a drain pass every second, the pod's evictions
+ * come 1, 2, 4, 8, 16 and then 30 s apart, 7 in 64 s instead of 65; a new pod of that name starts over;
+ * once the budget allows it the pod is evicted at its next try. */
+static void test_eviction_backoff(void) {
+  start_with(1);
+  lp_env_set_clock(lp_controllers_env(fx.manager), fake_clock, NULL);
+  char *pid = nodeclaim("nc-i", NULL, 1);
+  char node_name[128];
+  snprintf(node_name, sizeof node_name, "%s", registered_node(pid));
+  pod("i-1", node_name, "{\"labels\":{\"app\":\"i\"}}", "Running");
+  pdb("pdb-i", "i", 1);
+  json_decref(ctrl_admin(&fx, "kubernetes", "POST", "/_sim/faults",
+                         "{\"verb\":\"create\",\"resource\":\"pods\",\"kind\":\"slow\",\"seconds\":0.001}"));
+  delete_claim("nc-i");
+  CHECK(ctrl_wait_for(&fx, 10, evictions_at_least, (const char *const[]){"blocked", "1"}));
+  CHECK_INT(evictions_received(), 1);
+
+  char tries[128] = "";
+  long long last = 1;
+  for (int t = 1; t <= 64; t++) {
+    drain_at(t);
+    long long n = evictions_received();
+    if (n != last)
+      snprintf(tries + strlen(tries), sizeof tries - strlen(tries), "%s%d", *tries ? " " : "", t);
+    last = n;
+  }
+  CHECK_STR(tries, "1 3 7 15 31 61");
+  CHECK_INT(last, 7);
+  CHECK(exists(POD_PATH "i-1"));
+
+  /* another pod of the same name replaces it (the old one's next try would be at 91), running at once
+   * so the budget protects it: it starts over, tried on its creation, then 1 s and 2 s later */
+  CHECK_INT(ctrl_kube_pack(&fx, "DELETE", POD_PATH "i-1", NULL), 200);
+  double blocked = ctrl_metric(&fx, "luaprov_pods_evictions_total", LP_LABELS("blocked"));
+  CHECK_INT(ctrl_kube_pack(&fx, "POST", "/api/v1/namespaces/default/pods",
+                           "{s:s, s:s, s:{s:s, s:{s:s}}, s:{s:s, s:[{s:s, s:s}]}, s:{s:s, s:[{s:s, s:s}]}}",
+                           "apiVersion", "v1", "kind", "Pod", "metadata", "name", "i-1", "labels", "app", "i",
+                           "spec", "nodeName", node_name, "containers", "name", "app", "image",
+                           "registry.example/app:1", "status", "phase", "Running", "conditions", "type",
+                           "Ready", "status", "True"),
+            201);
+  char count[32];
+  snprintf(count, sizeof count, "%g", blocked + 1);
+  CHECK(ctrl_wait_for(&fx, 10, evictions_at_least, (const char *const[]){"blocked", count}));
+  long long before = evictions_received();
+  for (int t = 65; t <= 68; t++) drain_at(t);
+  CHECK_INT(evictions_received() - before, 2); /* at 65 and 67; the next is due at 71 */
+
+  /* the budget allows it now; the pod goes at its next try, and termination goes on */
+  CHECK_INT(ctrl_kube_pack(&fx, "PATCH", "/apis/policy/v1/namespaces/default/poddisruptionbudgets/pdb-i",
+                           "{s:{s:i}}", "spec", "minAvailable", 0),
+            200);
+  for (int t = 69; t <= 70; t++) drain_at(t);
+  CHECK(exists(POD_PATH "i-1"));
+  drain_at(71);
+  CHECK(ctrl_wait_for(&fx, 10, ctrl_gone, CLAIM_PATH "nc-i"));
+  CHECK_INT(ctrl_metric(&fx, "luaprov_pods_evictions_total", LP_LABELS("evicted")), 1);
+  CHECK_INT(evictions_received() - before, 3);
+  free(pid);
+  stop();
+}
+
 int main(void) {
   RUN(test_plain_termination);
   RUN(test_pdb_blocks_until_relaxed);
@@ -453,5 +563,6 @@ int main(void) {
   RUN(test_delete_instance_retried);
   RUN(test_user_deletes_node);
   RUN(test_claim_gone_meanwhile);
+  RUN(test_eviction_backoff);
   return check_summary();
 }
