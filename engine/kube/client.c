@@ -432,10 +432,9 @@ void lp_kube_delete(lp_kube_client *c, const lp_kube_ref *ref, const char *resou
   json_decref(opts);
 }
 
-void lp_kube_delete_with(lp_kube_client *c, const lp_kube_ref *ref, const json_t *options, lp_kube_done_fn done,
-                         void *ud) {
-  call_send(call_new(c, OP_DELETE, ref_path(ref, 1, NULL), ref->name, done, ud), options,
-            "application/json");
+void lp_kube_delete_with(lp_kube_client *c, const lp_kube_ref *ref, const json_t *options,
+                         lp_kube_done_fn done, void *ud) {
+  call_send(call_new(c, OP_DELETE, ref_path(ref, 1, NULL), ref->name, done, ud), options, "application/json");
 }
 
 void lp_kube_merge_patch(lp_kube_client *c, const lp_kube_ref *ref, const char *subresource, json_t *patch,

@@ -83,8 +83,8 @@ void lp_kube_delete(lp_kube_client *c, const lp_kube_ref *ref, const char *resou
 
 /* DELETE ref with options (borrowed; may be NULL) as the DeleteOptions body: gracePeriodSeconds,
  * preconditions.uid, propagationPolicy. reply.object is the server's answer. */
-void lp_kube_delete_with(lp_kube_client *c, const lp_kube_ref *ref, const json_t *options, lp_kube_done_fn done,
-                         void *ud);
+void lp_kube_delete_with(lp_kube_client *c, const lp_kube_ref *ref, const json_t *options,
+                         lp_kube_done_fn done, void *ud);
 
 /* PATCH ref (or its subresource, e.g. "status"; may be NULL) with patch (borrowed) as
  * application/merge-patch+json. reply.object is the patched object. */
