@@ -24,8 +24,10 @@ run:
 	@cmake --build $(BUILD) -j $(JOBS) --target luaprov
 	@$(BUILD)/luaprov demo
 
-# Every test under ctest: C unit tests, busted specs, integration tests, luacheck and clang-format;
-# the C and integration tests also run under AddressSanitizer + UndefinedBehaviorSanitizer.
+# Every test under ctest: C unit tests, busted specs, integration tests, luacheck and clang-format, and
+# the end-to-end tests against a real control plane (tools/install-e2e.sh builds it from the Go module
+# proxy: about 10 minutes the first time, nothing after); the C and integration tests also run under
+# AddressSanitizer + UndefinedBehaviorSanitizer.
 # The sanitizer pass runs first so that the last summary line is the full suite's.
 test:
 	@tools/install-deps.sh test
@@ -33,6 +35,7 @@ test:
 	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DLUAPROV_WERROR=ON >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 	@npm ci --prefix spec/grpc --no-audit --no-fund >/dev/null
+	@tools/install-e2e.sh
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 test-asan:

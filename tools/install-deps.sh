@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages luaprov needs (SPEC §2), only those missing.
+# Installs the Debian 12 packages luaprov needs, only those missing.
 # usage: tools/install-deps.sh [build|test|bench]
 #   build  compile and run the engine
-#   test   also the test tools (busted, luacheck, lyaml, clang-format, jq; node and npm for grpc-js)
+#   test   also the test tools (busted, luacheck, lyaml, clang-format, jq; node and npm for grpc-js;
+#          openssl and ss for the end-to-end tests' control plane)
 #   bench  also the load generator used as the reference (wrk)
 # As root it runs apt-get; otherwise it prints the exact command to run and fails.
 set -euo pipefail
@@ -14,8 +15,8 @@ packages=(cmake make gcc pkg-config curl ca-certificates
   libprotobuf-c-dev protobuf-c-compiler)
 case "$profile" in
   build) ;;
-  test) packages+=(lua-busted lua-check lua-yaml clang-format jq nodejs npm) ;;
-  bench) packages+=(lua-busted lua-check lua-yaml clang-format jq nodejs npm wrk) ;;
+  test) packages+=(lua-busted lua-check lua-yaml clang-format jq nodejs npm openssl iproute2) ;;
+  bench) packages+=(lua-busted lua-check lua-yaml clang-format jq nodejs npm openssl iproute2 wrk) ;;
   *) echo "install-deps: unknown profile '$profile' (build, test or bench)" >&2; exit 2 ;;
 esac
 

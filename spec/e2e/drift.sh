@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Drift against the real API server, then the NodePool's deletion: an image change on the ECSNodeClass
+# drifts every node; they are replaced no faster than the NodePool's budget allows, and no pod is left
+# pending. Deleting the NodePool then deletes, through the real garbage collector, every NodeClaim it
+# owns (the replacements too) and so every Node and instance.
+source "$(dirname "$0")/lib.sh"
+BUDGET=1
+
+cluster_up
+install_luaprov
+start_sim
+start_luaprov a
+wait_until "luaprov ready" 60 luaprov_ready a
+small_nodepool "$BUDGET"
+deployment web 8
+wait_until "8 pods Running" 180 running_is web 8
+wait_until "NodeClaims, Nodes and instances agree" 60 settled
+before="$(kc get nodeclaims -o jsonpath='{.items[*].metadata.name}')"
+nodes_before="$(count nodeclaims)"
+((nodes_before >= 3)) || fail "expected several nodes for 8 pods, got $nodes_before"
+
+step "an image change drifts $nodes_before nodes; replaced at most $BUDGET at a time"
+kc patch ecsnodeclass default --type merge \
+  -p '{"spec":{"imageSelectorTerms":[{"id":"aliyun_3_x64_20G_alibase_20230727.vhd"}]}}' >/dev/null
+old_left() {
+  local n=0 c
+  for c in $before; do kc get nodeclaim "$c" -o name >/dev/null 2>&1 && n=$((n + 1)); done
+  echo "$n"
+}
+most_disrupting=0 deadline=$((SECONDS + 400))
+while [[ "$(old_left)" != 0 ]]; do
+  ((SECONDS < deadline)) || fail "drifted nodes still there after 400 s: $(old_left) left"
+  disrupting="$(kc get nodeclaims -o json | jq '[.items[] | select(.metadata.deletionTimestamp != null)] | length')"
+  ((disrupting > most_disrupting)) && most_disrupting=$disrupting
+  sleep 0.5
+done
+echo "figure: $nodes_before drifted nodes replaced, at most $most_disrupting terminating at once (budget $BUDGET)" >&2
+((most_disrupting <= BUDGET)) || fail "$most_disrupting nodes were disrupted at once; the budget is $BUDGET"
+wait_until "8 pods Running after the replacement" 120 running_is web 8
+[[ "$(pending_pods)" == 0 ]] || fail "pods left pending after the drift"
+wait_until "NodeClaims, Nodes and instances agree" 60 settled
+kc get nodeclaims -o json | jq -e 'all(.items[]; .status.imageID == "aliyun_3_x64_20G_alibase_20230727.vhd")' >/dev/null \
+  || fail "a NodeClaim still runs the old image"
+kc get nodeclaims -o json | jq -e 'all(.items[]; any(.metadata.ownerReferences[]?; .kind == "NodePool" and .name == "default"))' \
+  >/dev/null || fail "a replacement NodeClaim has no ownerReference to its NodePool"
+
+step "deleting the NodePool deletes every NodeClaim it owns, and their instances"
+kc delete nodepool default --wait=false >/dev/null
+wait_until "every NodeClaim gone" 180 bash -c "[[ \$($E2E_BIN/kubectl --kubeconfig $ADMIN_KUBECONFIG get nodeclaims -o name | wc -l) == 0 ]]"
+wait_until "every Node gone" 60 bash -c "[[ \$($E2E_BIN/kubectl --kubeconfig $ADMIN_KUBECONFIG get nodes -o name | wc -l) == 0 ]]"
+wait_until "every instance released" 60 bash -c "[[ \$(curl -sf '$ALI/_sim/state' | jq '[.instances[] | select(.status != \"Stopped\")] | length') == 0 ]]"
+no_rbac_denials
+echo "e2e drift: passed" >&2
