@@ -222,7 +222,6 @@ for _, g in ipairs({
   { "karpenter.sh", "nodeclaims", "create" }, { "karpenter.sh", "nodeclaims/status", "patch" },
   { "karpenter.sh", "nodepools", "watch" }, { "karpenter.sh", "nodepools/status", "patch" },
   { "karpenter.k8s.alibabacloud", "ecsnodeclasses/status", "patch" },
-  { "policy", "poddisruptionbudgets", "list" },
 }) do
   if not grants(cr, g[1], g[2], g[3]) then problem("ClusterRole luaprov does not grant %s %s/%s", g[3], g[1], g[2]) end
 end
