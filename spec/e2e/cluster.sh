@@ -86,6 +86,7 @@ spawn() {
   shift
   "$@" >"$CLUSTER/$name.log" 2>&1 &
   CLUSTER_PIDS+=("$!")
+  watch_pid "$!"
   eval "PID_${name//-/_}=$!"
 }
 

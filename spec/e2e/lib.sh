@@ -17,6 +17,19 @@ declare -A ENGINE_PIDS=() ENGINE_ADDRS=()
 # shellcheck source=cluster.sh
 source "$(dirname "${BASH_SOURCE[0]}")/cluster.sh"
 
+# Every process a test starts is named in $WORK/pids. cleanup stops them when the test ends; should the
+# test itself be killed outright (a ctest timeout), this watcher kills them within a second and
+# removes the folder, so no control plane outlives its test.
+E2E_PIDS="$WORK/pids"
+: >"$E2E_PIDS"
+(
+  trap '' TERM INT
+  while kill -0 $$ 2>/dev/null; do sleep 1; done
+  xargs -r kill -KILL <"$E2E_PIDS" 2>/dev/null
+  [[ "${LUAPROV_E2E_KEEP:-}" == 1 ]] || rm -rf "$WORK"
+) >/dev/null 2>&1 &
+watch_pid() { echo "$1" >>"$E2E_PIDS"; }
+
 stop_pid() {
   local pid="$1" sig="${2:-TERM}"
   [[ -n "$pid" ]] || return 0
@@ -34,10 +47,12 @@ cleanup() {
   if [[ -n "$AUDIT_DIR" && -f "${AUDIT_LOG:-}" ]]; then
     mkdir -p "$AUDIT_DIR" && rbac_audit_log >"$AUDIT_DIR/$TEST_NAME.log" || true
   fi
+  : >"$E2E_PIDS"
   if [[ "${LUAPROV_E2E_KEEP:-}" == 1 ]]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi
   exit "$status"
 }
 trap cleanup EXIT
+trap 'exit 143' TERM INT
 
 fail() {
   echo "FAIL: $*" >&2
@@ -78,6 +93,7 @@ start_sim() {
   "$LUAPROV" sim --kubelet-kubeconfig "$ADMIN_KUBECONFIG" --node-gone-after "${NODE_GONE_AFTER:-10}" \
     --log-format json >"$WORK/sim.out" 2>"$WORK/sim.log" &
   SIM_PID=$!
+  watch_pid "$SIM_PID"
   wait_until "luaprov sim listening" 20 sim_listening
   ALI="$(jq -r .alibaba "$WORK/sim.out")"
   K_SIM="$(jq -r .kubernetes "$WORK/sim.out")"
@@ -99,6 +115,7 @@ start_luaprov() {
     "$LUAPROV" run --kubeconfig "$WORK/luaprov.kubeconfig" --cluster-id luaprov-sim --region cn-hangzhou \
     --metrics-addr 127.0.0.1:0 --log-format json "$@" 2>"$WORK/$name.log" &
   ENGINE_PIDS[$name]=$!
+  watch_pid "$!"
   local addr=""
   for _ in $(seq 1 100); do
     addr="$(sed -n 's/.*"msg":"engine started".*"metrics_addr":"\([^"]*\)".*/\1/p' "$WORK/$name.log" | head -1)"
