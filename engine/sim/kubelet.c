@@ -319,6 +319,7 @@ static void step(lp_sim_kubelet *k, sim_node *n, json_t *live) {
   if (n->state == NODE_LIVE && !n->busy) {
     n->state = NODE_GONE;
     n->gone_at = now;
+    set_str(&n->ready, NULL); /* should the instance come back, its conditions are posted again */
     lp_info(LOGGER, "instance gone: node not ready", LPF_STR("node", n->name),
             LPF_STR("instance_id", n->instance_id));
     post_unknown(k, n);
@@ -360,7 +361,11 @@ static void learn(lp_sim_kubelet *k, const json_t *entry) {
     k->nodes[k->nnodes++] = n;
   }
   n->seen = 1;
-  if (n->state == NODE_GONE || n->state == NODE_REMOVED) return; /* a stopped instance started again */
+  if (n->state == NODE_REMOVED) return; /* registration happens once per instance */
+  if (n->state == NODE_GONE) {
+    n->state = NODE_LIVE; /* a stopped instance started again before its Node was deleted */
+    lp_info(LOGGER, "instance back: node ready again", LPF_STR("node", n->name), LPF_STR("instance_id", id));
+  }
   json_decref(n->desired);
   n->desired = json_incref(node);
   set_str(&n->want_ready, ready);

@@ -69,6 +69,29 @@ static int wait_status(const char *path, long want) {
   return 0;
 }
 
+/* The status of node's Ready condition, or NULL. */
+static const char *ready_status(const json_t *node) {
+  size_t i;
+  json_t *c;
+  json_array_foreach(json_object_get(json_object_get(node, "status"), "conditions"), i, c) {
+    if (strcmp(json_string_value(json_object_get(c, "type")) ?: "", "Ready") == 0)
+      return json_string_value(json_object_get(c, "status"));
+  }
+  return NULL;
+}
+
+/* Runs the loop until the Node at path on B has the Ready status want, for up to 10 s. */
+static int wait_ready(const char *path, const char *want) {
+  for (int i = 0; i < 500; i++) {
+    json_t *node = api_get(path);
+    int ok = strcmp(ready_status(node) ?: "", want) == 0;
+    json_decref(node);
+    if (ok) return 1;
+    run_for(0.02);
+  }
+  return 0;
+}
+
 /* An instance launched in A through the mapping, Running once A's clock has moved on. */
 static char *launch_instance(const char *claim_name) {
   json_t *nodeclass = mapping_resolved_nodeclass(scripts, clouds);
@@ -128,16 +151,6 @@ static void stop_kubelet(lp_sim_kubelet *k) {
   stopped = 0;
   lp_sim_kubelet_stop(k, on_stopped, NULL);
   while (!stopped) uv_run(&loop, UV_RUN_ONCE);
-}
-
-static const char *ready_status(const json_t *node) {
-  size_t i;
-  json_t *c;
-  json_array_foreach(json_object_get(json_object_get(node, "status"), "conditions"), i, c) {
-    if (strcmp(json_string_value(json_object_get(c, "type")) ?: "", "Ready") == 0)
-      return json_string_value(json_object_get(c, "status"));
-  }
-  return NULL;
 }
 
 int main(void) {
@@ -243,20 +256,17 @@ int main(void) {
   CHECK_INT(lp_sim_kubelet_stats_get(k).live_nodes, 1);
   CHECK_INT(lp_sim_kubelet_stats_get(k).registered, 0);
 
-  /* ---- the instance goes: NotReady (Unknown) at once, deleted gone_after_seconds later ---- */
+  /* ---- the instance stops: NotReady (Unknown); it starts again before the wait is over: Ready ---- */
   char path[160];
   snprintf(path, sizeof path, "/_sim/instances/%s", instance);
+  json_decref(sim_admin(&loop, http, clouds, "alibaba", "POST", path, "{\"status\": \"Stopped\"}"));
+  CHECK(wait_ready(node_path, "Unknown"));
+  json_decref(sim_admin(&loop, http, clouds, "alibaba", "POST", path, "{\"status\": null}"));
+  CHECK(wait_ready(node_path, "True"));
+
+  /* ---- the instance goes: NotReady (Unknown) at once, deleted gone_after_seconds later ---- */
   json_decref(sim_admin(&loop, http, clouds, "alibaba", "DELETE", path, NULL));
-  json_t *silent = NULL;
-  for (int i = 0; i < 500; i++) {
-    silent = api_get(node_path);
-    if (strcmp(ready_status(silent) ?: "", "Unknown") == 0) break;
-    json_decref(silent);
-    silent = NULL;
-    run_for(0.02);
-  }
-  CHECK(silent != NULL);
-  json_decref(silent);
+  CHECK(wait_ready(node_path, "Unknown"));
   run_for(0.2);
   CHECK(wait_status(node_path, 200)); /* not before the wait */
   now += 31;
