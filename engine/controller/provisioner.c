@@ -17,9 +17,11 @@
  * nodes, and NodeClaims not initialized yet) are left to the scheduler, or nominated for the
  * in-flight NodeClaim; the rest are packed into new NodeClaims (provisioner_schedule.c) over the
  * NodePools with a Ready ECSNodeClass and the instance types of that class (lp_cp_get_instance_types,
- * cached by the provider), and the NodeClaims created (provisioner_create.c). Nominations live in
- * memory: a pod stays nominated while its NodeClaim exists, is not deleting and is not initialized;
- * after that the scheduler binds it, or the next pass plans it again.
+ * cached by the provider), and the NodeClaims created (provisioner_create.c) under names of our own.
+ * Nominations live in memory: a pod stays nominated while its NodeClaim exists (in the cache, or on its
+ * way: provisioner_inflight.c), is not deleting and is not initialized; after that the scheduler binds
+ * it, or the next pass plans it again. A pass first asks by name about NodeClaims on their way that the
+ * cache has not shown for a while.
  *
  * Events: Normal "Nominated" on a pod ("Pod should schedule on: nodeclaim/<name>"); Warning
  * "FailedScheduling" on a pod no NodePool can take ("Failed to schedule pod, <why per NodePool>");
@@ -29,10 +31,14 @@
  *   luaprov_nodeclaims_created_total{nodepool, reason}         counter, reason "provisioning"
  *   luaprov_provisioner_pods_pending                           gauge, provisionable pods
  *   luaprov_provisioner_unschedulable_pods                     gauge, pods the last pass could not place
+ *   luaprov_provisioner_lost_answers_total{outcome}            counter, creations whose answer was lost,
+ *                                                              settled: exists, created, absent
  * Logs (logger controller.provisioner): "found provisionable pod(s)" (pods, nominated),
  * "computed new nodeclaim(s) to fit pod(s)" (nodeclaims, pods), "created nodeclaim" (nodeclaim,
  * nodepool, requests, pods, instance_types, cheapest, cheapest_price), "could not schedule pod" (pod,
- * error; warn), "could not list instance types" (nodeclass, code, error; warn). */
+ * error; warn), "could not list instance types" (nodeclass, code, error; warn), "nodeclaim creation
+ * unanswered, trying again with the same name" and "... unanswered again: ..." (nodeclaim, code, error;
+ * warn), "nodeclaim creation settled" (nodeclaim, outcome). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,9 +52,6 @@
 #define BATCH_IDLE_S          1.0
 #define BATCH_MAX_S           10.0
 #define UNSCHEDULABLE_RETRY_S 60.0
-/* A created NodeClaim the cache has not shown after this long was deleted meanwhile (or missed by a
- * relist): it no longer counts as capacity. */
-#define CREATED_TTL_S 30.0
 
 static const double duration_buckets[] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                           0.5,   1,     2.5,  5,     10,   30,  60};
@@ -75,6 +78,10 @@ static void *state_new(lp_controller *c) {
   st->unschedulable =
       lp_metrics_gauge(m, "luaprov_provisioner_unschedulable_pods",
                        "Pods the last provisioning pass could not place on any NodePool.", LP_NO_LABELS);
+  st->lost_answers = lp_metrics_counter(
+      m, "luaprov_provisioner_lost_answers_total",
+      "NodeClaim creations whose answer was lost, by how they settled (exists, created, absent).",
+      LP_LABELS("outcome"));
   return st;
 }
 
@@ -184,16 +191,12 @@ static const json_t *known_claim(pv_pass *p, const char *name) {
   return claim ? claim : json_object_get(json_object_get(p->st->created, name), "claim");
 }
 
-/* Forgets created NodeClaims past CREATED_TTL_S and nominations that no longer hold: the pod is not
- * pending any more, or its NodeClaim is gone, deleting or initialized (the scheduler has a node). */
+/* Forgets nominations that no longer hold: the pod is not pending any more, or its NodeClaim is gone,
+ * deleting or initialized (the scheduler has a node). */
 static void prune(pv_pass *p) {
   const char *key;
   json_t *v;
   void *tmp;
-  json_object_foreach_safe(p->st->created, tmp, key, v) {
-    if (p->started - json_real_value(json_object_get(v, "at")) > CREATED_TTL_S)
-      json_object_del(p->st->created, key);
-  }
   json_object_foreach_safe(p->st->nominations, tmp, key, v) {
     const json_t *claim = known_claim(p, json_string_value(v));
     if (!pv_pod_provisionable(lp_env_get(p->env, LP_KIND_POD, key)) || !claim || lp_obj_deleting(claim) ||
@@ -214,9 +217,12 @@ void pv_finish(pv_pass *p) {
   size_t left = unschedulable(p);
   lp_gauge_set(p->st->unschedulable, NULL, (double)left);
   lp_controller *c = p->c;
-  pv_state *st = p->st;
   const char *key = p->key;
   lp_error *err = p->err;
+  /* a NodeClaim on its way the cache does not show yet is checked by name on a later pass */
+  double on_its_way = pv_inflight_requeue_s(p);
+  double requeue = left ? UNSCHEDULABLE_RETRY_S : on_its_way;
+  if (on_its_way > 0 && on_its_way < requeue) requeue = on_its_way;
   pv_claims_free(p);
   pv_pools_free(p);
   for (size_t i = 0; i < p->npods; i++) {
@@ -229,8 +235,6 @@ void pv_finish(pv_pass *p) {
   json_decref(p->types);
   pv_dims_free(&p->dims);
   free(p);
-  /* a created NodeClaim the cache never shows (deleted at once) holds nominations until CREATED_TTL_S */
-  double requeue = left ? UNSCHEDULABLE_RETRY_S : json_object_size(st->created) ? CREATED_TTL_S : 0;
   lp_controller_done(c, key, err, err ? 0 : requeue);
 }
 
@@ -344,15 +348,9 @@ static void fetch_types(pv_pass *p) {
   json_decref(asked);
 }
 
-static void reconcile(lp_controller *c, const char *key) {
-  pv_pass *p = lp_xcalloc(1, sizeof *p);
-  p->c = c;
-  p->env = lp_controller_env(c);
-  p->st = lp_controller_state(c);
-  p->key = key;
-  p->started = lp_clock_monotonic();
-  p->types = json_object();
-  pv_dims_init(&p->dims);
+/* The pass proper, once what is on its way has been checked. */
+static void plan(pv_pass *p) {
+  lp_controller *c = p->c;
   prune(p);
   pod_scan scan = {p, json_object(), 0};
   lp_env_each(p->env, LP_KIND_POD, add_pod, &scan);
@@ -375,6 +373,18 @@ static void reconcile(lp_controller *c, const char *key) {
   }
   pv_collect_pools(p);
   fetch_types(p);
+}
+
+static void reconcile(lp_controller *c, const char *key) {
+  pv_pass *p = lp_xcalloc(1, sizeof *p);
+  p->c = c;
+  p->env = lp_controller_env(c);
+  p->st = lp_controller_state(c);
+  p->key = key;
+  p->started = lp_clock_monotonic();
+  p->types = json_object();
+  pv_dims_init(&p->dims);
+  pv_inflight_check(p, plan);
 }
 
 const lp_controller_def lp_provisioner_controller = {

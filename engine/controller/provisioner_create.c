@@ -94,12 +94,12 @@ static json_t *claim_object(pv_pass *p, const pv_claim *c) {
   json_object_set_new(spec, "requirements", claim_requirements(c));
   pv_res requests = pv_res_sum(&c->requests, &c->pool->daemon);
   json_object_set_new(spec, "resources", json_pack("{s:o}", "requests", pv_res_to_list(&p->dims, &requests)));
-  char *generate = lp_xasprintf("%s-", c->pool->name);
+  char *name = pv_claim_name(p, c->pool->name); /* not generateName: see provisioner_inflight.c */
   json_t *claim = json_pack("{s:s, s:s, s:{s:s, s:o, s:o, s:[o]}, s:o}", "apiVersion", "karpenter.sh/v1",
-                            "kind", "NodeClaim", "metadata", "generateName", generate, "labels",
-                            claim_labels(c), "annotations", claim_annotations(c), "ownerReferences",
+                            "kind", "NodeClaim", "metadata", "name", name, "labels", claim_labels(c),
+                            "annotations", claim_annotations(c), "ownerReferences",
                             lp_obj_owner_ref(c->pool->obj, "karpenter.sh/v1", "NodePool"), "spec", spec);
-  free(generate);
+  free(name);
   return claim;
 }
 
@@ -109,6 +109,7 @@ typedef struct create_op {
   pv_pass *p;
   const pv_claim *claim;
   json_t *obj;
+  int retried; /* POSTed a second time after an answer that said nothing */
 } create_op;
 
 static void create_more(pv_pass *p);
@@ -128,18 +129,22 @@ static void claim_created(const lp_kube_reply *reply, void *ud) {
   create_op *op = ud;
   pv_pass *p = op->p;
   const pv_claim *c = op->claim;
-  const char *name = reply->error ? NULL : lp_obj_name(reply->object);
-  if (!name) {
-    const lp_error *e = reply->error;
-    lp_error_keep_first(&p->err,
-                        lp_error_new(e ? e->code : "Invalid", "creating a nodeclaim for nodepool %s: %s",
-                                     c->pool->name, e ? e->message : "the answer has no name"));
+  const char *name = lp_obj_name(op->obj);
+  pv_outcome outcome = pv_inflight_answer(p, name, reply, op->retried);
+  if (outcome == PV_UNCONFIRMED && !op->retried) { /* the same name again: AlreadyExists if it landed */
+    op->retried = 1;
+    lp_kube_create(lp_env_kube(p->env), lp_kind_ref(LP_KIND_NODECLAIM), op->obj, claim_created, op);
+    return;
+  }
+  if (outcome == PV_REFUSED) {
+    lp_error_keep_first(&p->err, lp_error_new(reply->error->code, "creating nodeclaim %s for nodepool %s: %s",
+                                              name, c->pool->name, reply->error->message));
   } else {
-    json_object_set_new(p->st->created, name,
-                        json_pack("{s:O, s:f}", "claim", reply->object, "at", p->started));
     for (size_t i = 0; i < c->npods; i++) pv_nominate(p, &p->pods[c->pods[i]], name);
-    lp_counter_inc(p->st->created_total, LP_LABELS(c->pool->name, "provisioning"));
-    log_created(p, c, reply->object);
+    if (outcome == PV_STORED) {
+      lp_counter_inc(p->st->created_total, LP_LABELS(c->pool->name, "provisioning"));
+      log_created(p, c, op->obj);
+    }
   }
   json_decref(op->obj);
   free(op);
@@ -148,14 +153,14 @@ static void claim_created(const lp_kube_reply *reply, void *ud) {
 }
 
 static void create_more(pv_pass *p) {
-  lp_kube_ref ref = *lp_kind_ref(LP_KIND_NODECLAIM);
   while (p->creating < MAX_CREATING && p->next_create < p->nclaims) {
-    create_op *op = lp_xmalloc(sizeof *op);
+    create_op *op = lp_xcalloc(1, sizeof *op);
     op->p = p;
     op->claim = &p->claims[p->next_create++];
     op->obj = claim_object(p, op->claim);
     p->creating++;
-    lp_kube_create(lp_env_kube(p->env), &ref, op->obj, claim_created, op);
+    pv_inflight_add(p, lp_obj_name(op->obj), op->obj);
+    lp_kube_create(lp_env_kube(p->env), lp_kind_ref(LP_KIND_NODECLAIM), op->obj, claim_created, op);
   }
   if (p->creating == 0) pv_finish(p);
 }

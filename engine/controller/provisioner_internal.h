@@ -2,11 +2,13 @@
  * provisioner_resources.c (resource vectors), provisioner_pods.c (what a pod asks for: requests, node
  * requirements, tolerations),
  * provisioner_capacity.c (existing capacity: Ready nodes and in-flight NodeClaims; NodePools, their
- * limits and DaemonSet overhead), provisioner_schedule.c (packing pods into new NodeClaims) and
- * provisioner_create.c (the NodeClaim objects and their creation).
+ * limits and DaemonSet overhead), provisioner_schedule.c (packing pods into new NodeClaims),
+ * provisioner_create.c (the NodeClaim objects and their creation) and provisioner_inflight.c (the
+ * NodeClaims created and not cached yet: names, lost answers, checks by name).
  *
  * One pass is one pv_pass: the pods to place, the capacity they may use, the NodePools with their
- * instance types, and the new NodeClaims computed. Everything but the NodeClaim POSTs is synchronous.
+ * instance types, and the new NodeClaims computed. Everything but the checks by name, the instance
+ * types and the NodeClaim POSTs is synchronous.
  * Loop thread only. */
 #ifndef LUAPROV_CONTROLLER_PROVISIONER_INTERNAL_H
 #define LUAPROV_CONTROLLER_PROVISIONER_INTERNAL_H
@@ -151,8 +153,9 @@ typedef struct pv_state {
   double batch_start;      /* monotonic time the open batch began; 0 = none open */
   json_t *pending;         /* keys of provisionable pods, as on_change saw them -> true */
   json_t *nominations;     /* pod key -> the NodeClaim name it should land on */
-  json_t *created;         /* NodeClaim name -> {"claim": object, "at": monotonic}, until cached */
-  lp_metric *duration, *created_total, *pods_pending, *unschedulable;
+  json_t *created; /* NodeClaim name -> {"claim": object, "at": monotonic, "unconfirmed": bool}: created
+                      (or being created) by this controller, not cached yet (provisioner_inflight.c) */
+  lp_metric *duration, *created_total, *pods_pending, *unschedulable, *lost_answers;
 } pv_state;
 
 typedef struct pv_pass {
@@ -173,7 +176,8 @@ typedef struct pv_pass {
   pv_claim *claims;
   size_t nclaims, claims_cap;
   size_t next_create, creating;
-  lp_error *err; /* the first failure; the pass ends with it and is retried */
+  size_t checking; /* checks by name in flight (pv_inflight_check) */
+  lp_error *err;   /* the first failure; the pass ends with it and is retried */
 } pv_pass;
 
 /* ---- provisioner.c -------------------------------------------------------------------------- */
@@ -219,7 +223,33 @@ void pv_claims_free(pv_pass *p);
 
 /* ---- provisioner_create.c ------------------------------------------------------------------- */
 
-/* POSTs every computed claim (a few at once), nominating its pods, then pv_finish. */
+/* POSTs every computed claim (a few at once), nominating its pods, then pv_finish. A create whose
+ * answer says nothing of the object (pv_inflight_answer) is POSTed once more under the same name. */
 void pv_create_claims(pv_pass *p);
+
+/* ---- provisioner_inflight.c: NodeClaims created and not cached yet ------------------------------ */
+
+/* A name for a new NodeClaim of pool: "<pool>-<5 random characters>", as generateName makes them, and
+ * neither cached nor on its way. malloc'd. */
+char *pv_claim_name(pv_pass *p, const char *pool);
+/* Records obj (borrowed), about to be POSTed under name: from now on it counts as capacity
+ * (pv_collect_bins) and against its pool's limits, until the cache shows it or a check drops it. */
+void pv_inflight_add(pv_pass *p, const char *name, json_t *obj);
+
+typedef enum {
+  PV_STORED,      /* created, or AlreadyExists (an earlier try whose answer was lost stored it) */
+  PV_UNCONFIRMED, /* no answer, or a server error: it may be stored; it stays on its way */
+  PV_REFUSED      /* the API refused it: forgotten */
+} pv_outcome;
+/* What the answer to the create of name (retried: its second POST) says; the record follows it.
+ * Logged when unanswered; luaprov_provisioner_lost_answers_total counts how such a creation settled. */
+pv_outcome pv_inflight_answer(pv_pass *p, const char *name, const lp_kube_reply *reply, int retried);
+/* Asks the API by name about every NodeClaim on its way that the cache has not shown a few seconds
+ * after its creation or its last check: found, it keeps counting (the cache is behind); not found, it
+ * is forgotten (it never landed, or was deleted unseen) and its pods are planned again. A failed check
+ * keeps it and sets p->err. Then next(p). */
+void pv_inflight_check(pv_pass *p, void (*next)(pv_pass *p));
+/* When the pass should run again to check what is on its way (seconds), or 0 for nothing. */
+double pv_inflight_requeue_s(const pv_pass *p);
 
 #endif

@@ -5,7 +5,10 @@
 -- A rule matches calls by `verb` (get, list, watch, create, update, patch, delete; "*" or absent for
 -- all) and `resource` (the plural, "*" or absent for all), lets `skip` matching calls pass, then fires
 -- `count` times (forever without count). Kinds: `error` (the default: answers `status`, 500 unless
--- given, with the apiserver's reason and message) and `slow` (waits `seconds`, then serves the call).
+-- given, with the apiserver's reason and message), `slow` (waits `seconds`, then serves the call) and
+-- `timeout` (serves the call, then answers `seconds` late, 5 unless given: a client that gives up
+-- sooner loses the answer of a call that took effect, as when a connection breaks after the object
+-- was stored).
 local luaprov = require "luaprov"
 local rules_mod = require "sim.rules"
 local store = require "sim.kubernetes.store"
@@ -44,7 +47,9 @@ function M.add(spec)
   if not wire.is_object(spec) then return nil, "a fault rule must be a JSON object" end
   local kind = spec.kind or "error"
   if kind == "drop_watches" or kind == "compact" then return action(kind) end
-  if kind ~= "error" and kind ~= "slow" then return nil, "unknown fault kind " .. tostring(kind) end
+  if kind ~= "error" and kind ~= "slow" and kind ~= "timeout" then
+    return nil, "unknown fault kind " .. tostring(kind)
+  end
   local rule, err = rules_mod.read_strings(spec, { kind = kind }, { "verb", "resource", "message" })
   if not rule then return nil, err end
   if rule.verb and not VERBS[rule.verb] then return nil, "unknown verb " .. rule.verb end
@@ -53,8 +58,9 @@ function M.add(spec)
   return rules:add(rule)
 end
 
---- apply(verb, res): raises the Status of the first matching error rule, or sleeps for a slow one.
-function M.apply(verb, res)
+--- apply(verb, res, request): raises the Status of the first matching error rule, sleeps for a slow one,
+-- or marks the request to be answered late (request.answer_late, seconds) for a timeout one.
+function M.apply(verb, res, request)
   local rule = rules:take(function(r)
     return (r.verb == nil or r.verb == "*" or r.verb == verb)
       and (r.resource == nil or r.resource == "*" or r.resource == res.name)
@@ -62,6 +68,10 @@ function M.apply(verb, res)
   if not rule then return end
   if rule.kind == "slow" then
     luaprov.time.sleep(rule.seconds or 1)
+    return
+  end
+  if rule.kind == "timeout" then
+    request.answer_late = rule.seconds or 5
     return
   end
   local code = rule.status or 500

@@ -60,7 +60,7 @@ local function serve_collection(request, res, ns, params)
   local method = request.method
   if method == "GET" then
     local watching = params.watch == "1" or params.watch == "true"
-    faults.apply(watching and "watch" or "list", res)
+    faults.apply(watching and "watch" or "list", res, request)
     if watching then return watch.start(res, ns, params, request) end
     watch.check_options(params, false)
     local status, list = objects.list(res, ns, params)
@@ -70,7 +70,7 @@ local function serve_collection(request, res, ns, params)
   end
   if method ~= "POST" then wire.method_not_allowed() end
   if res.namespaced and not ns then wire.no_route() end
-  faults.apply("create", res)
+  faults.apply("create", res, request)
   local opts = validation.options(params)
   return answer(opts, objects.create(res, ns, request, opts))
 end
@@ -84,12 +84,12 @@ local function serve_object(request, res, ns, name, sub, params)
   local method = request.method
   if sub and has_action(res, sub) then
     if method ~= "POST" then wire.method_not_allowed() end
-    faults.apply("create", res)
+    faults.apply("create", res, request)
     return ACTIONS[sub](ns, name, request, params)
   end
   if sub ~= nil and (sub ~= "status" or not res.status) then wire.no_route() end
   if method == "POST" then wire.method_not_allowed() end
-  faults.apply(VERB_OF[method], res)
+  faults.apply(VERB_OF[method], res, request)
   local current = store.get(res, ns, name)
   if not current then wire.not_found(res, name) end
   if method == "GET" then
@@ -174,6 +174,8 @@ function M.handle(request)
     if path:sub(1, 6) == "/_sim/" then return admin.handle(request) end
     return api(request)
   end)
+  -- a timeout fault: the call took effect; its answer comes too late for the client
+  if request.answer_late then luaprov.time.sleep(request.answer_late) end
   if ok then return res end
   local status = wire.status_of(res)
   if status then return respond(status.code, status) end

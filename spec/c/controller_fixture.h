@@ -292,9 +292,10 @@ static inline void ctrl_stop_manager(ctrl_fixture *f, lp_controllers *m) {
   while (!stopped) uv_run(&f->loop, UV_RUN_ONCE);
 }
 
-/* Stops the manager and everything else, runs the loop dry. */
+/* Stops the manager (unless the test stopped it and set it to NULL) and everything else, runs the loop
+ * dry. */
 static inline void ctrl_fixture_stop(ctrl_fixture *f) {
-  ctrl_stop_manager(f, f->manager);
+  if (f->manager) ctrl_stop_manager(f, f->manager);
   lp_kube_client_close(f->kube, NULL, NULL);
   lp_cloudprovider_free(f->cloud);
   sim_fixture_stop(&f->loop, f->sim, f->http, f->scripts);

@@ -328,5 +328,14 @@ describe("kubernetes simulator", function()
     assert.equal(200, (call("GET", "/api/v1/nodes/n")))
     call("POST", "/_sim/faults", { verb = "update", status = 409, count = 1 })
     assert.equal(409, (call("PUT", "/api/v1/nodes/n", { metadata = { name = "n" } })))
+
+    -- a timeout: the create takes effect, its answer comes after the client gave up
+    call("POST", "/_sim/faults", { verb = "create", resource = "nodes", kind = "timeout", seconds = 1, count = 1 })
+    local res, _, code = luaprov.http.request { method = "POST", url = url .. "/api/v1/nodes", timeout_ms = 200,
+      headers = { ["content-type"] = "application/json" }, body = json.encode({ metadata = { name = "late" } }) }
+    assert.is_nil(res)
+    assert.equal("Timeout", code)
+    assert.equal(200, (call("GET", "/api/v1/nodes/late")))
+    assert.equal(409, (call("POST", "/api/v1/nodes", { metadata = { name = "late" } })), "a retry: AlreadyExists")
   end)
 end)
