@@ -381,7 +381,7 @@ static void reconcile(lp_controller *c, const char *key) {
   p->env = lp_controller_env(c);
   p->st = lp_controller_state(c);
   p->key = key;
-  p->started = lp_clock_monotonic();
+  p->started = lp_env_monotonic(p->env);
   p->types = json_object();
   pv_dims_init(&p->dims);
   pv_inflight_check(p, plan);

@@ -163,7 +163,7 @@ typedef struct pv_pass {
   lp_ctrl_env *env;
   pv_state *st;
   const char *key;
-  double started; /* monotonic */
+  double started; /* lp_env_monotonic: the controllers' clock, which a test may move */
   pv_dims dims;
   pv_pod *pods;
   size_t npods;
