@@ -34,7 +34,7 @@ while [[ "$(old_left)" != 0 ]]; do
   ((disrupting > most_disrupting)) && most_disrupting=$disrupting
   sleep 0.5
 done
-echo "figure: $nodes_before drifted nodes replaced, at most $most_disrupting terminating at once (budget $BUDGET)" >&2
+figure "$nodes_before drifted nodes replaced, at most $most_disrupting terminating at once (budget $BUDGET)"
 ((most_disrupting <= BUDGET)) || fail "$most_disrupting nodes were disrupted at once; the budget is $BUDGET"
 wait_until "8 pods Running after the replacement" 120 running_is web 8
 [[ "$(pending_pods)" == 0 ]] || fail "pods left pending after the drift"

@@ -19,7 +19,7 @@ exactly_one_node_per_pod() {
   wait_until "NodeClaims, Nodes and instances agree" 120 settled
   local claims
   claims="$(count nodeclaims)"
-  echo "figure: $2 pods, $claims NodeClaims, $(count nodes) Nodes, $(live_instances) instances" >&2
+  figure "$2 pods, $claims NodeClaims, $(count nodes) Nodes, $(live_instances) instances"
   [[ "$claims" == "$2" ]] || fail "$claims NodeClaims for $2 pods that each need a node"
   no_empty_nodes "$1"
 }
@@ -35,7 +35,7 @@ burst() {
   "$disruption"
   local t0=$SECONDS
   wait_until "$target pods Running" 600 running_is "$app" "$target"
-  echo "figure: burst to $target pods settled $((SECONDS - t0)) s after $disruption" >&2
+  figure "burst to $target pods settled $((SECONDS - t0)) s after $disruption"
 }
 
 kill_leader() {
@@ -64,7 +64,7 @@ crash_apiserver() {
   ready_again
   local refused
   refused="$(jq -s '[.[] | select(.responseStatus.code == 403)] | length' "$AUDIT_LOG")"
-  echo "figure: $refused requests refused while the restarted kube-apiserver loaded its RBAC objects" >&2
+  figure "$refused requests refused while the restarted kube-apiserver loaded its RBAC objects"
 }
 count_nodeclaims_in_etcd() {
   curl -sf "http://127.0.0.1:$ETCD_PORT/v3/kv/range" -d "$(jq -nc --arg k /registry/karpenter.sh/nodeclaims/ \
@@ -98,6 +98,6 @@ step "150 more small pods on those nodes: luaprov's memory with them all cached"
 deployment idle 150 10m
 wait_until "150 small pods Running" 120 running_is idle 150
 [[ "$(count nodeclaims)" == "$CRASH_BURST" ]] || fail "pods that fit the existing nodes made new NodeClaims"
-echo "figure: luaprov RSS (the leader) with $((CRASH_BURST + 150)) pods, $CRASH_BURST NodeClaims, $CRASH_BURST Nodes: $(leader_rss) MiB" >&2
+figure "luaprov RSS (the leader) with $((CRASH_BURST + 150)) pods, $CRASH_BURST NodeClaims, $CRASH_BURST Nodes: $(leader_rss) MiB"
 no_rbac_denials
 echo "e2e failover: passed" >&2

@@ -67,6 +67,13 @@ fail() {
 
 step() { echo "== $*" >&2; }
 
+# figure TEXT: a measurement, on stderr and appended to $LUAPROV_E2E_FIGURES (ctest sets it to
+# <build>/e2e-figures.txt), since ctest shows a passing test's output to nobody.
+figure() {
+  echo "figure: $*" >&2
+  [[ -z "${LUAPROV_E2E_FIGURES:-}" ]] || echo "$TEST_NAME: $*" >>"$LUAPROV_E2E_FIGURES"
+}
+
 # ---- luaprov's objects: CRDs, RBAC, namespace ----------------------------------------------------
 
 # install_luaprov: the CRDs and the RBAC of examples/deploy, in the luaprov namespace, validated by the

@@ -15,7 +15,7 @@ start_sim
 start_luaprov a
 wait_until "luaprov ready (caches synced)" 60 luaprov_ready a
 getting_started_objects | kc apply -f - >/dev/null
-echo "figure: luaprov RSS at idle: $(rss_mib a) MiB" >&2
+figure "luaprov RSS at idle: $(rss_mib a) MiB"
 
 step "a Deployment of $REPLICAS pods"
 t0=$SECONDS
@@ -24,13 +24,13 @@ kc set resources deployment web --requests cpu=1,memory=1Gi >/dev/null
 kc scale deployment web --replicas "$REPLICAS" >/dev/null
 all_running() { [[ "$(running_pods -l app=web)" == "$REPLICAS" ]]; }
 wait_until "$REPLICAS pods Running" 300 all_running
-echo "figure: $REPLICAS pods pending -> bound and Running in $((SECONDS - t0)) s" >&2
+figure "$REPLICAS pods pending -> bound and Running in $((SECONDS - t0)) s"
 
 step "every NodeClaim has one instance and one Node; no node is empty"
 claims="$(count nodeclaims)"
 nodes="$(count nodes)"
 instances="$(live_instances)"
-echo "figure: $claims NodeClaims, $nodes Nodes, $instances instances for $REPLICAS pods" >&2
+figure "$claims NodeClaims, $nodes Nodes, $instances instances for $REPLICAS pods"
 [[ "$claims" -gt 0 && "$claims" == "$nodes" && "$nodes" == "$instances" ]] \
   || fail "NodeClaims $claims, Nodes $nodes, instances $instances"
 kc get nodeclaims -o json | jq -e 'all(.items[]; .status.conditions[]? | select(.type == "Ready") | .status == "True")' \
@@ -50,6 +50,6 @@ step "more pods, memory with everything cached"
 kc create deployment idle --image registry.k8s.io/pause:3.10 --replicas 100 >/dev/null
 wait_until "100 small pods Running" 120 bash -c "[[ \$($E2E_BIN/kubectl --kubeconfig $ADMIN_KUBECONFIG get pods -l app=idle --field-selector status.phase=Running -o name | wc -l) == 100 ]]"
 sleep 2
-echo "figure: luaprov RSS with $((REPLICAS + 100)) pods, $(count nodeclaims) NodeClaims, $(count nodes) Nodes cached: $(rss_mib a) MiB" >&2
+figure "luaprov RSS with $((REPLICAS + 100)) pods, $(count nodeclaims) NodeClaims, $(count nodes) Nodes cached: $(rss_mib a) MiB"
 no_rbac_denials
 echo "e2e provisioning: passed" >&2

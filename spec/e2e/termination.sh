@@ -48,7 +48,7 @@ drained_through_pdb "$node"
 kc get nodeclaim "$claim" -o name >/dev/null 2>&1 && fail "NodeClaim $claim is still there"
 refusals="$(jq -s '[.[] | select(.objectRef.subresource == "eviction" and .responseStatus.code == 429)] | length' "$AUDIT_LOG")"
 [[ "$refusals" -gt 0 ]] || fail "no eviction was refused: the PodDisruptionBudget was never tested"
-echo "figure: $refusals evictions refused by the PodDisruptionBudget while draining $node" >&2
+figure "$refusals evictions refused by the PodDisruptionBudget while draining $node"
 wait_until "NodeClaims, Nodes and instances agree" 60 settled
 
 step "kubectl delete node: its NodeClaim terminates"
