@@ -236,6 +236,11 @@ static void finish(kube_call *k, long status, json_t *object, lp_error *error) {
   call_free(k);
 }
 
+int lp_kube_reply_unconfirmed(const lp_kube_reply *reply) {
+  long status = reply->status;
+  return reply->error && (status == 0 || status >= 500 || (status >= 200 && status < 300));
+}
+
 static void on_http_done(lp_http_result *r, void *ud);
 
 static const char *verb_of(kube_call *k) {

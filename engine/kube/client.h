@@ -43,6 +43,13 @@ typedef struct lp_kube_reply {
 
 typedef void (*lp_kube_done_fn)(const lp_kube_reply *reply, void *ud);
 
+/* Non-zero when reply is a failure that says nothing about the object: no HTTP answer at all (a
+ * timeout, a reset connection), a server error (the API server may have stored the object before
+ * failing, or a proxy answered) or a success that could not be read. A write answered so may have
+ * taken effect: a create may have stored its object, which only a GET (or a POST of the same name,
+ * answering AlreadyExists) can tell. 0 for a success and for any other error (a 4xx: not done). */
+int lp_kube_reply_unconfirmed(const lp_kube_reply *reply);
+
 /* Builds the API path of a resource: "/api/v1/namespaces/ns/pods/x", "/apis/karpenter.sh/v1/nodeclaims/x",
  * and with subresource ("status") "/apis/karpenter.sh/v1/nodeclaims/x/status". NULL or "" parts are
  * left out (namespace, name, subresource; group means the core group). The caller frees the string. */

@@ -249,6 +249,20 @@ static void test_paths(void) {
   free(p);
 }
 
+/* Which failed answers leave a write's effect unknown (a create whose answer is lost may be stored). */
+static void test_reply_unconfirmed(void) {
+  lp_error *e = lp_error_new("Timeout", "no answer");
+  CHECK(lp_kube_reply_unconfirmed(&(lp_kube_reply){.status = 0, .error = e}));
+  CHECK(lp_kube_reply_unconfirmed(&(lp_kube_reply){.status = 503, .error = e}));
+  CHECK(lp_kube_reply_unconfirmed(&(lp_kube_reply){.status = 500, .error = e}));
+  CHECK(lp_kube_reply_unconfirmed(&(lp_kube_reply){.status = 201, .error = e})); /* unreadable success */
+  CHECK(!lp_kube_reply_unconfirmed(&(lp_kube_reply){.status = 409, .error = e}));
+  CHECK(!lp_kube_reply_unconfirmed(&(lp_kube_reply){.status = 429, .error = e}));
+  CHECK(!lp_kube_reply_unconfirmed(&(lp_kube_reply){.status = 422, .error = e}));
+  CHECK(!lp_kube_reply_unconfirmed(&(lp_kube_reply){.status = 201})); /* a success says it all */
+  lp_error_free(e);
+}
+
 static lp_kube_config *load(const char *name, const char *text, lp_error **err) {
   char path[512];
   snprintf(path, sizeof path, "%s/%s", tmpdir, name);
@@ -605,6 +619,7 @@ int main(void) {
            getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   if (!mkdtemp(tmpdir)) return 1;
   RUN(test_paths);
+  RUN(test_reply_unconfirmed);
   RUN(test_kubeconfig);
   RUN(test_kubeconfig_errors);
   RUN(test_in_cluster);
