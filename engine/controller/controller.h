@@ -158,6 +158,14 @@ void lp_env_event(lp_ctrl_env *env, const json_t *involved, const char *type, co
 void lp_env_patch(lp_ctrl_env *env, lp_kind kind, const char *key, const char *resource_version,
                   const char *subresource, json_t *patch, lp_kube_done_fn done, void *ud);
 
+/* A name for a new NodeClaim of the NodePool pool: "<pool>-<5 random characters>", as generateName
+ * makes them, neither cached nor taken(name, ud) (taken may be NULL; it names what the caller has on its
+ * way and the cache does not show yet). Chosen before the POST instead of generateName so that a create
+ * whose answer is lost (lp_kube_reply_unconfirmed) can be settled: a POST of the same name again answers
+ * AlreadyExists when the first landed, and a GET finds it. Caller frees. */
+char *lp_env_nodeclaim_name(lp_ctrl_env *env, const char *pool, int (*taken)(const char *name, void *ud),
+                            void *ud);
+
 /* ---- object helpers ---------------------------------------------------------------------- */
 
 /* metadata.name / metadata.uid / metadata.resourceVersion of obj, or NULL. Borrowed. */

@@ -250,6 +250,30 @@ void lp_env_patch(lp_ctrl_env *env, lp_kind kind, const char *key, const char *r
   json_decref(patch);
 }
 
+/* ---- names of new NodeClaims --------------------------------------------------------------- */
+
+/* generateName's: the base is cut to 58 characters, 5 random ones follow, vowels and look-alikes left
+ * out so that no word is spelt by chance. */
+#define NAME_BASE_MAX 58
+#define NAME_SUFFIX   5
+static const char suffix_chars[] = "bcdfghjklmnpqrstvwxz2456789";
+
+char *lp_env_nodeclaim_name(lp_ctrl_env *env, const char *pool, int (*taken)(const char *name, void *ud),
+                            void *ud) {
+  int base = (int)strlen(pool) > NAME_BASE_MAX ? NAME_BASE_MAX : (int)strlen(pool);
+  for (;;) {
+    unsigned char rnd[NAME_SUFFIX];
+    if (uv_random(NULL, NULL, rnd, sizeof rnd, 0, NULL) != 0)
+      for (size_t i = 0; i < sizeof rnd; i++) rnd[i] = (unsigned char)rand();
+    char suffix[NAME_SUFFIX + 1];
+    for (size_t i = 0; i < NAME_SUFFIX; i++) suffix[i] = suffix_chars[rnd[i] % (sizeof suffix_chars - 1)];
+    suffix[NAME_SUFFIX] = '\0';
+    char *name = lp_xasprintf("%.*s-%s", base, pool, suffix);
+    if (!lp_env_get(env, LP_KIND_NODECLAIM, name) && !(taken && taken(name, ud))) return name;
+    free(name);
+  }
+}
+
 /* ---- objects ------------------------------------------------------------------------------- */
 
 json_t *lp_obj_get(const json_t *obj, const char *dotted_path) {

@@ -10,7 +10,6 @@
  * making another. */
 #include <stdlib.h>
 #include <string.h>
-#include <uv.h>
 
 #include "controller/provisioner_internal.h"
 #include "core/error.h"
@@ -19,25 +18,13 @@
 /* An entry the cache has not shown this long after its creation (or its last check) is asked for by
  * name: the informer's watch normally shows a NodeClaim within a second. */
 #define CHECK_AFTER_S 5.0
-/* generateName's: the base is cut to 58 characters, 5 random ones follow, vowels and look-alikes left
- * out so that no word is spelt by chance. */
-#define NAME_BASE_MAX 58
-#define NAME_SUFFIX   5
-static const char suffix_chars[] = "bcdfghjklmnpqrstvwxz2456789";
+
+static int on_its_way(const char *name, void *ud) {
+  return json_object_get(ud, name) != NULL;
+}
 
 char *pv_claim_name(pv_pass *p, const char *pool) {
-  for (;;) {
-    unsigned char rnd[NAME_SUFFIX];
-    if (uv_random(NULL, NULL, rnd, sizeof rnd, 0, NULL) != 0)
-      for (size_t i = 0; i < sizeof rnd; i++) rnd[i] = (unsigned char)rand();
-    char suffix[NAME_SUFFIX + 1];
-    for (size_t i = 0; i < NAME_SUFFIX; i++) suffix[i] = suffix_chars[rnd[i] % (sizeof suffix_chars - 1)];
-    suffix[NAME_SUFFIX] = '\0';
-    int base = (int)strlen(pool) > NAME_BASE_MAX ? NAME_BASE_MAX : (int)strlen(pool);
-    char *name = lp_xasprintf("%.*s-%s", base, pool, suffix);
-    if (!lp_env_get(p->env, LP_KIND_NODECLAIM, name) && !json_object_get(p->st->created, name)) return name;
-    free(name);
-  }
+  return lp_env_nodeclaim_name(p->env, pool, on_its_way, p->st->created);
 }
 
 static void set_entry(pv_pass *p, const char *name, const json_t *claim, int unconfirmed) {
@@ -48,13 +35,6 @@ static void set_entry(pv_pass *p, const char *name, const json_t *claim, int unc
 
 void pv_inflight_add(pv_pass *p, const char *name, json_t *obj) {
   set_entry(p, name, obj, 1);
-}
-
-/* A failed create whose answer says nothing of the object: no HTTP answer at all, a server error (the
- * API server may have stored it before failing, or a proxy answered), or a success that could not be
- * read. */
-static int unconfirmed(const lp_kube_reply *reply) {
-  return reply->status == 0 || reply->status >= 500 || (reply->status >= 200 && reply->status < 300);
 }
 
 /* A creation whose first answer was lost has been settled: outcome exists (it had landed), created
@@ -75,7 +55,7 @@ pv_outcome pv_inflight_answer(pv_pass *p, const char *name, const lp_kube_reply 
     if (retried) settled(p, name, exists ? "exists" : "created");
     return PV_STORED;
   }
-  if (!unconfirmed(reply)) {
+  if (!lp_kube_reply_unconfirmed(reply)) {
     json_object_del(p->st->created, name);
     return PV_REFUSED;
   }

@@ -229,8 +229,7 @@ void pv_create_claims(pv_pass *p);
 
 /* ---- provisioner_inflight.c: NodeClaims created and not cached yet ------------------------------ */
 
-/* A name for a new NodeClaim of pool: "<pool>-<5 random characters>", as generateName makes them, and
- * neither cached nor on its way. malloc'd. */
+/* A name for a new NodeClaim of pool (lp_env_nodeclaim_name), neither cached nor on its way. malloc'd. */
 char *pv_claim_name(pv_pass *p, const char *pool);
 /* Records obj (borrowed), about to be POSTed under name: from now on it counts as capacity
  * (pv_collect_bins) and against its pool's limits, until the cache shows it or a check drops it. */
