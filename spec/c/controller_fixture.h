@@ -47,7 +47,8 @@ typedef struct ctrl_fixture {
   lp_kube_config *kube_config;
   lp_kube_client *kube;
   lp_controllers *manager;
-  lp_metrics *metrics; /* the manager's own registry, so tests read exact counts */
+  lp_kube_client *impatient; /* the manager's client after ctrl_restart_impatient, else NULL */
+  lp_metrics *metrics;       /* the manager's own registry, so tests read exact counts */
   char kubeconfig_path[256];
 } ctrl_fixture;
 
@@ -218,6 +219,31 @@ static inline long long ctrl_kube_fault_fired(ctrl_fixture *f) {
   return n;
 }
 
+/* Adds the Kubernetes simulator's fault rule (JSON text, e.g. a "timeout" of creates of nodeclaims);
+ * with watch_s, also ends every watch and answers the NodeClaim rewatch that many seconds late, so the
+ * manager's cache does not show what the rule's calls stored meanwhile (as while an API server restarts
+ * and its watches reconnect). */
+static inline void ctrl_kube_faults(ctrl_fixture *f, const char *rule, int watch_s) {
+  char body[512];
+  if (watch_s)
+    snprintf(body, sizeof body,
+             "[%s,{\"kind\":\"slow\",\"verb\":\"watch\",\"resource\":\"nodeclaims\",\"seconds\":%d,"
+             "\"count\":1},{\"kind\":\"drop_watches\"}]",
+             rule, watch_s);
+  else
+    snprintf(body, sizeof body, "%s", rule);
+  json_decref(ctrl_admin(f, "kubernetes", "POST", "/_sim/faults", body));
+}
+
+/* A ctrl_wait_for condition: the Kubernetes simulator has no fault rule left (each fired its count). */
+static inline int ctrl_kube_faults_used(ctrl_fixture *f, const void *ud) {
+  (void)ud;
+  json_t *faults = ctrl_admin(f, "kubernetes", "GET", "/_sim/faults", NULL);
+  int none_left = json_array_size(json_object_get(faults, "faults")) == 0;
+  json_decref(faults);
+  return none_left;
+}
+
 /* The Alibaba simulator's state (GET /_sim/state: instances, calls); caller decrefs. */
 static inline json_t *ctrl_alibaba_state(ctrl_fixture *f) {
   return ctrl_admin(f, "alibaba", "GET", "/_sim/state", NULL);
@@ -280,6 +306,24 @@ static inline double ctrl_metric(ctrl_fixture *f, const char *name, const char *
   return m ? lp_metric_value(m, labels) : 0;
 }
 
+/* What ctrl_metric_reaches waits for: the metric name with labels at least at. */
+typedef struct ctrl_metric_want {
+  const char *name;
+  const char *const *labels;
+  double at;
+} ctrl_metric_want;
+
+/* A ctrl_wait_for condition: the metric ud (a ctrl_metric_want) reached its value. */
+static inline int ctrl_metric_reaches(ctrl_fixture *f, const void *ud) {
+  const ctrl_metric_want *w = ud;
+  return ctrl_metric(f, w->name, w->labels) >= w->at;
+}
+
+/* lp_env_set_clock's now for a test's clock: the seconds ud (a double *) points to. */
+static inline double ctrl_clock_at(void *ud) {
+  return *(const double *)ud;
+}
+
 /* A done callback (lp_controllers_stop's) that sets the int ud points to. */
 static inline void ctrl_set_flag(void *ud) {
   *(int *)ud = 1;
@@ -292,10 +336,33 @@ static inline void ctrl_stop_manager(ctrl_fixture *f, lp_controllers *m) {
   while (!stopped) uv_run(&f->loop, UV_RUN_ONCE);
 }
 
+/* Replaces the fixture's manager with one running controllers (settings may be NULL) over a Kubernetes
+ * client whose calls give up after timeout_ms (f->impatient, closed by ctrl_fixture_stop), so that an
+ * answer the simulator sends late (a "timeout" fault, see ctrl_kube_faults) is lost to the controllers,
+ * whose clock (lp_env_monotonic) then reads *now: the test moves it. */
+static inline void ctrl_restart_impatient(ctrl_fixture *f, const lp_controller_def *const *controllers,
+                                          const lp_ctrl_settings *settings, unsigned timeout_ms,
+                                          double *now) {
+  ctrl_stop_manager(f, f->manager);
+  lp_error *err = NULL;
+  f->impatient = lp_kube_client_new(&f->loop, f->kube_config,
+                                    &(lp_http_client_options){.default_timeout_ms = timeout_ms}, &err);
+  lp_controllers_config cfg = ctrl_manager_config(f, controllers);
+  cfg.kube = f->impatient;
+  if (settings) cfg.settings = *settings;
+  f->manager = f->impatient ? lp_controllers_start(&cfg, &err) : NULL;
+  if (!f->manager) {
+    fprintf(stderr, "impatient manager: %s\n", err ? err->message : "?");
+    abort();
+  }
+  lp_env_set_clock(lp_controllers_env(f->manager), ctrl_clock_at, now);
+}
+
 /* Stops the manager (unless the test stopped it and set it to NULL) and everything else, runs the loop
  * dry. */
 static inline void ctrl_fixture_stop(ctrl_fixture *f) {
   if (f->manager) ctrl_stop_manager(f, f->manager);
+  if (f->impatient) lp_kube_client_close(f->impatient, NULL, NULL);
   lp_kube_client_close(f->kube, NULL, NULL);
   lp_cloudprovider_free(f->cloud);
   sim_fixture_stop(&f->loop, f->sim, f->http, f->scripts);

@@ -12,14 +12,10 @@
 #include <string.h>
 
 #include "check.h"
-#include "controller/disruption_internal.h"
-#include "controller/nodepool.h"
-#include "controller_fixture.h"
+#include "disruption_test_support.h"
 
-#define CLAIMS "/apis/karpenter.sh/v1/nodeclaims"
-#define POOLS  "/apis/karpenter.sh/v1/nodepools"
-#define PODS   "/api/v1/namespaces/default/pods"
-#define POOL   "web"
+#define PODS "/api/v1/namespaces/default/pods"
+#define POOL DT_POOL
 
 static ctrl_fixture f;
 
@@ -110,43 +106,6 @@ static void test_budget_fail_closed(void) {
 
 /* ---- the cluster -------------------------------------------------------------------------------- */
 
-static void patch_pool(json_t *body) {
-  char *text = json_dumps(body, JSON_COMPACT);
-  long status = 0;
-  json_decref(ctrl_kube(&f, "PATCH", POOLS "/" POOL, text, &status));
-  CHECK_INT(status, 200);
-  free(text);
-  json_decref(body);
-}
-
-static void set_budgets(const char *budgets) {
-  patch_pool(json_pack("{s:{s:{s:o}}}", "spec", "disruption", "budgets", json_loads(budgets, 0, NULL)));
-}
-
-static void set_generation(const char *gen) {
-  patch_pool(json_pack("{s:{s:{s:{s:{s:s}}}}}", "spec", "template", "metadata", "labels", "gen", gen));
-}
-
-/* A NodeClaim as the provisioner makes them: the template's labels and the pool's current hash. */
-static void post_claim(const char *name) {
-  json_t *pool = ctrl_get(&f, POOLS "/" POOL);
-  char hash[17];
-  lp_nodepool_hash(pool, hash);
-  const char *gen = lp_obj_str(pool, "spec.template.metadata.labels.gen");
-  CHECK_INT(ctrl_kube_pack(&f, "POST", CLAIMS,
-                           "{s:s, s:s, s:{s:s, s:{s:s, s:s}, s:{s:s, s:s}}, s:{s:{s:s, s:s, s:s}, "
-                           "s:[{s:s, s:s, s:[s]}], s:{s:{s:s}}}}",
-                           "apiVersion", "karpenter.sh/v1", "kind", "NodeClaim", "metadata", "name", name,
-                           "labels", "karpenter.sh/nodepool", POOL, "gen", gen, "annotations",
-                           LP_NODEPOOL_HASH_ANNOTATION, hash, LP_NODEPOOL_HASH_VERSION_ANNOTATION,
-                           LP_NODEPOOL_HASH_VERSION, "spec", "nodeClassRef", "group",
-                           "karpenter.k8s.alibabacloud", "kind", "ECSNodeClass", "name", "default",
-                           "requirements", "key", "karpenter.sh/capacity-type", "operator", "In", "values",
-                           "on-demand", "resources", "requests", "cpu", "1"),
-            201);
-  json_decref(pool);
-}
-
 /* A pending pod of 100m CPU (the binder places it), or one bound to node with do-not-disrupt. */
 static void post_pod(const char *name, const char *node) {
   json_t *pod =
@@ -159,36 +118,6 @@ static void post_pod(const char *name, const char *node) {
                         json_pack("{s:s}", DZ_ANNOTATION_DO_NOT_DISRUPT, "true"));
   }
   CHECK_INT(ctrl_kube_pack(&f, "POST", PODS, "o", pod), 201);
-}
-
-static json_t *claim(const char *name) {
-  char path[256];
-  snprintf(path, sizeof path, CLAIMS "/%s", name);
-  return ctrl_get(&f, path);
-}
-
-static json_t *pool_claims(void) {
-  json_t *list = ctrl_get(&f, CLAIMS "?labelSelector=karpenter.sh%2Fnodepool%3D" POOL);
-  json_t *items = json_incref(json_object_get(list, "items"));
-  json_decref(list);
-  return items;
-}
-
-static const char *annotation(const json_t *obj, const char *key) {
-  return json_string_value(
-      json_object_get(json_object_get(json_object_get(obj, "metadata"), "annotations"), key));
-}
-
-/* Every NodeClaim of the pool Initialized, and n of them. */
-static int pool_initialized(ctrl_fixture *fx, const void *ud) {
-  (void)fx;
-  json_t *items = pool_claims();
-  size_t i, ready = 0;
-  json_t *c;
-  json_array_foreach(items, i, c) ready += lp_condition_is(c, "Initialized", "True");
-  int ok = json_array_size(items) == (size_t) * (const int *)ud && ready == json_array_size(items);
-  json_decref(items);
-  return ok;
 }
 
 static int gauge_is(ctrl_fixture *fx, const void *ud) {
@@ -238,12 +167,12 @@ static int rolled_out(ctrl_fixture *fx, const void *ud) {
   int disrupting = 0;
   size_t gone = 0;
   for (size_t i = 0; i < r->nclaims; i++) {
-    json_t *c = claim(r->claims[i]);
-    const char *by = annotation(c, DZ_ANNOTATION_REPLACED_BY);
+    json_t *c = dt_claim(&f, r->claims[i]);
+    const char *by = dt_annotation(c, DZ_ANNOTATION_REPLACED_BY);
     if (!c) gone++;
     disrupting += c && (lp_obj_deleting(c) || by);
     if (c && lp_obj_deleting(c)) {
-      json_t *replacement = by ? claim(by) : NULL;
+      json_t *replacement = by ? dt_claim(&f, by) : NULL;
       r->deleted_before_ready += !lp_condition_is(replacement, "Initialized", "True");
       json_decref(replacement);
     }
@@ -255,7 +184,7 @@ static int rolled_out(ctrl_fixture *fx, const void *ud) {
 
 static void note_nodes(rollout *r) {
   for (size_t i = 0; i < r->nclaims; i++) {
-    json_t *c = claim(r->claims[i]);
+    json_t *c = dt_claim(&f, r->claims[i]);
     const char *node = lp_obj_str(c, "status.nodeName");
     r->nodes[i] = node ? strdup(node) : NULL;
     json_decref(c);
@@ -268,7 +197,7 @@ static void rollout_free(rollout *r) {
 
 /* The pool's NodeClaims now: their names into names (strdup'd), how many. */
 static size_t current_claims(const char **names, size_t max) {
-  json_t *items = pool_claims();
+  json_t *items = dt_pool_claims(&f);
   size_t i, n = 0;
   json_t *c;
   json_array_foreach(items, i, c) {
@@ -299,8 +228,8 @@ static int all_pods_running(ctrl_fixture *fx, const void *ud) {
  * node it replaces goes, the pods moving with them. */
 static void test_replace_one_at_a_time(void) {
   const char *names[] = {"web-a", "web-b", "web-c"};
-  for (int i = 0; i < 3; i++) post_claim(names[i]);
-  CHECK(ctrl_wait_for(&f, 30, pool_initialized, &(int){3}));
+  for (int i = 0; i < 3; i++) dt_post_claim(&f, names[i]);
+  CHECK(ctrl_wait_for(&f, 30, dt_pool_initialized, &(int){3}));
   rollout r = {
       .claims = {"web-a", "web-b", "web-c"}, .pods = {"p-1", "p-2", "p-3"}, .nclaims = 3, .npods = 3};
   for (size_t i = 0; i < r.npods; i++) post_pod(r.pods[i], NULL);
@@ -308,7 +237,7 @@ static void test_replace_one_at_a_time(void) {
   note_nodes(&r);
   WAIT_GAUGE(1);
 
-  set_generation("2");
+  dt_set_generation(&f, "2");
   CHECK(ctrl_wait_for(&f, 50, rolled_out, &r));
   CHECK_INT(r.max_disrupting, 1);
   CHECK_INT(r.deleted_before_ready, 0);
@@ -321,15 +250,15 @@ static void test_replace_one_at_a_time(void) {
   for (int i = 0; i < 3; i++) waited += ctrl_has_event(&f, names[i], "DisruptionBlocked");
   CHECK(waited >= 2);
 
-  json_t *items = pool_claims();
+  json_t *items = dt_pool_claims(&f);
   CHECK_INT(json_array_size(items), 3);
-  json_t *pool = ctrl_get(&f, POOLS "/" POOL);
+  json_t *pool = ctrl_get(&f, DT_POOLS "/" DT_POOL);
   size_t i;
   json_t *c;
   json_array_foreach(items, i, c) {
     CHECK_STR(lp_obj_str(c, "metadata.labels.gen"), "2");
     CHECK(strncmp(lp_obj_name(c), POOL "-", strlen(POOL) + 1) == 0);
-    CHECK(annotation(c, DZ_ANNOTATION_REPLACES) != NULL);
+    CHECK(dt_annotation(c, DZ_ANNOTATION_REPLACES) != NULL);
     CHECK(!lp_condition_is(c, "Drifted", "True"));
     /* owned by the NodePool as the provisioner's are, so the garbage collector deletes it with it */
     json_t *owners = json_object_get(json_object_get(c, "metadata"), "ownerReferences");
@@ -349,22 +278,17 @@ static void test_replace_one_at_a_time(void) {
 /* The gauge shows what the Drifted budget allows among the pool's 3 nodes: rounding up, schedules,
  * reasons, and a budget this engine cannot read (nothing, and an event on the NodePool). */
 static void test_budget_gauge(void) {
-  set_budgets("[{\"nodes\":\"50%\"}]");
+  dt_set_budgets(&f, "[{\"nodes\":\"50%\"}]");
   WAIT_GAUGE(2);
-  set_budgets("[{\"nodes\":\"10%\"}]");
+  dt_set_budgets(&f, "[{\"nodes\":\"10%\"}]");
   WAIT_GAUGE(1);
-  set_budgets("[{\"nodes\":\"0\",\"reasons\":[\"Empty\"]}]");
+  dt_set_budgets(&f, "[{\"nodes\":\"0\",\"reasons\":[\"Empty\"]}]");
   WAIT_GAUGE(3);
-  set_budgets("[{\"nodes\":\"0\",\"schedule\":\"0 0 1 1 *\",\"duration\":\"1m\"}]");
+  dt_set_budgets(&f, "[{\"nodes\":\"0\",\"schedule\":\"0 0 1 1 *\",\"duration\":\"1m\"}]");
   WAIT_GAUGE(3);
-  set_budgets("[{\"nodes\":\"3\",\"schedule\":\"*/5 * * * *\",\"duration\":\"1h\"}]");
+  dt_set_budgets(&f, "[{\"nodes\":\"3\",\"schedule\":\"*/5 * * * *\",\"duration\":\"1h\"}]");
   WAIT_GAUGE(0);
   CHECK(ctrl_has_event(&f, POOL, "InvalidDisruptionBudget"));
-}
-
-static int blocked_by_budget(ctrl_fixture *fx, const void *name) {
-  return ctrl_has_event(fx, name, "DisruptionBlocked") &&
-         ctrl_claim_condition(fx, name, "Drifted", "True", "NodePoolDrifted");
 }
 
 static int pod_cached(ctrl_fixture *fx, const void *key) {
@@ -375,31 +299,31 @@ static int pod_cached(ctrl_fixture *fx, const void *key) {
 static void test_blocked(void) {
   const char *names[3];
   CHECK_INT(current_claims(names, 3), 3);
-  set_budgets("[{\"nodes\":\"0\"}]");
+  dt_set_budgets(&f, "[{\"nodes\":\"0\"}]");
   WAIT_GAUGE(0);
-  set_generation("3");
-  for (int i = 0; i < 3; i++) CHECK(ctrl_wait_for(&f, 10, blocked_by_budget, names[i]));
+  dt_set_generation(&f, "3");
+  for (int i = 0; i < 3; i++) CHECK(ctrl_wait_for(&f, 10, dt_blocked, names[i]));
   ctrl_run_for(&f, 2);
-  json_t *items = pool_claims();
+  json_t *items = dt_pool_claims(&f);
   CHECK_INT(json_array_size(items), 3);
   size_t i;
   json_t *c;
-  json_array_foreach(items, i, c) CHECK(!annotation(c, DZ_ANNOTATION_REPLACED_BY) && !lp_obj_deleting(c));
+  json_array_foreach(items, i, c) CHECK(!dt_annotation(c, DZ_ANNOTATION_REPLACED_BY) && !lp_obj_deleting(c));
   json_decref(items);
 
   /* a pod that must not be disrupted on the first node; the budget lets all three go */
-  json_t *held = claim(names[0]);
+  json_t *held = dt_claim(&f, names[0]);
   post_pod("p-keep", lp_obj_str(held, "status.nodeName"));
   json_decref(held);
   CHECK(ctrl_wait_for(&f, 5, pod_cached, "default/p-keep"));
   rollout r = {.claims = {names[1], names[2]}, .pods = {"p-1", "p-2", "p-3"}, .nclaims = 2, .npods = 3};
   note_nodes(&r);
-  set_budgets("[{\"nodes\":\"100%\"}]");
+  dt_set_budgets(&f, "[{\"nodes\":\"100%\"}]");
   CHECK(ctrl_wait_for(&f, 40, rolled_out, &r));
   CHECK_INT(r.max_disrupting, 2);
   CHECK_INT(r.deleted_before_ready, 0);
-  held = claim(names[0]);
-  CHECK(held && !lp_obj_deleting(held) && !annotation(held, DZ_ANNOTATION_REPLACED_BY));
+  held = dt_claim(&f, names[0]);
+  CHECK(held && !lp_obj_deleting(held) && !dt_annotation(held, DZ_ANNOTATION_REPLACED_BY));
   CHECK(lp_condition_is(held, "Drifted", "True"));
   json_decref(held);
   CHECK(ctrl_has_event(&f, names[0], "DisruptionBlocked"));
@@ -425,10 +349,10 @@ static void test_failed_replacement(void) {
   json_decref(ctrl_admin(&f, "alibaba", "POST", "/_sim/faults",
                          "{\"action\":\"RunInstances\",\"code\":\"QuotaExceed.ElasticQuota\"}"));
   CHECK_INT(ctrl_kube_pack(&f, "DELETE", PODS "/p-keep", NULL), 200);
-  set_budgets("[{\"nodes\":\"1\"}]"); /* a NodePool change starts a pass at once */
+  dt_set_budgets(&f, "[{\"nodes\":\"1\"}]"); /* a NodePool change starts a pass at once */
   CHECK(ctrl_wait_for(&f, 15, replacement_failed, NULL));
-  json_t *c = claim(held);
-  CHECK(c && !lp_obj_deleting(c) && !annotation(c, DZ_ANNOTATION_REPLACED_BY));
+  json_t *c = dt_claim(&f, held);
+  CHECK(c && !lp_obj_deleting(c) && !dt_annotation(c, DZ_ANNOTATION_REPLACED_BY));
   json_decref(c);
 
   json_decref(ctrl_admin(&f, "alibaba", "DELETE", "/_sim/faults", NULL));
@@ -457,16 +381,7 @@ int main(void) {
   json_decref(ctrl_admin(&f, "alibaba", "POST", "/_sim/clock", "{\"speed\": 20}"));
   ctrl_fixture_apply_defaults(&f);
   CHECK(ctrl_wait_for(&f, 10, ctrl_nodeclass_has_ready, "default"));
-  CHECK_INT(
-      ctrl_kube_pack(&f, "POST", POOLS,
-                     "{s:s, s:s, s:{s:s}, s:{s:{s:{s:{s:s}}, s:{s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:[s]}]}}, "
-                     "s:{s:[{s:s}]}}}",
-                     "apiVersion", "karpenter.sh/v1", "kind", "NodePool", "metadata", "name", POOL, "spec",
-                     "template", "metadata", "labels", "gen", "1", "spec", "nodeClassRef", "group",
-                     "karpenter.k8s.alibabacloud", "kind", "ECSNodeClass", "name", "default", "requirements",
-                     "key", "karpenter.sh/capacity-type", "operator", "In", "values", "on-demand",
-                     "disruption", "budgets", "nodes", "1"),
-      201);
+  dt_nodepool(&f, "1");
   RUN(test_replace_one_at_a_time);
   RUN(test_budget_gauge);
   RUN(test_blocked);

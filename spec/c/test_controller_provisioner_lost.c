@@ -19,11 +19,6 @@
 static ctrl_fixture f;
 static double fake_now = 1000; /* the controllers' monotonic clock */
 
-static double fake_clock(void *ud) {
-  (void)ud;
-  return fake_now;
-}
-
 /* Time passes beyond the check of what is on its way, and a pass runs: a new NodePool wakes the
  * provisioner while pods are pending (this one's class does not exist, so it takes none). */
 static void later_pass(const char *pool) {
@@ -36,14 +31,12 @@ static void later_pass(const char *pool) {
             201);
 }
 
-static double lost(const char *outcome) {
-  return ctrl_metric(&f, "luaprov_provisioner_lost_answers_total", LP_LABELS(outcome));
-}
+#define LOST "luaprov_provisioner_lost_answers_total"
+/* ctrl_metric_reaches's: creations settled with outcome reached n */
+#define LOST_REACHES(outcome, n) (&(ctrl_metric_want){LOST, LP_LABELS(outcome), n})
 
-static int lost_at_least(ctrl_fixture *fx, const void *ud) {
-  (void)fx;
-  const char *const *want = ud; /* {outcome, count} */
-  return lost(want[0]) >= atof(want[1]);
+static double lost(const char *outcome) {
+  return ctrl_metric(&f, LOST, LP_LABELS(outcome));
 }
 
 static size_t cached(void) {
@@ -53,20 +46,6 @@ static size_t cached(void) {
 static int cached_claims(ctrl_fixture *fx, const void *n) {
   (void)fx;
   return cached() == *(const size_t *)n;
-}
-
-/* rule (JSON text) for creates of nodeclaims; with watch_s, the NodeClaim watch is ended and its
- * rewatch answered that many seconds late. */
-static void faults(const char *rule, int watch_s) {
-  char body[512];
-  if (watch_s)
-    snprintf(body, sizeof body,
-             "[%s,{\"kind\":\"slow\",\"verb\":\"watch\",\"resource\":\"nodeclaims\",\"seconds\":%d,"
-             "\"count\":1},{\"kind\":\"drop_watches\"}]",
-             rule, watch_s);
-  else
-    snprintf(body, sizeof body, "%s", rule);
-  json_decref(ctrl_admin(&f, "kubernetes", "POST", "/_sim/faults", body));
 }
 
 /* The name of the only NodeClaim (malloc'd), or NULL. */
@@ -92,8 +71,9 @@ static void check_one_then_clean(void) {
 
 static void test_answer_lost_once(void) {
   double exists = lost("exists");
-  faults("{\"kind\":\"timeout\",\"verb\":\"create\",\"resource\":\"nodeclaims\",\"seconds\":1,\"count\":1}",
-         5);
+  ctrl_kube_faults(
+      &f, "{\"kind\":\"timeout\",\"verb\":\"create\",\"resource\":\"nodeclaims\",\"seconds\":1,\"count\":1}",
+      5);
   CHECK_INT(pt_pod(&f, "lost-1", "250m", "256Mi", NULL), 201);
   CHECK(ctrl_wait_for(&f, 10, pt_is_nominated, "lost-1"));
   CHECK_INT(lost("exists") - exists, 1); /* the second POST answered AlreadyExists */
@@ -104,32 +84,31 @@ static void test_answer_lost_once(void) {
 }
 
 static void test_answers_lost_twice(void) {
-  char want[32];
-  snprintf(want, sizeof want, "%g", lost("exists") + 1);
-  faults("{\"kind\":\"timeout\",\"verb\":\"create\",\"resource\":\"nodeclaims\",\"seconds\":1,\"count\":2}",
-         6);
+  double want = lost("exists") + 1;
+  ctrl_kube_faults(
+      &f, "{\"kind\":\"timeout\",\"verb\":\"create\",\"resource\":\"nodeclaims\",\"seconds\":1,\"count\":2}",
+      6);
   CHECK_INT(pt_pod(&f, "lost-2", "250m", "256Mi", NULL), 201);
   CHECK(ctrl_wait_for(&f, 10, pt_is_nominated, "lost-2")); /* for the NodeClaim it could not confirm */
   ctrl_run_for(&f, 1);
-  CHECK_INT(lost("exists"), atof(want) - 1); /* not settled yet */
+  CHECK_INT(lost("exists"), want - 1); /* not settled yet */
   later_pass("poke-2");
-  CHECK(ctrl_wait_for(&f, 10, lost_at_least, (const char *const[]){"exists", want})); /* found by name */
+  CHECK(ctrl_wait_for(&f, 10, ctrl_metric_reaches, LOST_REACHES("exists", want))); /* found by name */
   CHECK_INT(cached(), 0);
   CHECK_INT(pt_claims(&f, NULL), 1);
   check_one_then_clean();
 }
 
 static void test_not_stored(void) {
-  char want[32];
-  snprintf(want, sizeof want, "%g", lost("absent") + 1);
-  faults("{\"verb\":\"create\",\"resource\":\"nodeclaims\",\"status\":503,\"count\":2}", 0);
+  double want = lost("absent") + 1;
+  ctrl_kube_faults(&f, "{\"verb\":\"create\",\"resource\":\"nodeclaims\",\"status\":503,\"count\":2}", 0);
   CHECK_INT(pt_pod(&f, "lost-3", "250m", "256Mi", NULL), 201);
   CHECK(ctrl_wait_for(&f, 10, pt_is_nominated, "lost-3"));
   char *first = pt_nominated(&f, "lost-3");
   ctrl_run_for(&f, 1);
   CHECK_INT(pt_claims(&f, NULL), 0); /* nothing stored, and nothing more created meanwhile */
   later_pass("poke-3");
-  CHECK(ctrl_wait_for(&f, 10, lost_at_least, (const char *const[]){"absent", want}));
+  CHECK(ctrl_wait_for(&f, 10, ctrl_metric_reaches, LOST_REACHES("absent", want)));
   size_t one = 1;
   CHECK(ctrl_wait_for(&f, 10, cached_claims, &one)); /* its pod, planned again */
   char *second = only_claim();
@@ -145,22 +124,12 @@ static const lp_controller_def *const controllers[] = {&lp_nodeclass_controller,
 int main(void) {
   ctrl_fixture_start(&f, controllers, NULL);
   /* the fixture's manager again, over a client that gives up after 0.5 s */
-  ctrl_stop_manager(&f, f.manager);
-  lp_error *err = NULL;
-  lp_kube_client *impatient =
-      lp_kube_client_new(&f.loop, f.kube_config, &(lp_http_client_options){.default_timeout_ms = 500}, &err);
-  lp_controllers_config cfg = ctrl_manager_config(&f, controllers);
-  cfg.kube = impatient;
-  f.manager = lp_controllers_start(&cfg, &err);
-  lp_env_set_clock(lp_controllers_env(f.manager), fake_clock, NULL);
+  ctrl_restart_impatient(&f, controllers, NULL, 500, &fake_now);
   ctrl_fixture_apply_defaults(&f);
   CHECK(ctrl_wait_for(&f, 10, pt_class_ready, "default"));
   RUN(test_answer_lost_once);
   RUN(test_answers_lost_twice);
   RUN(test_not_stored);
-  ctrl_stop_manager(&f, f.manager);
-  f.manager = NULL;
-  lp_kube_client_close(impatient, NULL, NULL);
   ctrl_fixture_stop(&f);
   return check_summary();
 }

@@ -418,14 +418,6 @@ static void test_user_deletes_node(void) {
   stop();
 }
 
-static int faults_fired(ctrl_fixture *f, const void *ud) {
-  (void)ud;
-  json_t *faults = ctrl_admin(f, "kubernetes", "GET", "/_sim/faults", NULL);
-  int none_left = json_array_size(json_object_get(faults, "faults")) == 0;
-  json_decref(faults);
-  return none_left;
-}
-
 /* (h) The NodeClaim is finalized by someone else while the controller's own finalizer removal is on
  * its way: that write meets a real 404, which means the work is done, not that the reconcile failed. */
 static void test_claim_gone_meanwhile(void) {
@@ -436,7 +428,7 @@ static void test_claim_gone_meanwhile(void) {
                          "{\"verb\":\"patch\",\"resource\":\"nodeclaims\",\"kind\":\"slow\","
                          "\"seconds\":1,\"count\":1}"));
   delete_claim("nc-h");
-  CHECK(ctrl_wait_for(&fx, 10, faults_fired, NULL));
+  CHECK(ctrl_wait_for(&fx, 10, ctrl_kube_faults_used, NULL));
   CHECK_INT(ctrl_kube_pack(&fx, "PATCH", CLAIM_PATH "nc-h", "{s:{s:[]}}", "metadata", "finalizers"), 200);
   CHECK(ctrl_gone(&fx, CLAIM_PATH "nc-h"));
   const char *const *done = LP_LABELS("termination", "success");
