@@ -10,9 +10,12 @@
  * NodeClaims already being disrupted (deleting, or marked luaprov.io/replaced-by). The budget's
  * percentages count the pool's initialized NodeClaims.
  *
- * A candidate is replaced (disruption_replace.c): a replacement NodeClaim is created, which the
- * lifecycle controller launches, then the candidate is marked luaprov.io/replaced-by=<replacement>, so
- * a restart resumes instead of launching again. Once the replacement is Initialized=True, the
+ * A candidate is replaced (disruption_replace.c): a replacement NodeClaim is created under a name of
+ * our own, which the lifecycle controller launches, then the candidate is marked
+ * luaprov.io/replaced-by=<replacement>, so a restart resumes instead of launching again. Until the cache
+ * shows the replacement, the candidate counts as being disrupted and is not chosen again, even when the
+ * create's answer was lost (then it is POSTed once more under the same name, and checked by name after
+ * DZ_CHECK_AFTER_S). Once the replacement is Initialized=True, the
  * candidate is deleted and the termination controller cordons, drains and deletes it: the pods move
  * to the new node before the old one goes. A replacement that is deleted, or not initialized within
  * settings.registration_timeout_s (15 min) of its creation, is abandoned: deleted, the mark dropped,
@@ -24,13 +27,17 @@
  *                                                  (its value minus those in progress, at most the
  *                                                  pool's initialized NodeClaims)
  *   luaprov_disruption_replacements_total{result}  counter, launched | failed
+ *   luaprov_disruption_lost_answers_total{outcome} counter, replacement creations whose answer was lost,
+ *                                                  settled: exists, created, absent
  * Events (Normal, on the candidate NodeClaim): DisruptionLaunching, DisruptionTerminating,
  * DisruptionBlocked (do-not-disrupt, budget exhausted, replacement failed); Warning
  * InvalidDisruptionBudget on a NodePool whose budget cannot be read (it then allows nothing).
  * Logs (logger controller.disruption, info): "disrupting nodeclaim(s) via replace" (reason, nodeclaim,
  * nodepool, replacement), "deleting replaced nodeclaim, its replacement is initialized",
- * "resuming the replacement of a nodeclaim", "replacement failed, will retry"; warn "invalid
- * disruption budget" (nodepool, error). */
+ * "resuming the replacement of a nodeclaim", "replacement failed, will retry", "replacement creation
+ * settled" (nodeclaim, replacement, outcome); warn "invalid disruption budget" (nodepool, error),
+ * "replacement creation unanswered, trying again with the same name" and "replacement creation
+ * unconfirmed again: ..." (nodeclaim, replacement, code, error). */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +58,7 @@ static void *state_new(lp_controller *c) {
   lp_metrics *m = lp_env_metrics(lp_controller_env(c));
   dz_state *st = lp_xcalloc(1, sizeof *st);
   st->failed = json_object();
+  st->on_its_way = json_object();
   st->disrupted =
       lp_metrics_counter(m, "luaprov_nodeclaims_disrupted_total",
                          "NodeClaims deleted by a controller, by reason.", LP_LABELS("reason", "nodepool"));
@@ -60,12 +68,17 @@ static void *state_new(lp_controller *c) {
   st->replacements = lp_metrics_counter(
       m, "luaprov_disruption_replacements_total",
       "Replacement NodeClaims of drifted nodes, by result (launched, failed).", LP_LABELS("result"));
+  st->lost_answers = lp_metrics_counter(
+      m, "luaprov_disruption_lost_answers_total",
+      "Replacement NodeClaim creations whose answer was lost, by how they settled (exists, created, absent).",
+      LP_LABELS("outcome"));
   return st;
 }
 
 static void state_free(void *state) {
   dz_state *st = state;
   json_decref(st->failed);
+  json_decref(st->on_its_way);
   free(st);
 }
 
@@ -179,13 +192,19 @@ static void scan_claim(const char *key, json_t *claim, void *ud) {
   if (lp_condition_is(claim, "Initialized", "True")) bump(s->total, pool);
   const char *mark = lp_obj_annotation(claim, DZ_ANNOTATION_REPLACED_BY);
   json_t *replacement = json_object_get(s->replacing, key);
-  if (lp_obj_deleting(claim) || mark || replacement) bump(s->disrupting, pool);
+  /* a replacement POSTed that the cache does not show yet (dz_forget_arrived dropped those it shows) */
+  json_t *on_its_way = json_object_get(s->p->st->on_its_way, key);
+  if (lp_obj_deleting(claim) || mark || replacement || on_its_way) bump(s->disrupting, pool);
   if (lp_obj_deleting(claim)) return;
   if (mark)
     follow_up(s, claim, mark);
   else if (replacement)
     add_action(s->p, DZ_ADOPT, claim, replacement);
-  else if (lp_condition_is(claim, DZ_REASON, "True") && lp_condition_is(claim, "Initialized", "True"))
+  else if (on_its_way) {
+    /* its replacement may be stored already: it is not chosen again until that is settled */
+    if (s->p->mono - json_real_value(json_object_get(on_its_way, "at")) >= DZ_CHECK_AFTER_S)
+      add_action(s->p, DZ_CHECK, claim, NULL);
+  } else if (lp_condition_is(claim, DZ_REASON, "True") && lp_condition_is(claim, "Initialized", "True"))
     json_array_append(s->candidates, claim);
 }
 
@@ -306,6 +325,8 @@ static void reconcile(lp_controller *c, const char *key) {
   p->st = lp_controller_state(c);
   p->key = key;
   p->now = lp_clock_wall();
+  p->mono = lp_env_monotonic(p->env);
+  dz_forget_arrived(p);
   scan s = {p, json_object(), json_object(), json_object(), json_array(), json_object()};
   lp_env_each(p->env, LP_KIND_NODECLAIM, note_replacement, s.replacing);
   lp_env_each(p->env, LP_KIND_NODECLAIM, scan_claim, &s);

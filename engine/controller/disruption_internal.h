@@ -16,13 +16,21 @@
 #define DZ_LABEL_POOL                "karpenter.sh/nodepool"
 #define DZ_REASON                    "Drifted" /* the budget reason and condition this controller acts on */
 #define DZ_METRIC_REASON             "drifted" /* luaprov_nodeclaims_disrupted_total{reason} */
+/* A replacement on its way that the cache has not shown this long after its POST (or its last check) is
+ * asked for by name (DZ_CHECK): the watch normally shows it within a second, and one reconnecting after
+ * an API server restart within a minute. On the controllers' clock (lp_env_monotonic). */
+#define DZ_CHECK_AFTER_S 60.0
 
 /* The controller's state (state_new). */
 typedef struct dz_state {
   json_t *failed;          /* candidate name -> wall time its last replacement was abandoned */
+  json_t *on_its_way;      /* candidate name -> {"replacement": name, "at": lp_env_monotonic of its POST or
+                              last check, "unanswered": its creation was never confirmed}: replacements
+                              POSTed that the cache has not shown yet (disruption_replace.c) */
   lp_metric *disrupted;    /* luaprov_nodeclaims_disrupted_total{reason, nodepool} */
   lp_metric *allowed;      /* luaprov_disruption_budgets_allowed{nodepool} */
   lp_metric *replacements; /* luaprov_disruption_replacements_total{result} */
+  lp_metric *lost_answers; /* luaprov_disruption_lost_answers_total{outcome} */
 } dz_state;
 
 typedef enum {
@@ -30,6 +38,8 @@ typedef enum {
   DZ_ADOPT,      /* a replacement exists but the candidate was never marked (a restart in between) */
   DZ_DELETE_OLD, /* the replacement initialized: delete the candidate */
   DZ_ABANDON,    /* the replacement failed: delete it if it is still there, then drop the mark */
+  DZ_CHECK,      /* a replacement on its way, not cached DZ_CHECK_AFTER_S after its POST: asked for by
+                    name; found, the candidate is marked with it, else it is forgotten */
 } dz_kind;
 
 typedef struct dz_pass dz_pass;
@@ -42,6 +52,7 @@ typedef struct dz_action {
   json_t *nodepool;    /* DZ_REPLACE: its NodePool (own reference) */
   json_t *replacement; /* the replacement NodeClaim when there is one (own reference), else NULL */
   char *why;           /* DZ_ABANDON: what went wrong, for the event and the log */
+  int retried;         /* DZ_REPLACE: POSTed a second time after an answer that said nothing */
 } dz_action;
 
 struct dz_pass {
@@ -53,6 +64,7 @@ struct dz_pass {
   size_t nactions, cap, next, in_flight;
   lp_error *err; /* the first failed action: the pass ends with it (retried with backoff) */
   double now;    /* wall time the pass started */
+  double mono;   /* lp_env_monotonic when the pass started: the times of replacements on their way */
 };
 
 /* ---- disruption.c ---------------------------------------------------------------------------- */
@@ -72,8 +84,12 @@ int dz_budget_allowed(const json_t *nodepool, const char *reason, int total, dou
 
 /* ---- disruption_replace.c -------------------------------------------------------------------- */
 
-/* The NodeClaim that replaces claim in nodepool (both borrowed); caller owns it. */
-json_t *dz_replacement_for(const json_t *claim, const json_t *nodepool);
+/* The NodeClaim named name that replaces claim in nodepool (all borrowed); caller owns it. */
+json_t *dz_replacement_for(const json_t *claim, const json_t *nodepool, const char *name);
+/* Forgets the replacements on their way that the cache shows now (the replacement itself, or the
+ * candidate's mark) and those whose candidate is gone or being deleted: from then on the pass sees
+ * them as it sees any other. */
+void dz_forget_arrived(dz_pass *p);
 /* Starts the action's writes; ends, now or later, with dz_action_done. */
 void dz_act(dz_action *a);
 

@@ -1,8 +1,9 @@
 /* Replacing a drifted NodeClaim: the replacement NodeClaim, and the writes of each action the
  * disruption pass decided on (disruption_internal.h).
  *
- * The replacement is what the NodePool would launch today for the candidate's pods: generateName
- * "<nodepool>-", the template's labels (plus karpenter.sh/nodepool) and annotations, the NodePool's
+ * The replacement is what the NodePool would launch today for the candidate's pods: a name
+ * "<nodepool>-<5 random characters>" of our own (lp_env_nodeclaim_name, not generateName: see below),
+ * the template's labels (plus karpenter.sh/nodepool) and annotations, the NodePool's
  * current karpenter.sh/nodepool-hash and -hash-version, luaprov.io/replaces=<candidate>, the
  * provisioner's ownerReference to the NodePool (so deleting the NodePool deletes it too); in spec the
  * template's nodeClassRef, taints, startupTaints, expireAfter and terminationGracePeriod, the
@@ -14,7 +15,19 @@
  * Writes carry the resourceVersion of the object as the pass saw it; a 409 fails the action and the
  * pass is retried once the cache caught up. A replacement created whose candidate could not be marked
  * is found by its luaprov.io/replaces annotation on the next pass and adopted (DZ_ADOPT), so a restart
- * or a conflict never launches a second one. */
+ * or a conflict never launches a second one.
+ *
+ * That needs the cache to show the replacement, and the answer to its create can be lost after the API
+ * server stored it (a timeout, a reset connection, a 5xx), while the NodeClaim watch may be reconnecting
+ * (an API server restart): a next pass would see neither the replacement nor a mark and launch a second
+ * one. So the replacement is recorded on its way (dz_state.on_its_way) under its name before the POST,
+ * and until the cache shows it (or the candidate's mark) the candidate counts as being disrupted and is
+ * not chosen again. An answer that says nothing (lp_kube_reply_unconfirmed) is followed by one more POST
+ * of the same object, which answers AlreadyExists when the first landed; when that one does not tell
+ * either, the record stays, and DZ_CHECK_AFTER_S after the POST a pass asks for it by name: found, the
+ * candidate is marked with it; not found, it is forgotten and the candidate chosen again. The record is
+ * in memory only: a new leader relists every cache before its controllers run, so DZ_ADOPT finds what
+ * the old one made. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -46,7 +59,7 @@ static json_t *requirements_for(const json_t *candidate, const json_t *pool) {
   return out;
 }
 
-json_t *dz_replacement_for(const json_t *claim, const json_t *nodepool) {
+json_t *dz_replacement_for(const json_t *claim, const json_t *nodepool, const char *name) {
   static const char *const from_template[] = {
       "nodeClassRef", "taints", "startupTaints", "expireAfter", "terminationGracePeriod", NULL};
   const char *pool = lp_obj_name(nodepool);
@@ -77,13 +90,10 @@ json_t *dz_replacement_for(const json_t *claim, const json_t *nodepool) {
   const json_t *resources = json_object_get(cspec, "resources");
   if (json_is_object(resources)) json_object_set_new(spec, "resources", json_deep_copy(resources));
 
-  char *generate = lp_xasprintf("%s-", pool);
-  json_t *out = json_pack("{s:s, s:s, s:{s:s, s:o, s:o, s:[o]}, s:o}", "apiVersion", "karpenter.sh/v1",
-                          "kind", "NodeClaim", "metadata", "generateName", generate, "labels", labels,
-                          "annotations", annotations, "ownerReferences",
-                          lp_obj_owner_ref(nodepool, "karpenter.sh/v1", "NodePool"), "spec", spec);
-  free(generate);
-  return out;
+  return json_pack("{s:s, s:s, s:{s:s, s:o, s:o, s:[o]}, s:o}", "apiVersion", "karpenter.sh/v1", "kind",
+                   "NodeClaim", "metadata", "name", name, "labels", labels, "annotations", annotations,
+                   "ownerReferences", lp_obj_owner_ref(nodepool, "karpenter.sh/v1", "NodePool"), "spec",
+                   spec);
 }
 
 /* ---- writes ----------------------------------------------------------------------------------- */
@@ -142,22 +152,132 @@ static void marked(const lp_kube_reply *reply, void *ud) {
   dz_action_done(a, NULL);
 }
 
+/* ---- replacements on their way ------------------------------------------------------------------ */
+
+void dz_forget_arrived(dz_pass *p) {
+  const char *candidate;
+  json_t *entry;
+  void *tmp;
+  json_object_foreach_safe(p->st->on_its_way, tmp, candidate, entry) {
+    json_t *claim = lp_env_get(p->env, LP_KIND_NODECLAIM, candidate);
+    const char *replacement = json_string_value(json_object_get(entry, "replacement"));
+    if (!claim || lp_obj_deleting(claim) || lp_obj_annotation(claim, DZ_ANNOTATION_REPLACED_BY) ||
+        lp_env_get(p->env, LP_KIND_NODECLAIM, replacement))
+      json_object_del(p->st->on_its_way, candidate);
+  }
+}
+
+/* lp_env_nodeclaim_name's taken: name is the replacement of an entry of ud (dz_state.on_its_way). */
+static int name_on_its_way(const char *name, void *ud) {
+  const char *candidate;
+  json_t *entry;
+  json_object_foreach((json_t *)ud, candidate, entry) {
+    if (strcmp(json_string_value(json_object_get(entry, "replacement")), name) == 0) return 1;
+  }
+  return 0;
+}
+
+/* A creation whose first answer was lost has been settled: outcome exists (it had landed), created (the
+ * retry made it) or absent (it never landed, or was deleted unseen). */
+static void settled(dz_action *a, const char *replacement, const char *outcome) {
+  lp_counter_inc(a->p->st->lost_answers, LP_LABELS(outcome));
+  lp_info(lp_controller_logger(a->p->c), "replacement creation settled",
+          LPF_STR("nodeclaim", name_of(a->claim)), LPF_STR("replacement", replacement),
+          LPF_STR("outcome", outcome));
+}
+
+static void post_replacement(dz_action *a);
+
+/* The replacement is stored (created, or AlreadyExists after an answer that said nothing: the first POST
+ * had landed), refused, or unconfirmed: an answer that says nothing of it is followed by one more POST
+ * of the same object; when that one does not tell either, the candidate stays on its way
+ * (dz_state.on_its_way) and a later pass settles it. */
 static void replacement_created(const lp_kube_reply *reply, void *ud) {
   dz_action *a = ud;
-  if (reply->error) {
+  const char *log = lp_controller_logger(a->p->c), *candidate = name_of(a->claim);
+  int exists = a->retried && reply->error && strcmp(reply->error->code, "AlreadyExists") == 0;
+  if (!reply->error || exists) {
+    if (a->retried) settled(a, name_of(a->replacement), exists ? "exists" : "created");
+    if (!exists) {
+      json_decref(a->replacement);
+      a->replacement = json_incref(reply->object);
+    }
+    patch_mark(a, lp_obj_name(a->replacement), marked);
+    return;
+  }
+  if (!a->retried && !lp_kube_reply_unconfirmed(reply)) { /* refused: nothing was stored */
+    json_object_del(a->p->st->on_its_way, candidate);
     fail(a, reply, "creating the replacement of", a->claim);
     return;
   }
+  if (!a->retried) {
+    lp_warn(log, "replacement creation unanswered, trying again with the same name",
+            LPF_STR("nodeclaim", candidate), LPF_STR("replacement", name_of(a->replacement)),
+            LPF_STR("code", reply->error->code), LPF_STR("error", reply->error->message));
+    a->retried = 1;
+    post_replacement(a);
+    return;
+  }
+  /* whatever the retry answered, the first POST may have landed */
+  json_object_set_new(json_object_get(a->p->st->on_its_way, candidate), "unanswered", json_true());
+  lp_warn(log,
+          "replacement creation unconfirmed again: its candidate counts as being disrupted until the cache "
+          "shows the replacement or a check by name settles it",
+          LPF_STR("nodeclaim", candidate), LPF_STR("replacement", name_of(a->replacement)),
+          LPF_STR("code", reply->error->code), LPF_STR("error", reply->error->message));
+  dz_action_done(a, NULL);
+}
+
+static void post_replacement(dz_action *a) {
+  lp_kube_create(lp_env_kube(a->p->env), lp_kind_ref(LP_KIND_NODECLAIM), a->replacement, replacement_created,
+                 a);
+}
+
+/* Not generateName but a name of our own, recorded before the POST: when its answer is lost, the next
+ * pass (its cache perhaps without the stored replacement, as while a watch reconnects) must neither
+ * choose the candidate again nor forget the replacement. */
+static void replace(dz_action *a) {
+  dz_state *st = a->p->st;
+  char *name = lp_env_nodeclaim_name(a->p->env, lp_obj_name(a->nodepool), name_on_its_way, st->on_its_way);
+  a->replacement = dz_replacement_for(a->claim, a->nodepool, name);
+  json_object_set_new(st->on_its_way, name_of(a->claim),
+                      json_pack("{s:s, s:f, s:b}", "replacement", name, "at", a->p->mono, "unanswered", 0));
+  free(name);
+  post_replacement(a);
+}
+
+static void replacement_checked(const lp_kube_reply *reply, void *ud) {
+  dz_action *a = ud;
+  json_t *entry = json_object_get(a->p->st->on_its_way, name_of(a->claim));
+  int unanswered = json_is_true(json_object_get(entry, "unanswered"));
+  if (reply->error && reply->status != 404) {
+    fail(a, reply, "checking the replacement of", a->claim);
+    return;
+  }
+  if (reply->error || lp_obj_deleting(reply->object)) {
+    /* never landed, or deleted before the cache saw it: the candidate may be chosen again, at once */
+    if (unanswered) settled(a, json_string_value(json_object_get(entry, "replacement")), "absent");
+    json_object_del(a->p->st->on_its_way, name_of(a->claim));
+    lp_controller_enqueue(a->p->c, a->p->key);
+    dz_action_done(a, NULL);
+    return;
+  }
+  /* stored, and the cache is behind: the candidate is marked with it as a restart would adopt it */
+  if (unanswered) settled(a, lp_obj_name(reply->object), "exists");
+  json_object_set_new(entry, "at", json_real(a->p->mono));
+  json_object_set_new(entry, "unanswered", json_false());
   a->replacement = json_incref(reply->object);
   patch_mark(a, lp_obj_name(a->replacement), marked);
 }
 
-static void replace(dz_action *a) {
-  json_t *nc = dz_replacement_for(a->claim, a->nodepool);
+static void check(dz_action *a) {
+  json_t *entry = json_object_get(a->p->st->on_its_way, name_of(a->claim));
   lp_kube_ref ref = *lp_kind_ref(LP_KIND_NODECLAIM);
-  lp_kube_create(lp_env_kube(a->p->env), &ref, nc, replacement_created, a);
-  json_decref(nc);
+  ref.name = json_string_value(json_object_get(entry, "replacement"));
+  lp_kube_get(lp_env_kube(a->p->env), &ref, replacement_checked, a);
 }
+
+/* ---- the other writes ---------------------------------------------------------------------------- */
 
 static void candidate_deleted(const lp_kube_reply *reply, void *ud) {
   dz_action *a = ud;
@@ -228,6 +348,9 @@ void dz_act(dz_action *a) {
   }
   case DZ_ABANDON:
     abandon(a);
+    break;
+  case DZ_CHECK:
+    check(a);
     break;
   }
 }
