@@ -55,7 +55,10 @@ pv_outcome pv_inflight_answer(pv_pass *p, const char *name, const lp_kube_reply 
     if (retried) settled(p, name, exists ? "exists" : "created");
     return PV_STORED;
   }
-  if (!lp_kube_reply_unconfirmed(reply)) {
+  /* A refusal of the first POST settles it. A refusal of the second does not: the first, whose answer
+   * was lost, may have landed (a 429 from a throttled API server says nothing about it), so it stays on
+   * its way until the cache or the check by name says. */
+  if (!retried && !lp_kube_reply_unconfirmed(reply)) {
     json_object_del(p->st->created, name);
     return PV_REFUSED;
   }

@@ -5,6 +5,7 @@
  * show what was stored.
  *   stored, answer lost        the POST again under the same name answers AlreadyExists: one NodeClaim
  *   stored, both answers lost  it counts as on its way; a check by name finds it: still one
+ *   stored, then a 429         the same: a refused second POST says nothing of the first
  *   not stored (503 twice)     it counts as on its way; the check finds nothing: a new NodeClaim
  * The manager talks to the API through a client that gives up after 0.5 s; the checks by name wait on
  * the controllers' clock, which the test moves. */
@@ -99,6 +100,25 @@ static void test_answers_lost_twice(void) {
   check_one_then_clean();
 }
 
+/* Stored, its answer lost, and the POST again throttled (429): it still counts as on its way, and the
+ * check by name finds it. */
+static void test_lost_then_throttled(void) {
+  double want = lost("exists") + 1;
+  ctrl_kube_faults(&f,
+                   "{\"kind\":\"timeout\",\"verb\":\"create\",\"resource\":\"nodeclaims\",\"seconds\":1,"
+                   "\"count\":1},{\"verb\":\"create\",\"resource\":\"nodeclaims\",\"status\":429,"
+                   "\"count\":1}",
+                   6);
+  CHECK_INT(pt_pod(&f, "lost-4", "250m", "256Mi", NULL), 201);
+  CHECK(ctrl_wait_for(&f, 10, pt_is_nominated, "lost-4"));
+  ctrl_run_for(&f, 1);
+  CHECK_INT(pt_claims(&f, NULL), 1); /* the first POST's, and no other */
+  later_pass("poke-4");
+  CHECK(ctrl_wait_for(&f, 10, ctrl_metric_reaches, LOST_REACHES("exists", want)));
+  CHECK_INT(pt_claims(&f, NULL), 1);
+  check_one_then_clean();
+}
+
 static void test_not_stored(void) {
   double want = lost("absent") + 1;
   ctrl_kube_faults(&f, "{\"verb\":\"create\",\"resource\":\"nodeclaims\",\"status\":503,\"count\":2}", 0);
@@ -129,6 +149,7 @@ int main(void) {
   CHECK(ctrl_wait_for(&f, 10, pt_class_ready, "default"));
   RUN(test_answer_lost_once);
   RUN(test_answers_lost_twice);
+  RUN(test_lost_then_throttled);
   RUN(test_not_stored);
   ctrl_fixture_stop(&f);
   return check_summary();
