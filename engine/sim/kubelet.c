@@ -48,7 +48,9 @@ struct lp_sim_kubelet {
   uv_timer_t timer;
   lp_informer *node_informer;
   kubelet_pods *pods;
-  sim_node **nodes;
+  sim_node **nodes; /* every instance ever seen Running, in order; never shrinks */
+  json_t *by_instance, *by_name;
+  char *poll_problem; /* the last failed answer of the simulator, logged once */
   size_t nnodes, cap;
   lp_sim_kubelet_stats stats; /* live_nodes and the pods' counts are filled in when asked */
   int polling;                /* the simulator's answer is awaited */
@@ -72,13 +74,17 @@ static double now_of(const lp_sim_kubelet *k) {
   return k->clock(k->clock_ud);
 }
 
-static sim_node *find_by(const lp_sim_kubelet *k, const char *instance_id, const char *name) {
-  for (size_t i = 0; i < k->nnodes; i++) {
-    sim_node *n = k->nodes[i];
-    if (instance_id && strcmp(n->instance_id, instance_id) == 0) return n;
-    if (name && n->name && strcmp(n->name, name) == 0 && n->state != NODE_REMOVED) return n;
-  }
-  return NULL;
+/* The node of an instance, or the live one of a name (k->by_instance, k->by_name: key -> index). */
+static sim_node *node_at(const lp_sim_kubelet *k, const json_t *index, const char *key) {
+  json_t *i = key ? json_object_get(index, key) : NULL;
+  return i ? k->nodes[json_integer_value(i)] : NULL;
+}
+static sim_node *by_instance(const lp_sim_kubelet *k, const char *instance_id) {
+  return node_at(k, k->by_instance, instance_id);
+}
+static sim_node *by_name(const lp_sim_kubelet *k, const char *name) {
+  sim_node *n = node_at(k, k->by_name, name);
+  return n && n->state != NODE_REMOVED ? n : NULL;
 }
 
 static void set_str(char **field, const char *value) {
@@ -104,6 +110,9 @@ static void finish_if_stopped(lp_sim_kubelet *k) {
   if (!k->stopping || k->pending > 0 || k->parts_open > 0 || k->polling) return;
   for (size_t i = 0; i < k->nnodes; i++) free_node(k->nodes[i]);
   free(k->nodes);
+  json_decref(k->by_instance);
+  json_decref(k->by_name);
+  free(k->poll_problem);
   free(k->nodes_url);
   void (*cb)(void *) = k->on_stopped;
   void *ud = k->on_stopped_ud;
@@ -135,7 +144,7 @@ static node_call *node_call_new(lp_sim_kubelet *k, const sim_node *n) {
 static sim_node *node_call_end(node_call *call, lp_sim_kubelet **k_out) {
   lp_sim_kubelet *k = call->k;
   k->pending--;
-  sim_node *n = k->stopping ? NULL : find_by(k, call->instance_id, NULL);
+  sim_node *n = k->stopping ? NULL : by_instance(k, call->instance_id);
   free(call->instance_id);
   free(call);
   *k_out = k;
@@ -348,7 +357,7 @@ static void learn(lp_sim_kubelet *k, const json_t *entry) {
   const char *name = json_string_value(json_object_get(json_object_get(node, "metadata"), "name"));
   const char *ready = json_string_value(json_object_get(entry, "ready"));
   if (!id || !name || !ready) return;
-  sim_node *n = find_by(k, id, NULL);
+  sim_node *n = by_instance(k, id);
   if (!n) {
     if (k->nnodes == k->cap) {
       k->cap = k->cap ? k->cap * 2 : 16;
@@ -358,6 +367,8 @@ static void learn(lp_sim_kubelet *k, const json_t *entry) {
     n->instance_id = lp_xstrdup(id);
     n->name = lp_xstrdup(name);
     n->state = NODE_NEW;
+    json_object_set_new(k->by_instance, id, json_integer((json_int_t)k->nnodes));
+    json_object_set_new(k->by_name, name, json_integer((json_int_t)k->nnodes));
     k->nodes[k->nnodes++] = n;
   }
   n->seen = 1;
@@ -384,9 +395,17 @@ static void nodes_answered(lp_http_result *r, void *ud) {
   json_t *body = r->error || r->status != 200 ? NULL : json_loadb(r->body, r->body_len, 0, &jerr);
   json_t *entries = json_object_get(body, "nodes");
   if (!json_is_array(entries)) {
-    lp_warn(LOGGER, "the simulator did not describe its nodes", LPF_STR("url", k->nodes_url),
-            LPF_INT("status", r->status), LPF_STR("error", r->error ? r->error->message : r->body));
+    /* asked every tick: say it once, and again only when the answer changes */
+    char *problem = lp_xasprintf("%ld %s", r->status, r->error ? r->error->message : r->body);
+    if (!k->poll_problem || strcmp(k->poll_problem, problem) != 0)
+      lp_warn(LOGGER, "the simulator did not describe its nodes", LPF_STR("url", k->nodes_url),
+              LPF_INT("status", r->status), LPF_STR("error", r->error ? r->error->message : r->body));
+    free(k->poll_problem);
+    k->poll_problem = problem;
   } else {
+    if (k->poll_problem) lp_info(LOGGER, "the simulator answers again", LPF_STR("url", k->nodes_url));
+    free(k->poll_problem);
+    k->poll_problem = NULL;
     for (size_t i = 0; i < k->nnodes; i++) k->nodes[i]->seen = 0;
     size_t i;
     json_t *entry;
@@ -413,8 +432,7 @@ static void on_tick(uv_timer_t *t) {
 static void node_gone_remotely(lp_informer *inf, json_t *obj, void *ud) {
   (void)inf;
   lp_sim_kubelet *k = ud;
-  sim_node *n =
-      find_by(k, NULL, json_string_value(json_object_get(json_object_get(obj, "metadata"), "name")));
+  sim_node *n = by_name(k, json_string_value(json_object_get(json_object_get(obj, "metadata"), "name")));
   if (!n) return;
   const char *uid = json_string_value(json_object_get(json_object_get(obj, "metadata"), "uid"));
   if (n->uid && uid && strcmp(n->uid, uid) != 0) return; /* an older Node of that name */
@@ -439,6 +457,8 @@ lp_sim_kubelet *lp_sim_kubelet_start(uv_loop_t *loop, const lp_sim_kubelet_optio
   k->kube = opts->kube;
   k->http = http;
   k->nodes_url = lp_xasprintf("%s/_sim/kubelet/nodes", opts->simulator_url);
+  k->by_instance = json_object();
+  k->by_name = json_object();
   k->tick_seconds = opts->tick_seconds > 0 ? opts->tick_seconds : 1;
   k->lease_seconds = opts->lease_seconds > 0 ? opts->lease_seconds : 40;
   k->gone_after_seconds = opts->gone_after_seconds > 0 ? opts->gone_after_seconds : 30;

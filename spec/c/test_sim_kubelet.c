@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "log_capture.h"
 #include "contract/cloudprovider.h"
 #include "controller/controller.h"
 #include "core/cache.h"
@@ -128,18 +129,21 @@ static char *launch_instance(const char *claim_name) {
   return id;
 }
 
-static lp_sim_kubelet *start_kubelet(void) {
+static lp_sim_kubelet *start_kubelet_at(const char *simulator_url) {
   lp_error *err = NULL;
-  lp_sim_kubelet *k =
-      lp_sim_kubelet_start(&loop,
-                           &(lp_sim_kubelet_options){.simulator_url = lp_sim_url(clouds, "kubernetes"),
-                                                     .kube = kube,
-                                                     .tick_seconds = 0.02,
-                                                     .gone_after_seconds = 30,
-                                                     .clock = test_clock},
-                           &err);
+  lp_sim_kubelet *k = lp_sim_kubelet_start(&loop,
+                                           &(lp_sim_kubelet_options){.simulator_url = simulator_url,
+                                                                     .kube = kube,
+                                                                     .tick_seconds = 0.02,
+                                                                     .gone_after_seconds = 30,
+                                                                     .clock = test_clock},
+                                           &err);
   if (!k) fprintf(stderr, "kubelet: %s\n", err->message);
   return k;
+}
+
+static lp_sim_kubelet *start_kubelet(void) {
+  return start_kubelet_at(lp_sim_url(clouds, "kubernetes"));
 }
 
 static int stopped;
@@ -292,6 +296,16 @@ int main(void) {
   CHECK(wait_status(node_path, 404));
   CHECK_INT(lp_sim_kubelet_stats_get(k).registered, 1);
   stop_kubelet(k);
+
+  /* ---- a simulator that cannot answer: said once, not at every tick ---- */
+  log_capture_start(LP_LOG_WARN);
+  k = start_kubelet_at(lp_sim_url(clouds, "bizfly")); /* no /_sim/kubelet/nodes there */
+  run_for(0.3);                                       /* about 15 ticks */
+  stop_kubelet(k);
+  json_t *lines = log_capture_stop(NULL);
+  CHECK(log_capture_line(lines, "the simulator did not describe its nodes", 0) != NULL);
+  CHECK(log_capture_line(lines, "the simulator did not describe its nodes", 1) == NULL);
+  json_decref(lines);
 
   free(instance);
   free(node_name);
