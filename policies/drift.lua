@@ -1,7 +1,7 @@
--- Drift policy: decides whether a running node no longer matches its ECSNodeClass (SPEC §5.5).
--- The engine calls it about every five minutes per node, so it must be cheap and must not call the
--- cloud: everything it needs is in the NodeClaim, the ECSNodeClass (spec and resolved status) and the
--- instance the engine already holds.
+-- Drift policy: decides whether a running node no longer matches its ECSNodeClass (rule CP5 in
+-- docs/contracts.md). The engine calls it about every five minutes per node, so it must be cheap and
+-- must not call the cloud: everything it needs is in the NodeClaim, the ECSNodeClass (spec and
+-- resolved status) and the instance the engine already holds.
 --
 -- Returns a DriftReason ("NodeClassDrift", "ImageDrift", "SecurityGroupDrift", "VSwitchDrift"),
 -- "" when the node is not drifted, or nil plus a message when the answer is not known yet (the
@@ -71,7 +71,7 @@ function M.vswitch_drift(nodeclass, instance)
   return membership_drift(nodeclass, "vSwitches", instance.vswitch_id, "VSwitchDrift", "vSwitches")
 end
 
--- The checks in the order of SPEC §5.5; the first reason found wins.
+-- The checks in the order of rule CP5 (cheapest first); the first reason found wins.
 M.checks = { M.image_drift, M.security_group_drift, M.vswitch_drift }
 
 function M.is_drifted(nodeclaim, nodeclass, instance, _ctx)

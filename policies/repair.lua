@@ -1,6 +1,6 @@
 -- Repair policy: which Node conditions mean a node is unhealthy, and for how long that is tolerated
--- before the engine replaces the node (SPEC §5.6). The engine never repairs more than 20% of a
--- NodePool's nodes at once, whatever this list says.
+-- before the engine replaces the node (rule CP6 in docs/contracts.md). The engine never repairs more
+-- than 20% of a NodePool's nodes at once, whatever this list says.
 local M = {}
 
 local THIRTY_MINUTES = 30 * 60

@@ -1,6 +1,6 @@
--- Tag policy: the tags every launched ECS instance carries (SPEC §5.7). The ECSNodeClass's own
--- spec.tags come first and the engine's tags win over them: garbage collection finds the cluster's
--- instances by `kubernetes.io/cluster/<cluster-id>=owned`, so no class may change those.
+-- Tag policy: the tags every launched ECS instance carries (rule CP7 in docs/contracts.md). The
+-- ECSNodeClass's own spec.tags come first and the engine's tags win over them: garbage collection finds
+-- the cluster's instances by `kubernetes.io/cluster/<cluster-id>=owned`, so no class may change those.
 local M = {}
 
 local function labels(object)

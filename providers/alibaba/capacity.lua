@@ -1,7 +1,8 @@
 -- Capacity and overhead of one ECS instance type, from its DescribeInstanceTypes entry and the
--- ECSNodeClass: what `instance_types` reports as `capacity` and `overhead` (SPEC §3, §5.8).
--- Pure functions, no I/O. The formulas are the upstream provider's (reference alibaba_provider.md
--- §8.1.4–8.1.5, vectors in §13.3–13.7); where SPEC differs (the exclusive-ENI resource), SPEC wins.
+-- ECSNodeClass: what `instance_types` reports as `capacity` and `overhead` (rule CP8 in
+-- docs/contracts.md). Pure functions, no I/O. The formulas are the upstream provider's (worked
+-- examples in spec/lua/providers/alibaba/instancetypes_spec.lua); where rule CP8 differs (the
+-- exclusive-ENI resource), the rule wins.
 --
 -- Public:
 --   capacity(it, nodeclass, settings) -> {resource = quantity}   quantities as Kubernetes strings
@@ -54,7 +55,7 @@ function M.quantity_milli(milli)
   return format("%dm", milli)
 end
 
--- The CNI decides how pods get addresses, so how many fit (reference §8.7 GetClusterCNI: ACK
+-- The CNI decides how pods get addresses, so how many fit (upstream's GetClusterCNI: ACK
 -- reports "terway-eniip", "terway-eni", "Flannel", ...). Upstream reads it from the ACK cluster;
 -- here it comes from settings (see instancetypes.lua for where).
 local function cni_kind(cni)
@@ -72,7 +73,7 @@ function M.keep_for_cni(it, cni)
   return (int(it.EniQuantity) - 1) * int(it.EniPrivateIpAddressQuantity) >= M.TERWAY_MIN_POD_IPS
 end
 
--- kubelet maxPods wins; else the CNI's limit; then podsPerCore caps it (reference §8.1.4, §13.6).
+-- kubelet maxPods wins; else the CNI's limit; then podsPerCore caps it, as upstream does.
 -- The "+3" of the Terway formulas counts the host-network pods that need no pod IP.
 function M.pods(it, kubelet, cni)
   kubelet = present(kubelet) and kubelet or {}
@@ -103,7 +104,7 @@ local function raw_mib(it)
   return floor((tonumber(it.MemorySize) or 0) * 1024 + 0.5)
 end
 
--- Memory left after the hypervisor's share: M - ceil(M * pct), in MiB (reference §8.1.4, §13.5).
+-- Memory left after the hypervisor's share: M - ceil(M * pct), in MiB, as upstream computes it.
 function M.memory_mib(it, pct)
   local mib = raw_mib(it)
   if mib == 0 then return 0 end
@@ -149,16 +150,16 @@ function M.capacity(it, nodeclass, settings)
   elseif vendor == "amd" then
     cap["amd.com/gpu"] = format("%d", int(it.GPUAmount))
   end
-  -- SPEC §5.8: one exclusive ENI per pod on the secondary ENIs, so ENIs - 1 (the primary ENI
+  -- Rule CP8: one exclusive ENI per pod on the secondary ENIs, so ENIs - 1 (the primary ENI
   -- stays with the node). A type with a single ENI (or none reported) cannot run exclusive-ENI
-  -- pods, so it gets no such resource rather than upstream's 0 or -1 (reference quirk 16).
+  -- pods, so it gets no such resource rather than upstream's 0 or -1.
   local enis = int(it.EniQuantity) - 1
   if enis > 0 then cap[M.EXCLUSIVE_ENI] = format("%d", enis) end
   return cap
 end
 
--- CPU reserved for kubelet and the runtime, in millicores (ACK's reservation policy, reference
--- §8.1.5): 60m for the first core, +10m at 2, +5m at 3, +5m at 4, then 0.25 % of the rest.
+-- CPU reserved for kubelet and the runtime, in millicores (ACK's reservation policy, as upstream
+-- applies it): 60m for the first core, +10m at 2, +5m at 3, +5m at 4, then 0.25 % of the rest.
 function M.cpu_overhead_milli(cpu_milli)
   local m = 0
   if cpu_milli >= 1000 then m = m + 60 end

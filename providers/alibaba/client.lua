@@ -12,8 +12,8 @@
 -- err = {code, api_code, message, action, request_id, http_status, retryable}. `code` is the class the
 -- engine branches on ("Throttled", "NotFound", "InsufficientCapacity", "Auth", "InvalidResponse",
 -- "Transport", "Credentials") or else the API's own Code; `message` names the action, the Code, the
--- server's Message and the RequestId, and never holds a secret. Wire format, error codes and retry
--- rules: reference/alibaba_openapi.md §1-§3 and §4.13.
+-- server's Message and the RequestId, and never holds a secret. Endpoints, signatures and retries
+-- for operators: docs/alibaba.md#endpoints-and-wire-format.
 local luaprov = require "luaprov"
 local util = require "providers.alibaba.util"
 local signer = require "providers.alibaba.signer"
@@ -33,7 +33,7 @@ local PRODUCTS = {
   sts = { version = "2015-04-01", prefix = "sts", central = "sts.aliyuncs.com" },
 }
 
--- Parameters that the API takes as one string holding a JSON array, per action (§3.2). The same
+-- Parameters that the API takes as one string holding a JSON array, per action. The same
 -- name can be a repeat list elsewhere: RunInstances takes SecurityGroupIds.N, DescribeSecurityGroups
 -- takes SecurityGroupIds=["sg-1"]. So the table is keyed by action, and json_param() covers the rest.
 local JSON_PARAMS = {
@@ -44,7 +44,7 @@ local JSON_PARAMS = {
   DescribeCapacityReservations = { ["PrivatePoolOptions.Ids"] = true },
 }
 
--- Error classes by API Code (§3.4, §3.7, §4.13). Throttling is classified by Code, never by HTTP
+-- Error classes by API Code. Throttling is classified by Code, never by HTTP
 -- status: ECS answers it with 400, 403 or 503 depending on the action.
 local THROTTLING = { Throttling = true, ["Throttling.User"] = true, ["Throttling.Api"] = true,
   ["Throttling.Resource"] = true, ServiceUnavailableTemporary = true }
@@ -147,7 +147,7 @@ local function flatten_into(out, name, value, json_names)
   end
 end
 
---- flatten(params [, action]) -> flat map of wire names to strings (§3.2).
+--- flatten(params [, action]) -> flat map of wire names to strings.
 -- Nested tables become Parent.Child, lists Name.N (1-based), JSON-typed parameters of `action`
 -- (or values wrapped with json_param) one JSON text. Keys that are already flat pass through.
 function M.flatten(params, action)
@@ -247,7 +247,7 @@ local function build_v2(self, spec, action, flat, creds, url)
 end
 
 -- The ACS3 ("V3") form: business parameters in the query, action and version in x-acs-* headers,
--- the signature in Authorization (§2, §6).
+-- the signature in Authorization.
 local function build_v3(self, spec, action, flat, creds, url, authority, path)
   local headers = {
     host = authority,
@@ -269,7 +269,7 @@ local function build_v3(self, spec, action, flat, creds, url, authority, path)
 end
 
 -- Anonymous STS calls (AssumeRoleWithOIDC): no signature at all; the common parameters in the
--- query and the business ones as a form body, as credentials-go sends them (§5).
+-- query and the business ones as a form body, as credentials-go sends them.
 local function build_anonymous(self, spec, action, flat, url)
   local query = signer.canonical_query({
     Action = action, Version = spec.version, Format = "JSON", Timestamp = time.iso8601(self.clock()),

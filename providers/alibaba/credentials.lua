@@ -1,5 +1,5 @@
 -- Where the Alibaba Cloud keys come from: the default chain of credentials-go, reduced to the three
--- sources a Kubernetes controller uses (reference/alibaba_openapi.md §5), tried in this order:
+-- sources a Kubernetes controller uses (docs/alibaba.md#credentials), tried in this order:
 --   1. environment AccessKey: ALIBABA_CLOUD_ACCESS_KEY_ID + ALIBABA_CLOUD_ACCESS_KEY_SECRET
 --      (+ ALIBABA_CLOUD_SECURITY_TOKEN);
 --   2. RRSA: ALIBABA_CLOUD_ROLE_ARN + ALIBABA_CLOUD_OIDC_PROVIDER_ARN + ALIBABA_CLOUD_OIDC_TOKEN_FILE,

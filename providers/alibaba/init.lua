@@ -1,6 +1,7 @@
--- The Alibaba Cloud ECS mapping behind Karpenter's CloudProvider contract (SPEC §4.5; the table of
--- what the engine passes and expects is in providers/alibaba/README.md). This file only wires the
--- contract names to the modules that do the work; the engine enforces SPEC §5 around every result.
+-- The Alibaba Cloud ECS mapping behind Karpenter's CloudProvider contract (docs/contracts.md#mappings;
+-- the table of what the engine passes and expects is in providers/alibaba/README.md). This file only
+-- wires the contract names to the modules that do the work; the engine enforces rules CP1–CP8
+-- (docs/contracts.md#cloudprovider-rules) around every result.
 local instances = require "providers.alibaba.instances"
 local instancetypes = require "providers.alibaba.instancetypes"
 local nodeclass = require "providers.alibaba.nodeclass"
@@ -39,7 +40,7 @@ function M.provider_id(instance)
   return region .. "." .. id
 end
 
--- The inverse, split at the last dot as upstream's greedy `(.*)\.(.*)` does (reference §13.1), so
+-- The inverse, split at the last dot as upstream's greedy `(.*)\.(.*)` does, so
 -- "a.b.c" is region "a.b" and instance "c". A scheme some tools prefix ("alicloud://") is dropped.
 -- Stricter than upstream where upstream accepts garbage: an empty region or instance ID is an error.
 function M.parse_provider_id(s)

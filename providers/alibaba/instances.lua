@@ -1,7 +1,7 @@
 -- ECS instances behind the CloudProvider contract: launch one offering, delete, describe (batched),
--- list the cluster's instances, and the mapping of an API instance to the instance shape of SPEC
--- §4.6. Calls go through session.client(ctx); errors are the client's tables (code "NotFound",
--- "InsufficientCapacity", "Throttled", ... or the API Code).
+-- list the cluster's instances, and the mapping of an API instance to the instance shape
+-- (docs/contracts.md#the-instance-shape). Calls go through session.client(ctx); errors are the
+-- client's tables (code "NotFound", "InsufficientCapacity", "Throttled", ... or the API Code).
 --   run(ctx, req) -> instance | nil, err      delete(ctx, id) -> true | nil, err
 --   get(ctx, id) -> instance | nil, err       describe(ctx, ids) -> instances | nil, err
 --   list(ctx) -> instances | nil, err         to_instance(api_instance) -> instance
@@ -60,7 +60,7 @@ local function private_ip(api)
   return str(list_at(api, "InnerIpAddress", "IpAddress")[1])
 end
 
---- to_instance(api_instance) -> the SPEC §4.6 instance.
+--- to_instance(api_instance) -> the instance, in the shape of docs/contracts.md#the-instance-shape.
 -- capacity_type: NoSpot or no SpotStrategy is on-demand (the upstream provider counts an empty
 -- strategy as spot; an instance launched without one is pay-as-you-go, so this does not).
 function M.to_instance(api)

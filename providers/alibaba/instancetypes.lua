@@ -1,5 +1,5 @@
 -- The instance types an ECSNodeClass can launch, with their offerings, capacity and overhead: what
--- the engine's GetInstanceTypes returns, in the shape `luaprov eval instance-types` prints (SPEC §3).
+-- the engine's GetInstanceTypes returns, in the shape `luaprov eval instance-types` prints.
 --
 -- Public:
 --   list(ctx, nodeclass) -> {{name, requirements, offerings, capacity, overhead}} | nil, err
@@ -11,12 +11,13 @@
 --   stock       DescribeAvailableResource, on-demand and spot         5 min (offerings.lua)
 --   prices      DescribePrice / DescribeSpotPriceHistory, per type    30 min (pricing.lua)
 -- The types are those DescribeAvailableResource lists for the region (sold out or not); each has
--- an offering for every zone of the region and both capacity types (offerings.lua, SPEC §5.4).
+-- an offering for every zone of the region and both capacity types (offerings.lua, rule CP4 in
+-- docs/contracts.md).
 -- Capacity, overhead and requirements are computed on every call from those (capacity.lua,
 -- requirements.lua): they depend on the ECSNodeClass (system disk, kubelet maxPods) and on
 -- status.vSwitches (which zones can launch), which change without any API answer changing.
 --
--- The CNI decides the pods formula (reference §8.7: upstream asks ACK's DescribeClusterDetail, an API
+-- The CNI decides the pods formula (upstream asks ACK's DescribeClusterDetail for it, an API
 -- this engine does not call). It is read from ctx.cni when the engine passes one, else from the
 -- environment variable LUAPROV_ALIBABA_CNI ("terway-eniip", "terway-eni", "Flannel"; unset: 110
 -- pods), and the VM memory overhead from VM_MEMORY_OVERHEAD_PERCENT (upstream's name, 0.065).

@@ -1,6 +1,6 @@
 -- ECSNodeClass: resolves the selector terms into status (vSwitches, security groups, images and
--- conditions), and computes the hash behind the ecsnodeclass-hash annotation.
--- Reference: alibaba_provider.md §7.3–7.4 (status, conditions), §7.6 (hash), §8.4–8.6 (selectors).
+-- conditions), and computes the hash behind the ecsnodeclass-hash annotation. The status and its
+-- conditions as operators see them: docs/controllers.md#ecsnodeclass-status-nodeclass.
 --
 -- Public:
 --   resolve(ctx, nodeclass) -> status = {vSwitches = {{id, zoneID}}, securityGroups = {{id, name}},
@@ -21,14 +21,15 @@ local concat, sort = table.concat, table.sort
 
 local M = {}
 
--- Our own hash scheme, not upstream's hashstructure/FNV (reference Appendix A), so its own version:
--- the engine then re-stamps NodeClaims on a version change instead of drifting them all (§7.6).
+-- Our own hash scheme, not upstream's hashstructure/FNV, so its own version: the engine then
+-- re-stamps NodeClaims on a version change instead of drifting them all (rule CP5: only hashes of the
+-- same version are compared).
 M.HASH_VERSION = "lp1"
 
 local ARCH = { x86_64 = "amd64", arm64 = "arm64" }
 local ARCH_LABEL = "kubernetes.io/arch"
 
--- Image families by alias (reference §7.2, §8.6.1): AlibabaCloudLinux3 keeps the public images whose
+-- Image families by alias, as upstream's: AlibabaCloudLinux3 keeps the public images whose
 -- ID reads aliyun_3_<arch>_<n>G_alibase_<date>.vhd (not the container-optimized ones), ContainerOS
 -- those whose name starts with "ContainerOS".
 local FAMILIES = {
@@ -121,7 +122,7 @@ end
 
 -- Security groups --------------------------------------------------------------------------------
 
--- One filter per term: id, else name, else tags (reference §8.5).
+-- One filter per term: id, else name, else tags, as upstream filters.
 local function resolve_security_groups(c, region, terms)
   local by_id, problems = {}, {}
   for i, term in ipairs(terms) do
@@ -220,8 +221,8 @@ local function images_of_term(c, region, term)
   return nil, nil, "an image selector term needs id, alias, name or tags"
 end
 
--- One image per architecture: the first found wins, so earlier terms take priority (§8.6.1 dedups
--- by the requirement set, which here is the architecture alone).
+-- One image per architecture: the first found wins, so earlier terms take priority (upstream
+-- dedups by the requirement set, which here is the architecture alone).
 local function resolve_images(c, region, terms)
   local out, by_arch, problems = array(), {}, {}
   for _, term in ipairs(terms) do
@@ -257,7 +258,7 @@ local function previous(nodeclass, field)
 end
 
 -- Runs one reconciler and turns its outcome into (list, condition), as the upstream reconcilers do:
--- True with the condition type as reason when something matched, False with the reference's
+-- True with the condition type as reason when something matched, False with upstream's
 -- reason and message when nothing did, Unknown with the API's error when the API failed.
 local function reconcile(nodeclass, spec, empty_ok, run)
   local list, err, extra = run()
@@ -344,8 +345,9 @@ end
 
 -- Hash ---------------------------------------------------------------------------------------------
 
--- Selector terms are excluded (§7.6): editing them changes what status resolves to, and drift
--- follows from the status (security groups, vSwitches, images), not from the terms themselves.
+-- Selector terms are excluded, as upstream excludes them: editing them changes what status resolves
+-- to, and drift follows from the status (security groups, vSwitches, images), not from the terms
+-- themselves.
 local NOT_HASHED = { vSwitchSelectorTerms = true, securityGroupSelectorTerms = true, imageSelectorTerms = true }
 
 

@@ -1,7 +1,7 @@
 -- Where an instance type can run and whether it is in stock: the zones of the region
 -- (DescribeZones) and the stock per type, zone and capacity type (DescribeAvailableResource, once
--- for on-demand and once for spot), turned into offerings (reference alibaba_provider.md §8.1.1–8.1.2,
--- alibaba_openapi.md §4.6–4.7).
+-- for on-demand and once for spot), turned into offerings as the upstream provider
+-- builds them.
 --
 -- Public:
 --   stock(c, region, scope) -> {zones = {zone...}, ["on-demand"] = {type = {zone = bool}}, spot = ...} | nil, err
@@ -9,8 +9,9 @@
 --   any_available(name, stock, vswitch_zones) -> bool
 --   CAPACITY_TYPES = {"on-demand", "spot"}
 --
--- SPEC §5.4: a type has one offering for EVERY known (zone, capacity type), with available = false
--- when it is sold out there, not sold there at all, or the zone has no vSwitch of the ECSNodeClass.
+-- Rule CP4 (docs/contracts.md): a type has one offering for EVERY known (zone, capacity type), with
+-- available = false when it is sold out there, not sold there at all, or the zone has no vSwitch of
+-- the ECSNodeClass.
 -- Dropping offerings instead would make Karpenter see running nodes' types vanish (InstanceTypeNotFound).
 local luaprov = require "luaprov"
 local requirements = require "providers.alibaba.requirements"

@@ -1,6 +1,6 @@
 -- Hourly prices of ECS instance types: on-demand from DescribePrice, spot per zone from
--- DescribeSpotPriceHistory (reference alibaba_openapi.md §4.11). Upstream reads a third-party price
--- server instead (alibaba_provider.md §8.2); the APIs it scrapes are the ones used here.
+-- DescribeSpotPriceHistory. Upstream reads a third-party price server instead; the APIs it
+-- scrapes are the ones used here.
 --
 -- Public:
 --   fill(c, region, scope, wanted) -> prices, stats

@@ -1,5 +1,5 @@
--- Scheduling requirements of an ECS instance type and of its offerings (reference
--- alibaba_provider.md §8.1.3, karpenter_core.md §1.2–1.3, §2). Pure functions, no I/O.
+-- Scheduling requirements of an ECS instance type and of its offerings, with the upstream
+-- provider's labels and core Karpenter's well-known ones. Pure functions, no I/O.
 --
 -- Public:
 --   for_type(it, region, offerings) -> {{key, operator, values}} sorted by key
@@ -10,7 +10,7 @@
 -- Every label the provider knows is defined on every type, with DoesNotExist where the type has no
 -- value: core Karpenter's instance types "must define every well-known label", and a label left
 -- undefined would let a NodePool requirement on it match any type.
--- Zone, zone ID and capacity type are built from ALL offerings, available or not (SPEC §5.4): what
+-- Zone, zone ID and capacity type are built from ALL offerings, available or not (rule CP4): what
 -- the type is, not what is in stock now; availability lives on the offerings alone.
 local luaprov = require "luaprov"
 local util = require "providers.alibaba.util"
@@ -76,7 +76,7 @@ end
 
 -- ecs.<category><generation>[...].<size>: upstream's regex ^ecs\.([a-z]+)(\-[0-9]+tb)?([0-9]+).*
 -- written as two Lua patterns (Lua has no optional groups); family and size need exactly three
--- dot-separated parts ("ecs.g7.xlarge"). Vectors: reference §13.8.
+-- dot-separated parts ("ecs.g7.xlarge"). Worked examples are in instancetypes_spec.lua.
 function M.name_parts(name)
   local parts = {}
   local category, generation = name:match("^ecs%.(%l+)%-%d+tb(%d+)")
@@ -93,7 +93,7 @@ local function gpu_name(spec)
 end
 
 -- The physical CPU vendor; a model naming neither (Yitian, Ampere) leaves the label undefined
--- rather than upstream's empty-string value (reference quirk 16), which no selector could use.
+-- rather than upstream's empty-string value, which no selector could use.
 local function cpu_model(model)
   if not present(model) then return nil end
   model = tostring(model)

@@ -1,7 +1,7 @@
 -- Bizfly authentication: exchanges the configured credentials for a token (POST {API_URL}/api/token),
 -- then finds the Kubernetes Engine URL for the region in the service catalog
--- (GET {API_URL}/api/auth/service), as current gobizfly does (reference/ca_bizfly_externalgrpc.md
--- §2.1-§2.3). The catalog is read again at every login, so a moved service is found after a 401.
+-- (GET {API_URL}/api/auth/service), as current gobizfly does. The catalog is read again at every
+-- login, so a moved service is found after a 401.
 --
 --   auth.login(cfg, send) -> session | nil, err
 --       send(requests) -> results (wire.exchange bound to the client's options)

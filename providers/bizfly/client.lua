@@ -1,5 +1,5 @@
 -- Bizfly Kubernetes Engine (KaaS) client: the four calls the Cluster Autoscaler needs, with the login
--- in front of them and the re-login behind a 401 (reference/ca_bizfly_externalgrpc.md §2.2-§2.6).
+-- in front of them and the re-login behind a 401, as gobizfly calls them.
 --
 --   client.new(cfg[, opts]) -> client                 cfg from config.from_env
 --   c:get_cluster(cluster) -> FullCluster | nil, err             GET    {svc}/_/{cluster}
@@ -189,7 +189,7 @@ function M:update_pool(cluster, pool, fields)
 end
 
 --- c:set_desired_size(cluster, pool, n) -> true | nil, err. Always sends the number: upstream's
--- omitempty struct turned a decrease to 0 into a no-op `{}` (reference §1.5).
+-- omitempty struct turned a decrease to 0 into a no-op `{}`.
 function M:set_desired_size(cluster, pool, n)
   if math.type(n) ~= "integer" or n < 0 then
     error("bizfly client: desired size must be an integer >= 0, got " .. tostring(n), 2)

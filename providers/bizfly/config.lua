@@ -1,5 +1,5 @@
 -- The Bizfly client's settings: the environment variables the upstream Cluster Autoscaler provider
--- reads (reference/ca_bizfly_externalgrpc.md §1.2), the engine's ctx, and LUAPROV_BIZFLY_ENDPOINT.
+-- reads (docs/bizfly.md#bizfly-settings), the engine's ctx, and LUAPROV_BIZFLY_ENDPOINT.
 --
 --   config.from_env(ctx) -> cfg | nil, err        cfg = {auth_method, email, password, credential_id,
 --                                                  credential_secret, region, region_name, api_url,
@@ -17,7 +17,7 @@ M.DEFAULT_API_URL = "https://manage.bizflycloud.vn"
 M.DEFAULT_REGION = "HN"
 
 -- Current gobizfly's utils.ParseRegionName, case-insensitive. The service catalog itself mixes "HN",
--- "HaNoi" and "hn", so both sides of the comparison go through this table (reference §2.1).
+-- "HaNoi" and "hn", so both sides of the comparison go through this table.
 local REGIONS = {
   hn = "HaNoi", hanoi = "HaNoi",
   hcm = "HoChiMinh", hochiminh = "HoChiMinh",

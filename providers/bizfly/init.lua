@@ -1,7 +1,8 @@
 -- The Bizfly Cloud Kubernetes Engine mapping behind the Cluster Autoscaler's NodeGroup contract
--- (SPEC §4.5, §6): one node group per worker pool with autoscaling enabled. The engine calls these
--- through the externalgrpc server, keeps the snapshot refresh() returns (and the previous one when a
--- refresh fails), and enforces the §6 rules (size bounds, deltas, foreign nodes) around them.
+-- (docs/contracts.md#mappings): one node group per worker pool with autoscaling enabled. The engine
+-- calls these through the externalgrpc server, keeps the snapshot refresh() returns (and the previous
+-- one when a refresh fails), and enforces rules NG1–NG6 of docs/contracts.md (size bounds, deltas,
+-- foreign nodes) around them.
 --
 -- ctx (every call) = {cluster = "<cluster UID>", endpoint = nil | "http://127.0.0.1:41236"}.
 -- cluster falls back to CLUSTER_NAME, endpoint to LUAPROV_BIZFLY_ENDPOINT, then BIZFLYCLOUD_API_URL;
@@ -18,7 +19,7 @@ local M = {}
 
 M.name = "bizflycloud"
 M.gpu_label = template.GPU_LABEL
--- The label BKE puts on worker nodes naming the pool node to delete (reference §1.8).
+-- The label BKE puts on worker nodes naming the pool node to delete.
 M.node_id_label = "bke.bizflycloud.vn/node-id"
 
 local function connect(ctx)

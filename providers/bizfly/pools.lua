@@ -1,6 +1,6 @@
 -- Worker pools <-> node groups: which pools the autoscaler manages, what a group looks like in the
--- engine's snapshot (SPEC §4.5), and what state each pool node is in (reference/ca_bizfly_externalgrpc.md
--- §1.4-§1.6 and §7).
+-- engine's snapshot (docs/contracts.md#mappings), and what state each pool node is in
+-- (docs/bizfly.md#what-each-call-does).
 --
 --   pools.autoscaled(cluster) -> list of pool listings with enable_autoscaling == true
 --   pools.group(listing, detail) -> {id, min_size, max_size, target_size, debug, nodes}
@@ -71,7 +71,7 @@ local unknown_seen = {}
 
 --- node_status(node) -> state, error|nil.
 -- A failed node is reported "creating" with an error: the only combination the autoscaler acts on
--- (create-error cleanup and backoff, reference §5); an error on "running" would be dropped. A status
+-- (create-error cleanup and backoff); an error on "running" would be dropped. A status
 -- nobody knows is "running" without an error: then an unregistered node is still cleaned up after
 -- max-node-provision-time, but a healthy one is never deleted as a failed creation.
 function M.node_status(node)
@@ -89,7 +89,7 @@ function M.node_status(node)
 end
 
 --- provider_id(node) -> "bizflycloud://<physical_id>", the providerID the Bizfly cloud-controller-
--- manager writes on the Kubernetes node (reference §1.6). A node whose server was never created (a
+-- manager writes on the Kubernetes node. A node whose server was never created (a
 -- quota refusal) has no physical_id: it is named by its pool-node id instead, so the autoscaler can
 -- still see it and ask for its deletion.
 function M.provider_id(node)

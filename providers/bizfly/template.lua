@@ -1,5 +1,5 @@
 -- What a new node of a worker pool will look like, for the autoscaler's scale-from-zero
--- (TemplateNodeInfo; upstream leaves it unimplemented, reference §1.5): capacity from the pool's
+-- (TemplateNodeInfo; upstream leaves it unimplemented): capacity from the pool's
 -- flavor, allocatable after the kubelet's reservations, the pool's labels and taints, the well-known
 -- labels every node gets, and the GPU label on GPU flavors.
 --
@@ -29,8 +29,8 @@ local function positive_int(v)
   return nil
 end
 
--- The flavor_detail.gpu shape is not documented (reference §2.6 saw only null): accept a count, a
--- model name, or an object with either.
+-- The flavor_detail.gpu shape is not documented (the answers seen so far held only null): accept a
+-- count, a model name, or an object with either.
 local function gpu_of(detail_gpu, name, category)
   local count, model
   if type(detail_gpu) == "number" then

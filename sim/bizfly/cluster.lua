@@ -1,6 +1,6 @@
 -- The simulated BKE cluster: its worker pools, their nodes and how those live in simulated time, the
--- project's capacity, and the JSON the KaaS API answers with (reference/ca_bizfly_externalgrpc.md
--- §2.6: FullCluster, WorkerPoolWithNodes, PoolNode).
+-- project's capacity, and the JSON the KaaS API answers with (gobizfly's
+-- FullCluster, WorkerPoolWithNodes, PoolNode).
 --
 -- Node lifecycle (sim/clock.lua time): a new node is PROVISIONING, then ACTIVE after ACTIVE_AFTER
 -- seconds; a creation that hits the quota or a stock-out is ERROR after FAIL_AFTER seconds, with the

@@ -1,5 +1,5 @@
 -- What the simulated Bizfly account holds at start: one BKE cluster whose worker pools cover the cases
--- the autoscaler mapping must handle (reference/ca_bizfly_externalgrpc.md §2.6-§2.7 shapes), and a
+-- the autoscaler mapping must handle (the cluster, pool and node shapes gobizfly reads), and a
 -- generator of large synthetic clusters for benchmarks (POST /_sim/cluster {"pools": 50, "nodes": 2000}).
 --
 --   fixture.default() -> spec      spec = {cluster = {...}, pools = {...}, capacity = {nodes, flavors}}

@@ -1,5 +1,5 @@
 -- The flavors the simulated Bizfly region sells, with what the API tells about each in a pool's
--- flavor_detail ({name, vcpus, ram in MiB, gpu, category}; reference/ca_bizfly_externalgrpc.md §2.6).
+-- flavor_detail ({name, vcpus, ram in MiB, gpu, category}).
 -- Names follow Bizfly's two styles: "nix.<cpu>c_<mem>g" and "<cpu>c_<mem>g_<profile>".
 -- A flavor not in this table (a pool on a retired or bare-metal flavor) gets no flavor_detail.
 local luaprov = require "luaprov"

@@ -1,5 +1,5 @@
 -- The Kubernetes Engine API of the simulated Bizfly region: the paths gobizfly calls below the
--- kubernetes_engine service URL (reference/ca_bizfly_externalgrpc.md §2.5), for the four calls the
+-- kubernetes_engine service URL of the service catalog, for the four calls the
 -- autoscaler needs and the two listings around them.
 --
 --   kaas.route(method, rest) -> operation, handler | nil      rest = the path below the service URL

@@ -1,5 +1,5 @@
 -- The Bizfly API's wire conventions on the server side: JSON answers, errors as {"message": ...}
--- (what gobizfly quotes back to its callers, reference/ca_bizfly_externalgrpc.md §2.4), request
+-- (what gobizfly quotes back to its callers), request
 -- bodies, and the identifiers and timestamps the API writes.
 --
 -- API errors travel as raised tables (wire.fail) so handlers read straight through their checks;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # luaprov check and eval over broken operator trees: each problem is one line naming file:line, what
-# is wrong and what to do (SPEC §3). Every assertion compares the whole line.
+# is wrong and what to do. Every assertion compares the whole line.
 source "$(dirname "$0")/lib.sh"
 F="$LUAPROV_SOURCE_DIR/spec/fixtures/eval"
 cd "$WORK"

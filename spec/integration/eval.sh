@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# luaprov eval against fixture files: every drift reason in SPEC order, repair, tags, an operator's
-# script tree, and the errors an operator meets (bad files, broken scripts, undecided policies).
+# luaprov eval against fixture files: every drift reason in the order of rule CP5 (docs/contracts.md),
+# repair, tags, an operator's script tree, and the errors an operator meets (bad files, broken
+# scripts, undecided policies).
 source "$(dirname "$0")/lib.sh"
 F="$LUAPROV_SOURCE_DIR/spec/fixtures/eval"
 
@@ -45,7 +46,7 @@ sed -i 's/"images": \[{.*$/"images": [],/; /"requirements": \[{"key": "kubernete
 got="$("$LUAPROV" eval drift --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json" --instance "$WORK/instance.json")" || fail "undecided drift should exit 0: $got"
 [[ "$got" == '{"reason":"","undecided":"policies.drift.is_drifted returned no answer: no images are resolved in the ECSNodeClass status yet"}' ]] || fail "undecided drift answer: $got"
 
-# repair: the defaults of SPEC §5 rule 6
+# repair: the defaults of rule CP6
 expect '[{"condition_status":"False","condition_type":"Ready","toleration_seconds":1800},{"condition_status":"Unknown","condition_type":"Ready","toleration_seconds":1800}]' 0 repair
 
 # tags: the class's own tags, then the engine's, which win
@@ -122,7 +123,7 @@ fixture_says "--instance imageid.json:7: unknown top-level field 'imageid'; did 
 printf 'apiVersion: v1\nkind: Node\nmetadata:\n  name: n1\n' > node.yaml
 fixture_says "--nodeclaim node.yaml:2: kind is Node, expected NodeClaim; pass the object of that kind (kubectl get ... -o yaml)" \
   drift --nodeclaim node.yaml --nodeclass class.json --instance instance.json
-fixture_says "--instance claim.yaml:3: is a Kubernetes NodeClaim, not an instance; --instance takes the instance shape of SPEC §4.6 (id, region, zone, instance_type, image_id, ...)" \
+fixture_says "--instance claim.yaml:3: is a Kubernetes NodeClaim, not an instance; --instance takes the instance shape of docs/contracts.md#the-instance-shape (id, region, zone, instance_type, image_id, ...)" \
   drift --nodeclaim claim.yaml --nodeclass class.json --instance claim.yaml
 fixture_says "--nodeclaim bad.yaml: did not find expected ',' or ']' at line 3, column 1; the file must be one JSON or YAML object as kubectl get -o json|yaml prints it" \
   tags --nodeclaim bad.yaml --nodeclass class.json

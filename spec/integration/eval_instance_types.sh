@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# luaprov eval instance-types against `luaprov sim`: the SPEC §3 shape, rule 4 on every type, and the
+# luaprov eval instance-types against `luaprov sim`: the shape it prints, rule CP4 on every type, and the
 # error an operator gets when the endpoint is wrong.
 source "$(dirname "$0")/lib.sh"
 

@@ -1,4 +1,4 @@
--- policies/drift.lua: the reasons of SPEC §5 rule 5, in their order, and "not known yet".
+-- policies/drift.lua: the reasons of rule CP5 (docs/contracts.md), in their order, and "not known yet".
 local kit = require "luaprov.testkit"
 local drift = require "policies.drift"
 

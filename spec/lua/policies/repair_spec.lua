@@ -1,4 +1,4 @@
--- policies/repair.lua: SPEC §5 rule 6.
+-- policies/repair.lua: rule CP6 (docs/contracts.md).
 local kit = require "luaprov.testkit"
 local repair = require "policies.repair"
 

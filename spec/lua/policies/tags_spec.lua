@@ -1,4 +1,4 @@
--- policies/tags.lua: SPEC §5 rule 7, the engine's tags win over the class's.
+-- policies/tags.lua: rule CP7 (docs/contracts.md), the engine's tags win over the class's.
 local kit = require "luaprov.testkit"
 local tags = require "policies.tags"
 

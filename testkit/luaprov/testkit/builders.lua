@@ -100,7 +100,8 @@ function M.node(overrides)
   }, overrides)
 end
 
--- The instance shape of SPEC §4.6, as the drift policy receives it (spec/fixtures/eval/instance.json).
+-- The instance shape (docs/contracts.md#the-instance-shape), as the drift policy receives it
+-- (spec/fixtures/eval/instance.json).
 function M.instance(overrides)
   return build({
     id = D.instance_id, region = D.region, zone = D.zone, instance_type = "ecs.g7.large",

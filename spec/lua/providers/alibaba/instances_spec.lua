@@ -1,5 +1,6 @@
--- ECS instances: the mapping of an API instance to the SPEC §4.6 shape, then run/get/describe/
--- delete/list against the Alibaba simulator over real HTTP.
+-- ECS instances: the mapping of an API instance to the instance shape
+-- (docs/contracts.md#the-instance-shape), then run/get/describe/delete/list against the Alibaba
+-- simulator over real HTTP.
 local instances = require "providers.alibaba.instances"
 local luaprov = require "luaprov"
 local json = luaprov.json
@@ -20,7 +21,7 @@ end
 
 describe("alibaba instances", function()
   describe("to_instance", function()
-    it("maps every field of the SPEC §4.6 shape", function()
+    it("maps every field of the instance shape", function()
       assert.same({
         id = "i-bp1abc", region = "cn-hangzhou", zone = "cn-hangzhou-h", instance_type = "ecs.g7.large",
         capacity_type = "on-demand", image_id = "aliyun_3_x64_20G_alibase_20240819.vhd", state = "running",

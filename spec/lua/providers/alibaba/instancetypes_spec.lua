@@ -1,7 +1,7 @@
 -- Instance types, offerings, capacity and overhead (providers/alibaba/instancetypes.lua and its
--- helpers), against SPEC §3 and §5 rules 4 and 8 and the reference formulas (alibaba_provider.md
--- §8.1, vectors §13.3–13.8). First against an in-process fake of the APIs, then against the
--- Alibaba simulator over real HTTP.
+-- helpers), against the shape `luaprov eval instance-types` prints, rules CP4 and CP8 of
+-- docs/contracts.md and the upstream provider's formulas. First against an in-process fake of the
+-- APIs, then against the Alibaba simulator over real HTTP.
 local luaprov = require "luaprov"
 local harness = require "spec.fixtures.alibaba.harness"
 local capacity = require "providers.alibaba.capacity"
@@ -82,7 +82,7 @@ local function nodeclass(spec_extra, vswitch_zones)
   return { metadata = { name = "default" }, spec = spec, status = { vSwitches = vsw } }
 end
 
-describe("capacity formulas (reference §13.3–13.6)", function()
+describe("capacity formulas (the upstream provider's)", function()
   it("reserves CPU as ACK does", function()
     local want = { [500] = 0, [1000] = 60, [2000] = 70, [3000] = 75, [4000] = 80, [8000] = 90, [16000] = 110,
       [32000] = 150, [64000] = 230, [104000] = 330 }
@@ -119,7 +119,7 @@ describe("capacity formulas (reference §13.3–13.6)", function()
     assert.is_true(capacity.keep_for_cni({ EniQuantity = 1 }, nil))
   end)
 
-  it("parses type names (reference §13.8)", function()
+  it("parses type names as the upstream provider does", function()
     local cases = {
       ["ecs.g7.xlarge"] = { "g", "7", "ecs.g7", "xlarge" },
       ["ecs.c7a.large"] = { "c", "7", "ecs.c7a", "large" },
@@ -144,7 +144,7 @@ describe("instancetypes.list (fake cloud)", function()
   end)
   after_each(function() cloud.uninstall() end)
 
-  it("emits an offering for every known zone and capacity type (SPEC §5.4)", function()
+  it("emits an offering for every known zone and capacity type (rule CP4)", function()
     local types = by_name(assert(instancetypes.list(cloud.ctx, nodeclass())))
     for name, t in pairs(types) do
       assert.equals(6, #t.offerings, name)
@@ -412,7 +412,7 @@ describe("instancetypes.list against the Alibaba simulator", function()
     end
   end)
 
-  it("computes capacity and overhead of known types by the reference formulas", function()
+  it("computes capacity and overhead of known types by the upstream formulas", function()
     local g7 = types["ecs.g7.xlarge"]                       -- 4 vCPU, 16 GiB, 4 ENIs
     assert.same({ cpu = "4", memory = "15319Mi", pods = "110", ["ephemeral-storage"] = "40Gi",
       ["alibabacloud.com/exclusive-eni"] = "3" }, g7.capacity)

@@ -1,5 +1,5 @@
 -- The CloudProvider mapping module (providers/alibaba/init.lua): the exports of README's contract
--- table, the providerID format (reference alibaba_provider.md §3.8, §13.1), delegation to the
+-- table, the providerID format (upstream's `<region>.<instance-id>`), delegation to the
 -- instances module, and the engine's own contract check (`luaprov check`).
 local luaprov = require "luaprov"
 local harness = require "spec.fixtures.alibaba.harness"

@@ -1,5 +1,5 @@
 -- ECSNodeClass resolution and hash (providers/alibaba/nodeclass.lua): selector terms to status and
--- conditions (reference alibaba_provider.md §7.3–7.4, §8.4–8.6), the hash (§7.6). First against an
+-- conditions (docs/controllers.md#ecsnodeclass-status-nodeclass), the hash. First against an
 -- in-process fake of the APIs, then against the Alibaba simulator over real HTTP.
 local luaprov = require "luaprov"
 local harness = require "spec.fixtures.alibaba.harness"
@@ -137,7 +137,7 @@ describe("nodeclass.resolve (fake cloud)", function()
     }, status.conditions)
   end)
 
-  it("sets the reference's reasons and messages when a selector matches nothing", function()
+  it("sets upstream's reasons and messages when a selector matches nothing", function()
     local spec = { vSwitchSelectorTerms = { { id = "vsw-none" } }, securityGroupSelectorTerms = { { name = "none" } },
       imageSelectorTerms = { { id = "m-none" } } }
     local status = nodeclass.resolve(cloud.ctx, class(spec))

@@ -1,6 +1,6 @@
--- The Bizfly NodeGroup mapping (SPEC §4.5): refresh snapshots, target sizes, node deletion by label and
--- by provider ID, template nodes, and failures that leave the engine its last snapshot. Against
--- `luaprov sim` over real HTTP; the status table is checked directly.
+-- The Bizfly NodeGroup mapping (docs/contracts.md#mappings): refresh snapshots, target sizes, node
+-- deletion by label and by provider ID, template nodes, and failures that leave the engine its last
+-- snapshot. Against `luaprov sim` over real HTTP; the status table is checked directly.
 local luaprov = require "luaprov"
 local bizfly = require "providers.bizfly"
 local pools = require "providers.bizfly.pools"
