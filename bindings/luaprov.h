@@ -1,4 +1,4 @@
-/* The `luaprov` Lua module: the only API scripts see (SPEC §4.1). One C source per sub-module
+/* The `luaprov` Lua module: the only API scripts see (docs/lua-api.md). One C source per sub-module
  * (http.c, json.c, crypto.c, time.c, log.c, cache.c, env.c, fs.c,
  * stream.c), assembled by luaprov.c.
  *

@@ -1,5 +1,5 @@
-/* The luaprov command line (SPEC §3). One file per verb; main.c dispatches. Each verb returns the
- * process exit status. */
+/* The luaprov command line (README.md, each verb's --help). One file per verb; main.c dispatches.
+ * Each verb returns the process exit status. */
 #ifndef LUAPROV_CLI_H
 #define LUAPROV_CLI_H
 

@@ -1,5 +1,5 @@
 /* luaprov check [DIR...]: load every script of each tree in the sandbox and validate the contracts
- * of the entry modules present (SPEC §4.4, §4.5). One "file:line: message" line per problem. */
+ * of the entry modules present (docs/contracts.md). One "file:line: message" line per problem. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

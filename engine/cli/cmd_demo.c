@@ -1,4 +1,4 @@
-/* luaprov demo: the scripted story against the built-in simulators (SPEC §3). */
+/* luaprov demo: the scripted story against the built-in simulators (demo_story.c). */
 #define _XOPEN_SOURCE 700
 #include <ftw.h>
 #include <stdio.h>

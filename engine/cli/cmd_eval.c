@@ -1,5 +1,5 @@
 /* luaprov eval drift|repair|tags|instance-types: dry-run the policies and the mapping on objects
- * read from files (SPEC §3). One JSON document on stdout; {"error": ...} and exit 1 on failure. */
+ * read from files. One JSON document on stdout; {"error": ...} and exit 1 on failure. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +29,8 @@ static const char usage[] =
     "  tags            {\"tag-key\": \"value\", ...}\n"
     "  instance-types  [{\"name\", \"requirements\", \"offerings\", \"capacity\", \"overhead\"}]\n"
     "Objects are JSON or YAML as `kubectl get -o json|yaml` prints them; the instance is JSON in the\n"
-    "shape of SPEC §4.6. instance-types calls the cloud API at --endpoint (e.g. `luaprov sim`).\n"
+    "shape of docs/contracts.md#the-instance-shape. instance-types calls the cloud API at --endpoint\n"
+    "(e.g. `luaprov sim`).\n"
     "On failure prints {\"error\": \"...\"} and exits 1.\n";
 
 typedef struct eval_args {
@@ -90,8 +91,8 @@ static void fixture_error(lp_error **err, const char *what, const char *path, co
   free(text);
 }
 
-/* Fixtures are kubectl dumps (or the instance shape of SPEC §4.6): a misspelled top-level field would
- * otherwise read as absent and the policy answer quietly for the wrong object. */
+/* Fixtures are kubectl dumps (or the instance shape, docs/contracts.md#the-instance-shape): a misspelled
+ * top-level field would otherwise read as absent and the policy answer quietly for the wrong object. */
 static int check_fixture(const json_t *doc, const char *what, const char *path, lp_error **err) {
   static const char *const k8s[] = {"apiVersion", "kind", "metadata", "spec", "status", NULL};
   static const char *const instance[] = {"id",
@@ -116,11 +117,10 @@ static int check_fixture(const json_t *doc, const char *what, const char *path, 
     return -1;
   }
   if (is_instance && kind) {
-    fixture_error(
-        err, what, path, "kind",
-        "is a Kubernetes %s, not an instance; --instance takes the instance shape of SPEC §4.6 (id, "
-        "region, zone, instance_type, image_id, ...)%s",
-        kind, "");
+    fixture_error(err, what, path, "kind",
+                  "is a Kubernetes %s, not an instance; --instance takes the instance shape of "
+                  "docs/contracts.md#the-instance-shape (id, region, zone, instance_type, image_id, ...)%s",
+                  kind, "");
     return -1;
   }
   const char *expected = strcmp(what, "nodeclaim") == 0   ? "NodeClaim"
@@ -145,19 +145,20 @@ static int check_fixture(const json_t *doc, const char *what, const char *path, 
       fixture_error(err, what, path, key, "unknown top-level field '%s'; did you mean '%s'?", key, near);
     else
       fixture_error(err, what, path, key,
-                    is_instance
-                        ? "unknown top-level field '%s'; the instance shape (SPEC §4.6) has id, region, "
-                          "zone, instance_type, capacity_type, image_id, state, security_group_ids, "
-                          "vswitch_id, private_ip, tags, launch_time%s"
-                        : "unknown top-level field '%s'; a Kubernetes object has apiVersion, kind, "
-                          "metadata, spec and status%s",
+                    is_instance ? "unknown top-level field '%s'; the instance shape "
+                                  "(docs/contracts.md#the-instance-shape) has id, region, zone, "
+                                  "instance_type, capacity_type, image_id, state, security_group_ids, "
+                                  "vswitch_id, private_ip, tags, launch_time%s"
+                                : "unknown top-level field '%s'; a Kubernetes object has apiVersion, kind, "
+                                  "metadata, spec and status%s",
                     key, "");
     return -1;
   }
   if (is_instance) {
     char *problem = lp_check_instance(doc);
     if (problem) {
-      fixture_error(err, what, path, NULL, "%s; the instance shape is SPEC §4.6%s", problem, "");
+      fixture_error(err, what, path, NULL,
+                    "%s; the instance shape is in docs/contracts.md#the-instance-shape%s", problem, "");
       free(problem);
       return -1;
     }

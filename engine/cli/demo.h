@@ -1,4 +1,4 @@
-/* `luaprov demo`: the scripted story of SPEC §3, told against a real `luaprov run --sim` child process
+/* `luaprov demo`: the scripted story, told against a real `luaprov run --sim` child process
  * by a client that does what an operator would (kubectl-style requests, gRPC calls as the Cluster
  * Autoscaler makes them) and checks each outcome. demo.c runs the child and the requests; demo_story.c
  * is the story; demo_grpc.c the externalgrpc calls. */

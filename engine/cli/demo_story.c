@@ -1,4 +1,4 @@
-/* The story `luaprov demo` tells (SPEC §3): an ECSNodeClass and a NodePool are applied, pending pods
+/* The story `luaprov demo` tells: an ECSNodeClass and a NodePool are applied, pending pods
  * get nodes that launch, register and take the pods; an image change drifts those nodes and they are
  * replaced; the repair policy is hot-reloaded and a node that goes NotReady is repaired; the Cluster
  * Autoscaler scales a Bizfly pool through the externalgrpc server. Each step checks its outcome

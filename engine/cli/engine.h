@@ -16,7 +16,7 @@ typedef struct lp_engine_options {
   /* --sim: the simulators run in-process and the provider mappings are pointed at them (endpoints
    * and the simulators' credentials in the environment the mappings read). */
   int sim;
-  /* The externalgrpc CloudProvider server (SPEC §6); grpc_host NULL = not served. mTLS when cert,
+  /* The externalgrpc CloudProvider server (docs/bizfly.md); grpc_host NULL = not served. mTLS when cert,
    * key and ca are all set; plaintext h2c when none is. */
   const char *grpc_host;
   int grpc_port; /* 0 = pick a free port (logged as grpc_addr) */

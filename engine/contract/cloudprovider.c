@@ -61,7 +61,7 @@ void cp_fail_soon(op *o, lp_error *err) {
   uv_timer_start(o->defer, deferred_fire, 0, 0);
 }
 
-/* "providers/alibaba/init.lua: instance_types: <problem> (SPEC §5 rule 4)" */
+/* "providers/alibaba/init.lua: instance_types: <problem> (rule CP4 in docs/contracts.md)" */
 lp_error *cp_contract_error(op *o, const char *module, const char *function, char *problem,
                             const char *rule) {
   const char *file = lp_generation_module_file(lp_script_host_current(o->cp->scripts), module);
@@ -243,16 +243,17 @@ void cp_offering_key(char *out, size_t cap, const char *type, const json_t *offe
            json_string_value(json_object_get(offering, "capacity_type")));
 }
 
-/* Checks rule 4 on every type and marks offerings the engine saw fail with NoStock recently. */
+/* Checks rule CP4 on every type and marks offerings the engine saw fail with NoStock recently. */
 lp_error *cp_checked_types(op *o, json_t *types) {
   if (!json_is_array(types) && !(json_is_object(types) && json_object_size(types) == 0))
     return cp_contract_error(o, o->cp->mapping, "instance_types", lp_xstrdup("did not return a list"),
-                             "SPEC §4.5");
+                             "docs/contracts.md#mappings");
   size_t i;
   json_t *type;
   json_array_foreach(types, i, type) {
     char *problem = lp_check_instance_type(type);
-    if (problem) return cp_contract_error(o, o->cp->mapping, "instance_types", problem, "SPEC §5 rule 4");
+    if (problem)
+      return cp_contract_error(o, o->cp->mapping, "instance_types", problem, "rule CP4 in docs/contracts.md");
     const char *name = json_string_value(json_object_get(type, "name"));
     size_t k;
     json_t *offering;
@@ -331,7 +332,8 @@ void cp_parsed_for(op *o, json_t *values, lp_error *err, cp_with_id_fn then) {
     json_decref(values);
     cp_finish(o, NULL,
               cp_contract_error(o, o->cp->mapping, "parse_provider_id",
-                                lp_xstrdup("did not return {region, instance_id}"), "SPEC §4.5"));
+                                lp_xstrdup("did not return {region, instance_id}"),
+                                "docs/contracts.md#mappings"));
     return;
   }
   then(o, id);
@@ -359,7 +361,7 @@ void lp_cp_delete(lp_cloudprovider *cp, const json_t *nodeclaim, lp_cp_done_fn d
   cp_call(o, cp->mapping, "parse_provider_id", json_pack("[s]", pid), delete_parsed);
 }
 
-/* The instance a mapping `get` returned, checked against SPEC §4.6. */
+/* The instance a mapping `get` returned, checked against the instance shape. */
 json_t *cp_got_instance(op *o, json_t *values, lp_error *err) {
   if (err) {
     if (strcmp(err->code, "NotFound") == 0) {
@@ -374,7 +376,8 @@ json_t *cp_got_instance(op *o, json_t *values, lp_error *err) {
   char *problem = lp_check_instance(instance);
   if (problem) {
     json_decref(values);
-    cp_finish(o, NULL, cp_contract_error(o, o->cp->mapping, "get", problem, "SPEC §4.6"));
+    cp_finish(o, NULL,
+              cp_contract_error(o, o->cp->mapping, "get", problem, "docs/contracts.md#the-instance-shape"));
     return NULL;
   }
   return instance;
@@ -422,9 +425,10 @@ static void list_id_done(const lp_task_result *r, void *ud) {
     json_t *instance = json_array_get(o->instance, item->index);
     json_array_set_new(o->candidates, item->index, lp_nodeclaim_for_instance(NULL, instance, NULL, pid));
   } else if (!o->error) {
-    o->error = r->error ? lp_error_new(r->error->code, "%s", r->error->message)
-                        : cp_contract_error(o, o->cp->mapping, "provider_id",
-                                            lp_xstrdup("did not return a string"), "SPEC §4.5");
+    o->error = r->error
+                   ? lp_error_new(r->error->code, "%s", r->error->message)
+                   : cp_contract_error(o, o->cp->mapping, "provider_id",
+                                       lp_xstrdup("did not return a string"), "docs/contracts.md#mappings");
   }
   json_decref(values);
   free(item);
@@ -455,7 +459,9 @@ static void list_done(op *o, json_t *values, lp_error *err) {
     if (problem) {
       json_decref(live);
       json_decref(values);
-      cp_finish(o, NULL, cp_contract_error(o, o->cp->mapping, "list", problem, "SPEC §4.6"));
+      cp_finish(
+          o, NULL,
+          cp_contract_error(o, o->cp->mapping, "list", problem, "docs/contracts.md#the-instance-shape"));
       return;
     }
     if (strcmp(json_string_value(json_object_get(instance, "state")), "terminated") != 0)
@@ -498,7 +504,8 @@ static void repair_done(op *o, json_t *values, lp_error *err) {
   char *problem = lp_check_repair_policies(list);
   if (problem) {
     json_decref(values);
-    cp_finish(o, NULL, cp_contract_error(o, "policies.repair", "policies", problem, "SPEC §4.4"));
+    cp_finish(o, NULL,
+              cp_contract_error(o, "policies.repair", "policies", problem, "docs/contracts.md#policies"));
     return;
   }
   json_t *out = json_is_array(list) ? json_incref(list) : json_array();

@@ -1,7 +1,8 @@
-/* Karpenter's CloudProvider contract (SPEC §5), served by a Lua mapping (providers/alibaba/init.lua)
- * and enforced here: the engine does not trust what the mapping returns. Every operation is
- * asynchronous (the mapping awaits cloud APIs); done runs once on the loop thread with either a value
- * or an error, and owns both: the receiver json_decref()s the value and lp_error_free()s the error.
+/* Karpenter's CloudProvider contract (docs/contracts.md#cloudprovider-rules), served by a Lua mapping
+ * (providers/alibaba/init.lua) and enforced here: the engine does not trust what the mapping returns.
+ * Every operation is asynchronous (the mapping awaits cloud APIs); done runs once on the loop thread
+ * with either a value or an error, and owns both: the receiver json_decref()s the value and
+ * lp_error_free()s the error.
  *
  * Error codes, as Karpenter's cloudprovider errors:
  *   NodeClassNotReady     the ECSNodeClass is not Ready (retry later)
@@ -10,7 +11,8 @@
  *   CreateError           a structured launch failure (quota, unsupported configuration): the message
  *                         carries the reason (the API's code) and its text
  *   Contract              the mapping or a policy broke its contract: the message names the script file
- *                         and the rule ("providers/alibaba/init.lua: instance_types: ... (SPEC §5 rule 4)")
+ *                         and the rule ("providers/alibaba/init.lua: instance_types: ... (rule CP4 in
+ *                         docs/contracts.md)")
  *   DriftUnknown          the drift policy could not decide yet (condition left as it is)
  *   anything else         passed through from the mapping (Throttled, Transport, Auth, ...)
  * Loop thread only. */
@@ -68,8 +70,8 @@ void lp_cp_delete(lp_cloudprovider *cp, const json_t *nodeclaim, lp_cp_done_fn d
 void lp_cp_get(lp_cloudprovider *cp, const char *provider_id, lp_cp_done_fn done, void *ud);
 /* Value: an array of NodeClaims, one per instance this cluster owns. */
 void lp_cp_list(lp_cloudprovider *cp, lp_cp_done_fn done, void *ud);
-/* Value: the validated instance types (SPEC §3 shape), offerings marked unavailable when the engine
- * saw a NoStock error for them recently. */
+/* Value: the validated instance types (the shape `luaprov eval instance-types` prints), offerings
+ * marked unavailable when the engine saw a NoStock error for them recently. */
 void lp_cp_get_instance_types(lp_cloudprovider *cp, const json_t *nodeclass, lp_cp_done_fn done, void *ud);
 /* Value: a JSON string, the DriftReason or "" when not drifted. */
 void lp_cp_is_drifted(lp_cloudprovider *cp, const json_t *nodeclaim, const json_t *nodeclass,

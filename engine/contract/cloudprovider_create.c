@@ -1,5 +1,6 @@
 /* CloudProvider Create: choose the cheapest compatible offering, build the launch request, fall
- * through out-of-stock offerings, and assemble the NodeClaim Karpenter persists (SPEC §5 rules 1-2). */
+ * through out-of-stock offerings, and assemble the NodeClaim Karpenter persists (rules CP1 and CP2,
+ * docs/contracts.md). */
 #include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,7 +133,7 @@ static void provider_id_done(op *o, json_t *values, lp_error *err) {
     json_decref(values);
     cp_finish(o, NULL,
               cp_contract_error(o, o->cp->mapping, "provider_id", lp_xstrdup("did not return a string"),
-                                "SPEC §4.5"));
+                                "docs/contracts.md#mappings"));
     return;
   }
   json_t *claim = lp_nodeclaim_for_instance(o->nodeclaim, o->instance, o->chosen_type, pid);
@@ -153,8 +154,9 @@ static void provider_id_done(op *o, json_t *values, lp_error *err) {
     missing = lp_xasprintf("the %s and %s annotations (the ECSNodeClass has none yet)", LP_ANNOTATION_HASH,
                            LP_ANNOTATION_HASH_VERSION);
   if (missing) {
-    lp_error *e = lp_error_new("Contract", "the NodeClaim for instance %s lacks %s (SPEC §5 rule 2)",
-                               json_string_value(json_object_get(o->instance, "id")), missing);
+    lp_error *e =
+        lp_error_new("Contract", "the NodeClaim for instance %s lacks %s (rule CP2 in docs/contracts.md)",
+                     json_string_value(json_object_get(o->instance, "id")), missing);
     free(missing);
     json_decref(claim);
     json_decref(values);
@@ -210,7 +212,9 @@ static void launch_done(op *o, json_t *values, lp_error *err) {
   char *problem = lp_check_instance(instance);
   if (problem) {
     json_decref(values);
-    cp_finish(o, NULL, cp_contract_error(o, o->cp->mapping, "create", problem, "SPEC §4.6"));
+    cp_finish(
+        o, NULL,
+        cp_contract_error(o, o->cp->mapping, "create", problem, "docs/contracts.md#the-instance-shape"));
     return;
   }
   o->instance = json_incref(instance);
@@ -267,7 +271,9 @@ static void tags_done(op *o, json_t *values, lp_error *err) {
   char *problem = lp_check_tags(tags);
   if (problem) {
     json_decref(values);
-    cp_finish(o, NULL, cp_contract_error(o, "policies.tags", "build_instance_tags", problem, "SPEC §4.4"));
+    cp_finish(
+        o, NULL,
+        cp_contract_error(o, "policies.tags", "build_instance_tags", problem, "docs/contracts.md#policies"));
     return;
   }
   o->tags = json_is_object(tags) ? json_incref(tags) : json_object();

@@ -1,5 +1,5 @@
-/* CloudProvider IsDrifted (SPEC §5 rule 5): the drift policy's static check first, and only when it
- * finds nothing the instance fetched through the mapping for the full policy.
+/* CloudProvider IsDrifted (rule CP5, docs/contracts.md): the drift policy's static check first, and
+ * only when it finds nothing the instance fetched through the mapping for the full policy.
  *
  * Metric (lp_metrics_default): luaprov_drift_policy_evaluations_total{generation, result}: every answer
  * of the drift policy, by the script generation that gave it (a hot reload shows as a new generation
@@ -60,7 +60,8 @@ static void drift_done(op *o, json_t *values, lp_error *err) {
   if (problem) {
     json_decref(values);
     drift_answered(o, "error", NULL, NULL);
-    cp_finish(o, NULL, cp_contract_error(o, "policies.drift", "is_drifted", problem, "SPEC §4.4"));
+    cp_finish(o, NULL,
+              cp_contract_error(o, "policies.drift", "is_drifted", problem, "docs/contracts.md#policies"));
     return;
   }
   drift_answered(o, *r ? "drifted" : "not_drifted", r, NULL);
@@ -84,7 +85,7 @@ static void drift_parsed(op *o, json_t *values, lp_error *err) {
   cp_parsed_for(o, values, err, drift_with_id);
 }
 
-/* NodeClassDrift needs no API call (SPEC §5 rule 5): the policy's static check runs first, and only
+/* NodeClassDrift needs no API call (rule CP5): the policy's static check runs first, and only
  * when it finds nothing is the instance fetched for the full policy. */
 static void static_drift_done(op *o, json_t *values, lp_error *err) {
   const char *reason = values ? json_string_value(json_array_get(values, 0)) : NULL;

@@ -63,7 +63,7 @@ lp_error *cp_contract_error(op *o, const char *module, const char *function, cha
 void cp_call(op *o, const char *module, const char *function, json_t *args, step_fn next);
 /* [ctx, a] with a stolen. */
 json_t *cp_ctx_args1(lp_cloudprovider *cp, json_t *a);
-/* Checks rule 4 on every type and marks offerings seen out of stock recently; NULL when fine. */
+/* Checks rule CP4 on every type and marks offerings seen out of stock recently; NULL when fine. */
 lp_error *cp_checked_types(op *o, json_t *types);
 /* "type|zone|capacity_type", the key of the unavailable-offerings cache. */
 void cp_offering_key(char *out, size_t cap, const char *type, const json_t *offering);
@@ -75,7 +75,7 @@ typedef void (*cp_with_id_fn)(op *o, const char *instance_id);
 /* Handles parse_provider_id's answer (values, err owned): calls then with the instance ID, or finishes
  * the operation with NodeClaimNotFound (unparsable) or a Contract error (no instance_id). */
 void cp_parsed_for(op *o, json_t *values, lp_error *err, cp_with_id_fn then);
-/* The instance a mapping `get` returned, checked against SPEC §4.6. On failure the operation is
+/* The instance a mapping `get` returned, checked against the instance shape. On failure the operation is
  * finished (NotFound becomes NodeClaimNotFound), values freed, and NULL returned; otherwise the
  * instance, borrowed from values. */
 json_t *cp_got_instance(op *o, json_t *values, lp_error *err);

@@ -6,7 +6,7 @@
 
 #include "contract/cloudprovider_internal.h"
 
-/* The status lists every ECSNodeClass carries (SPEC reference §7.3), conditions last. */
+/* The status lists every ECSNodeClass carries (docs/alibaba.md), conditions last. */
 static const char *const STATUS_LISTS[] = {"vSwitches", "securityGroups", "images", "conditions", NULL};
 
 /* An empty Lua table arrives as {}: a list that is empty. */
@@ -56,7 +56,9 @@ static void resolve_done(op *o, json_t *values, lp_error *err) {
   char *problem = check_status(status);
   if (problem) {
     json_decref(status);
-    cp_finish(o, NULL, cp_contract_error(o, o->cp->mapping, "resolve_nodeclass", problem, "SPEC §4.5"));
+    cp_finish(
+        o, NULL,
+        cp_contract_error(o, o->cp->mapping, "resolve_nodeclass", problem, "docs/contracts.md#mappings"));
     return;
   }
   cp_finish(o, status, NULL);
@@ -79,7 +81,7 @@ static void hash_done(op *o, json_t *values, lp_error *err) {
     cp_finish(o, NULL,
               cp_contract_error(o, o->cp->mapping, "nodeclass_hash",
                                 lp_xstrdup("did not return two non-empty strings (hash, version)"),
-                                "SPEC §4.5"));
+                                "docs/contracts.md#mappings"));
     return;
   }
   json_t *out = json_pack("{s:s, s:s}", "hash", hash, "version", version);

@@ -333,10 +333,10 @@ static void validate_nodegroup(lua_State *L, int idx, const char *file, lp_probl
 }
 
 const lp_module_spec lp_contract_modules[] = {
-    {"policies.drift", "drift policy (SPEC 4.4)", 0, validate_drift},
-    {"policies.repair", "repair policy (SPEC 4.4)", 0, validate_repair},
-    {"policies.tags", "tags policy (SPEC 4.4)", 0, validate_tags},
-    {"providers.alibaba", "CloudProvider mapping (SPEC 4.5)", 0, validate_cloudprovider},
-    {"providers.bizfly", "NodeGroup mapping (SPEC 4.5)", 0, validate_nodegroup},
+    {"policies.drift", "drift policy", 0, validate_drift},
+    {"policies.repair", "repair policy", 0, validate_repair},
+    {"policies.tags", "tags policy", 0, validate_tags},
+    {"providers.alibaba", "CloudProvider mapping", 0, validate_cloudprovider},
+    {"providers.bizfly", "NodeGroup mapping", 0, validate_nodegroup},
     {NULL, NULL, 0, NULL},
 };

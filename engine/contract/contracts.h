@@ -1,6 +1,7 @@
-/* The script contracts of SPEC §4.4 and §4.5: which entry modules a script tree may hold and what
- * each must export. The script host loads these modules into every generation and rejects a
- * generation whose modules break their contract; `luaprov check` reports the same problems.
+/* The script contracts (docs/contracts.md#policies, docs/contracts.md#mappings): which entry modules
+ * a script tree may hold and what each must export. The script host loads these modules into every
+ * generation and rejects a generation whose modules break their contract; `luaprov check` reports
+ * the same problems.
  * Depends on: engine/script (lp_module_spec). */
 #ifndef LUAPROV_CONTRACT_CONTRACTS_H
 #define LUAPROV_CONTRACT_CONTRACTS_H
@@ -21,9 +22,9 @@ const char *lp_contract_closest(const char *word, const char *const *candidates)
  * thread only. */
 int lp_contract_function_line(lp_generation *g, const char *module, const char *function, char **file);
 
-/* NULL when reason may become a Drifted condition reason (SPEC §4.4); otherwise a malloc'd sentence
- * starting "is_drifted returned ...", with a hint: a reason is "" or a CamelCase word, and not a typo
- * of a built-in reason ("ImagDrift"). */
+/* NULL when reason may become a Drifted condition reason (docs/contracts.md#policies); otherwise a
+ * malloc'd sentence starting "is_drifted returned ...", with a hint: a reason is "" or a CamelCase
+ * word, and not a typo of a built-in reason ("ImagDrift"). */
 char *lp_drift_reason_problem(const char *reason);
 
 #endif

@@ -1,5 +1,6 @@
 /* The NodeGroup operations: Refresh keeps the snapshot, the readers answer from it, and the
- * mutations check the Cluster Autoscaler's rules (SPEC §6) before the mapping touches the cloud. */
+ * mutations check the Cluster Autoscaler's rules (NG1-NG6, docs/contracts.md) before the mapping
+ * touches the cloud. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -107,7 +108,7 @@ lp_ng_group *ng_group_or_fail(ng_op *o) {
   return g;
 }
 
-/* "providers/bizfly/init.lua: refresh: <problem> (SPEC §4.5)"; takes problem. */
+/* "providers/bizfly/init.lua: refresh: <problem> (docs/contracts.md#mappings)"; takes problem. */
 lp_error *ng_contract_error(lp_nodegroups *ng, const char *function, char *problem, const char *rule) {
   const char *file = lp_generation_module_file(lp_script_host_current(ng->scripts), ng->mapping);
   lp_error *e =

@@ -1,6 +1,6 @@
-/* The Cluster Autoscaler's NodeGroup contract (SPEC §6), served by a Lua mapping
- * (providers/bizfly/init.lua, SPEC §4.5) and enforced here: the engine does not trust what the
- * mapping returns, and it answers the cheap questions itself.
+/* The Cluster Autoscaler's NodeGroup contract (docs/contracts.md#nodegroup-rules), served by a Lua
+ * mapping (providers/bizfly/init.lua, docs/contracts.md#mappings) and enforced here: the engine does
+ * not trust what the mapping returns, and it answers the cheap questions itself.
  *
  * Refresh calls the mapping's refresh(ctx) and keeps the validated result as the snapshot; the
  * readers (lp_ng_count, lp_ng_at, lp_ng_find, lp_ng_for_node) answer from it with no script call,
@@ -22,7 +22,8 @@
  *                       or min, a node of another group); the message is the upstream provider's
  *   Unimplemented       the mapping cannot build a template node for the group, or has no get_options,
  *                       node_price or pod_price (or answered nil)
- *   Contract            the mapping broke its contract: "providers/bizfly/init.lua: refresh: ... (SPEC §4.5)"
+ *   Contract            the mapping broke its contract: "providers/bizfly/init.lua: refresh: ...
+ *                       (docs/contracts.md#mappings)"
  *   Cancelled           the engine is shutting down
  *   anything else       passed through from the mapping (Throttled, Transport, Auth, Timeout, ScriptError)
  * Loop thread only. */

@@ -81,7 +81,7 @@ void ng_finish(ng_op *o, lp_error *err, json_t *node);
 /* The group o names in the snapshot; else ends o with NotFound (the message names the id, in the
  * upstream provider's words) and returns NULL. */
 lp_ng_group *ng_group_or_fail(ng_op *o);
-/* "providers/bizfly/init.lua: refresh: <problem> (SPEC §4.5)"; takes problem. */
+/* "providers/bizfly/init.lua: refresh: <problem> (docs/contracts.md#mappings)"; takes problem. */
 lp_error *ng_contract_error(lp_nodegroups *ng, const char *function, char *problem, const char *rule);
 /* Calls mapping.function(args...) (args stolen) as a task; next gets the results array or an error
  * ((nil, {code, message}) and (nil, "message") become errors). failure is the mapping's error table
@@ -92,10 +92,10 @@ void ng_call_mapping(lp_nodegroups *ng, const char *function, json_t *args, ng_c
 /* Whether the mapping in service exports function (optional exports such as template_node). */
 int ng_mapping_has(lp_nodegroups *ng, const char *function);
 
-/* Checks groups (the first value refresh returned; borrowed) against SPEC §4.5 and §6 and builds the
- * snapshot. On a violation returns NULL, *problem gets a malloc'd sentence naming the group and field
- * and *rule the SPEC section. Targets outside [min, max] are accepted (the cloud may report them
- * while bounds change) and logged. */
+/* Checks groups (the first value refresh returned; borrowed) against the mapping contract and the
+ * NodeGroup rules and builds the snapshot. On a violation returns NULL, *problem gets a malloc'd
+ * sentence naming the group and field and *rule the section of docs/contracts.md it breaks. Targets
+ * outside [min, max] are accepted (the cloud may report them while bounds change) and logged. */
 ng_snapshot *ng_snapshot_build(const json_t *groups, char **problem, const char **rule);
 void ng_snapshot_free(ng_snapshot *s);
 lp_ng_group *ng_snapshot_find(const ng_snapshot *s, const char *id);

@@ -1,7 +1,7 @@
 /* The optional exports of the NodeGroup mapping: get_options (NodeGroupGetOptions) and node_price /
  * pod_price (PricingNodePrice, PricingPodPrice). A mapping without them leaves the answers
  * UNIMPLEMENTED, which the Cluster Autoscaler reads as "use your own"; what they return is checked
- * (SPEC §4.5) before it reaches the autoscaler. */
+ * (docs/contracts.md#mappings) before it reaches the autoscaler. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -9,7 +9,7 @@
 #include "contract/nodegroup_internal.h"
 #include "core/log.h"
 
-#define RULE "SPEC §4.5"
+#define RULE "docs/contracts.md#mappings"
 
 enum { OPT_RATIO, OPT_SECONDS, OPT_BOOL };
 

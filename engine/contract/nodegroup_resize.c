@@ -1,5 +1,5 @@
 /* The NodeGroup size changes, deletions and template node: each checks the Cluster Autoscaler's
- * rules (SPEC §6) against the snapshot before the mapping touches the cloud. */
+ * rules (NG2-NG4, docs/contracts.md) against the snapshot before the mapping touches the cloud. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -264,7 +264,7 @@ static void template_done(void *ud, json_t *values, lp_error *err, const json_t 
   json_t *node = ng_template_build(o->id, tmpl, &problem);
   json_decref(values);
   if (!node) {
-    ng_finish(o, ng_contract_error(o->ng, "template_node", problem, "SPEC §4.5"), NULL);
+    ng_finish(o, ng_contract_error(o->ng, "template_node", problem, "docs/contracts.md#mappings"), NULL);
     return;
   }
   ng_finish(o, NULL, node);

@@ -1,5 +1,6 @@
-/* What the NodeGroup mapping's refresh(ctx) returns, checked against SPEC §4.5 and §6 and indexed
- * for the Cluster Autoscaler's many cheap questions (a group by id, the group of a provider ID). */
+/* What the NodeGroup mapping's refresh(ctx) returns, checked against docs/contracts.md (the mapping's
+ * answer, the NodeGroup rules) and indexed for the Cluster Autoscaler's many cheap questions (a group
+ * by id, the group of a provider ID). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -9,8 +10,8 @@
 #include "core/clock.h"
 #include "core/log.h"
 
-#define RULE_SHAPE "SPEC §4.5"
-#define RULE_CA    "SPEC §6"
+#define RULE_SHAPE "docs/contracts.md#mappings"
+#define RULE_CA    "docs/contracts.md#nodegroup-rules"
 
 static int nonempty_string(const json_t *v) {
   return json_is_string(v) && json_string_length(v) > 0;

@@ -138,7 +138,7 @@ char *lp_check_instance_type(const json_t *type) {
     const json_t *price = json_object_get(o, "price");
     if (price && !json_is_null(price) && !json_is_number(price))
       return lp_xasprintf("%s: offering %s/%s: price is not a number", name, zone, ct);
-    /* rule 4: requirements are built from all offerings, available or not */
+    /* rule CP4: requirements are built from all offerings, available or not */
     if (!zones || !value_listed(zones, zone))
       return lp_xasprintf("%s: requirement %s does not include %s, the zone of an offering", name,
                           LP_LABEL_ZONE, zone);
@@ -146,7 +146,7 @@ char *lp_check_instance_type(const json_t *type) {
       return lp_xasprintf("%s: requirement %s does not include %s, the capacity type of an offering", name,
                           LP_LABEL_CAPACITY_TYPE, ct);
   }
-  /* rule 4: an offering for every known (zone, capacity type), with available=false when out of stock */
+  /* rule CP4: an offering for every known (zone, capacity type), with available=false when out of stock */
   size_t zi, ci;
   const json_t *z, *c;
   json_array_foreach(zones, zi, z) {

@@ -1,4 +1,4 @@
-/* Checks of what the CloudProvider mapping and the policies return (SPEC §4.6, §5), and the
+/* Checks of what the CloudProvider mapping and the policies return (docs/contracts.md), and the
  * NodeClaims built from instances. Each check returns NULL when the value is well-formed, or a
  * malloc'd sentence naming the offending field, which the caller prefixes with the script and rule. */
 #ifndef LUAPROV_CONTRACT_SHAPES_H
@@ -14,15 +14,15 @@
 #define LP_ANNOTATION_HASH         "karpenter.k8s.alibabacloud/ecsnodeclass-hash"
 #define LP_ANNOTATION_HASH_VERSION "karpenter.k8s.alibabacloud/ecsnodeclass-hash-version"
 
-/* The instance shape of SPEC §4.6. */
+/* The instance shape (docs/contracts.md#the-instance-shape). */
 char *lp_check_instance(const json_t *instance);
 
-/* One instance type of GetInstanceTypes (SPEC §3 shape) and rule 4: an offering for every (zone,
- * capacity type) its requirements name, and requirements that cover every offering's zone and
- * capacity type. */
+/* One instance type of GetInstanceTypes (the shape `luaprov eval instance-types` prints) and rule
+ * CP4: an offering for every (zone, capacity type) its requirements name, and requirements that cover
+ * every offering's zone and capacity type. */
 char *lp_check_instance_type(const json_t *type);
 
-/* The repair policy's list (SPEC §4.4). */
+/* The repair policy's list (docs/contracts.md#policies). */
 char *lp_check_repair_policies(const json_t *policies);
 
 /* A tag map: string keys to string values, keys non-empty. */
@@ -38,7 +38,7 @@ const char *lp_requirement_single_value(const json_t *requirements, const char *
 json_t *lp_nodeclaim_for_instance(const json_t *template_claim, const json_t *instance, const json_t *type,
                                   const char *provider_id);
 
-/* The labels rule 2 requires that the NodeClaim lacks, as "a, b" (malloc'd), or NULL. */
+/* The labels rule CP2 requires that the NodeClaim lacks, as "a, b" (malloc'd), or NULL. */
 char *lp_check_nodeclaim_labels(const json_t *nodeclaim);
 
 #endif

@@ -1,7 +1,7 @@
 /* The disruption controller ("disruption", singleton key "disruption", a pass every 10 s as Karpenter's
  * disruption controller polls, and at once when a NodeClaim becomes Drifted, Initialized or deleted,
  * or a NodePool changes): replaces drifted nodes within the NodePools' disruption budgets
- * (karpenter_core.md §4.3 "Drift execution", §3.2 budgets).
+ * (docs/controllers.md#drift-nodeclaimdrift-and-disruption-disruption).
  *
  * Candidates: NodeClaims Drifted=True and Initialized=True, not being deleted, of a cached NodePool,
  * whose NodeClaim, Node and pods carry no karpenter.sh/do-not-disrupt="true" annotation (a pod that

@@ -1,4 +1,4 @@
-/* NodePool disruption budgets (karpenter_core.md §3.2): spec.disruption.budgets, each
+/* NodePool disruption budgets (docs/controllers.md, Disruption): spec.disruption.budgets, each
  * {nodes, reasons?, schedule?, duration?}; absent means [{nodes: "10%"}].
  *
  * A budget applies to a reason when it lists no reasons or lists that one. It is active always, or,

@@ -1,6 +1,6 @@
-/* The drift controller ("nodeclaim.drift"; Karpenter's nodeclaim.disruption drift marker,
- * karpenter_core.md §4.3): keeps each NodeClaim's Drifted condition current, so the disruption
- * controller (disruption.c) knows which nodes to replace.
+/* The drift controller ("nodeclaim.drift"; Karpenter's nodeclaim.disruption drift marker;
+ * docs/controllers.md#drift-nodeclaimdrift-and-disruption-disruption): keeps each NodeClaim's Drifted
+ * condition current, so the disruption controller (disruption.c) knows which nodes to replace.
  *
  * Skipped: NodeClaims being deleted, of a node class this provider does not serve, without a
  * karpenter.sh/nodepool label or whose NodePool is not cached. A NodeClaim not Launched=True loses its

@@ -1,4 +1,4 @@
-/* The drift checks of a launched NodeClaim, in the order of SPEC §7 (karpenter_core.md §4.3); the
+/* The drift checks of a launched NodeClaim, in the order of docs/controllers.md (Drift); the
  * first that finds drift decides:
  *   1. static: the NodeClaim's karpenter.sh/nodepool-hash differs from its NodePool's current hash
  *      (lp_nodepool_hash), when the NodeClaim's hash version is this engine's LP_NODEPOOL_HASH_VERSION

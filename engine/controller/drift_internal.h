@@ -1,5 +1,5 @@
 /* Shared by the drift controller's files: drift.c (the definition, the reconcile pipeline, the
- * Drifted condition and its metrics) and drift_checks.c (the four checks in SPEC §7 order). Not a
+ * Drifted condition and its metrics) and drift_checks.c (the four checks, in order). Not a
  * public interface.
  *
  * One reconcile of a launched NodeClaim is a drift_run, handed from check to check as awaited calls

@@ -9,9 +9,10 @@
  * makes it wait a grace period again, never less. Listed entries with a
  * deletionTimestamp (shutting down) are left alone.
  *
- * Lost NodeClaims (Karpenter core, karpenter_core.md §4.5): a NodeClaim Registered=True, not being
- * deleted, whose providerID the list lacks, is deleted unless its Node is Ready=True (the kubelet is
- * alive, so the list is what is wrong). Unregistered ones are left to the registration timeout.
+ * Lost NodeClaims (as Karpenter core; docs/controllers.md#garbage-collection-garbagecollection): a
+ * NodeClaim Registered=True, not being deleted, whose providerID the list lacks, is deleted unless its
+ * Node is Ready=True (the kubelet is alive, so the list is what is wrong). Unregistered ones are left
+ * to the registration timeout.
  *
  * A failing list deletes nothing: the error goes to lp_controller_done and the pass is retried with
  * backoff. At most MAX_IN_FLIGHT deletions run at once; a failed deletion fails the pass (retried).

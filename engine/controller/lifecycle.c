@@ -1,4 +1,4 @@
-/* The NodeClaim lifecycle controller ("nodeclaim.lifecycle"; Karpenter's, karpenter_core.md §4.1):
+/* The NodeClaim lifecycle controller ("nodeclaim.lifecycle"; Karpenter's, docs/controllers.md):
  * takes a managed NodeClaim from creation to a Ready node. Per reconcile, in order: add the
  * karpenter.sh/termination finalizer (never launch without it), launch the instance
  * (lifecycle_launch.c), register and initialize its Node (lifecycle_node.c), delete the NodeClaim when

@@ -1,4 +1,4 @@
-/* Launch, the lifecycle's first step (karpenter_core.md §4.1 "Launch", §1.6 for the errors): call
+/* Launch, the lifecycle's first step (docs/controllers.md#nodeclaim-lifecycle-nodeclaimlifecycle): call
  * CloudProvider Create once for a NodeClaim that has no instance yet and fold the result into it.
  *
  * A Create result is cached by NodeClaim uid for an hour before anything is written: when storing it

@@ -1,4 +1,4 @@
-/* Registration and initialization, the lifecycle's Node steps (karpenter_core.md §4.1).
+/* Registration and initialization, the lifecycle's Node steps (docs/controllers.md).
  *
  * Registration finds the one Node whose spec.providerID is the NodeClaim's and makes it the
  * NodeClaim's: termination finalizer, owner reference, the NodeClaim's labels and annotations, its

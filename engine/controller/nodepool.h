@@ -4,7 +4,7 @@
  * (requirements, resources): labels, annotations, taints, startupTaints, nodeClassRef, expireAfter,
  * terminationGracePeriod. It is SHA-256 of that subtree serialized with sorted keys, shown as 16 hex
  * digits, under hash version LP_NODEPOOL_HASH_VERSION. It is not Go Karpenter's hashstructure value,
- * on purpose (karpenter_core.md §3.3): the version differs, so the two are never compared. */
+ * on purpose: the version differs, so the two are never compared. */
 #ifndef LUAPROV_CONTROLLER_NODEPOOL_H
 #define LUAPROV_CONTROLLER_NODEPOOL_H
 

@@ -1,4 +1,4 @@
-/* The provisioner ("provisioner", singleton "provision"; Karpenter's, karpenter_core.md §5): turns pods
+/* The provisioner ("provisioner", singleton "provision"; Karpenter's, docs/controllers.md): turns pods
  * the scheduler could not place into NodeClaims, which the lifecycle controller then launches.
  *
  * Triggers and batching: a pod becoming provisionable (provisioner_pods.c) opens a batch or extends

@@ -1,7 +1,6 @@
-/* The provisioner's NodeClaims (provisioner_internal.h; karpenter_core.md §5.1 step 10): built from
- * the NodePool's template and the computed claim, created a few at a time, and their pods nominated.
- * The lifecycle controller launches them: CloudProvider Create picks the cheapest offering the
- * requirements allow. */
+/* The provisioner's NodeClaims (provisioner_internal.h): built from the NodePool's template and the
+ * computed claim, created a few at a time, and their pods nominated. The lifecycle controller launches
+ * them: CloudProvider Create picks the cheapest offering the requirements allow. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -20,8 +20,7 @@
 #include "core/metrics.h"
 
 #define PV_LABEL_NODEPOOL "karpenter.sh/nodepool"
-/* Karpenter's MaxInstanceTypes before v1.7 (karpenter_core.md §5.1 step 9): the options a NodeClaim
- * keeps, cheapest first. */
+/* Karpenter's MaxInstanceTypes before v1.7: the options a NodeClaim keeps, cheapest first. */
 #define PV_MAX_INSTANCE_TYPES 60
 
 /* ---- resource vectors ----------------------------------------------------------------------- */
@@ -97,7 +96,7 @@ typedef struct pv_pod {
   int placed;     /* on existing capacity, or on a new NodeClaim */
 } pv_pod;
 
-/* One instance type of GetInstanceTypes (SPEC §3 shape). */
+/* One instance type of GetInstanceTypes (the shape `luaprov eval instance-types` prints). */
 typedef struct pv_type {
   const json_t *obj; /* borrowed from the pass's lists of types */
   const char *name;

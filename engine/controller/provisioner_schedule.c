@@ -1,5 +1,5 @@
-/* Packing pending pods into new NodeClaims (provisioner_internal.h; karpenter_core.md §5.3, a
- * simplified Karpenter scheduler): first fit decreasing. Pods come biggest first; each goes onto the
+/* Packing pending pods into new NodeClaims (provisioner_internal.h; a simplified
+ * Karpenter scheduler): first fit decreasing. Pods come biggest first; each goes onto the
  * first NodeClaim opened so far that can still take it — its taints tolerated, its requirements
  * agreeing, and some option left that holds every pod plus the DaemonSet overhead — else opens a new
  * NodeClaim on the first NodePool (by weight) that has an option for it. A NodeClaim's options are

@@ -1,5 +1,5 @@
-/* Node repair ("node.health"; Karpenter's node health controller, karpenter_core.md §4.4): replaces a
- * Node that the repair policy (policies/repair.lua, SPEC §5 rule 6) calls unhealthy for longer than it
+/* Node repair ("node.health"; Karpenter's node health controller; docs/controllers.md): replaces a
+ * Node that the repair policy (policies/repair.lua, rule CP6) calls unhealthy for longer than it
  * tolerates, unless too many Nodes of its NodePool are unhealthy at once.
  *
  * Per Node (the primary kind) that is not being deleted, carries a karpenter.sh/nodepool label and a

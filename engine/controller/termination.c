@@ -1,5 +1,5 @@
 /* The termination controller: finalizes deleting NodeClaims as Karpenter's NodeClaim lifecycle
- * finalizer and Node termination controller do together (karpenter_core.md §4.1 "Finalize", §4.2).
+ * finalizer and Node termination controller do together (docs/controllers.md).
  *
  * For a NodeClaim being deleted that still has the karpenter.sh/termination finalizer, in order:
  *   1. deadline: with spec.terminationGracePeriod, stamp karpenter.sh/nodeclaim-termination-timestamp

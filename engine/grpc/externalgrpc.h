@@ -1,4 +1,4 @@
-/* The Cluster Autoscaler's externalgrpc CloudProvider service (SPEC §6, externalgrpc.proto) on an
+/* The Cluster Autoscaler's externalgrpc CloudProvider service (docs/bizfly.md, externalgrpc.proto) on an
  * lp_grpc_server: one handler per method path decodes the request with protobuf-c, asks the NodeGroup
  * contract (contract/nodegroup.h) and encodes the answer.
  *

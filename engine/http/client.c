@@ -1,7 +1,7 @@
 /* The asynchronous client: one curl multi handle per client, driven by the libuv loop in the shape of
- * curl's docs/examples/multi-uv.c (see engineering_anchors.md §2e). What each request does on its
- * easy handle (options, callbacks, retry policy) lives in client_sync.c, shared with the synchronous
- * path; this file only moves exchanges through the multi handle and the loop.
+ * curl's docs/examples/multi-uv.c. What each request does on its easy handle (options, callbacks,
+ * retry policy) lives in client_sync.c, shared with the synchronous path; this file only moves
+ * exchanges through the multi handle and the loop.
  *
  * Reentrancy is the hard part. curl forbids curl_multi_* from inside its callbacks, and user code
  * (done, on_data) may call back into this client. So: curl callbacks only touch libuv handles;

@@ -1,4 +1,4 @@
-/* A generation: one lua_State holding one consistent version of every script (SPEC §4.3).
+/* A generation: one lua_State holding one consistent version of every script (docs/hot-reload.md).
  *
  * Loading reads the entry modules named by the caller from a list of layers (an operator's tree
  * first, the defaults after it: a file missing from the operator's tree falls back to the default),
@@ -61,7 +61,7 @@ typedef void (*lp_module_validate_fn)(lua_State *L, int idx, const char *file, l
 
 typedef struct lp_module_spec {
   const char *module;             /* "policies.drift" -> policies/drift.lua or policies/drift/init.lua */
-  const char *contract;           /* for messages: "drift policy (SPEC §4.4)" */
+  const char *contract;           /* for messages: "drift policy" */
   int required;                   /* a missing file is a problem (otherwise the module is simply absent) */
   lp_module_validate_fn validate; /* may be NULL */
 } lp_module_spec;

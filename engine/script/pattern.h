@@ -1,5 +1,5 @@
-/* Guarded Lua pattern functions (SPEC: "Pattern functions are guarded against pathological input
- * sizes"). Lua's own string.find/match/gmatch/gsub backtrack in C, where the sandbox's count hooks
+/* Guarded Lua pattern functions (docs/lua-api.md#budgets-and-limits: guarded against pathological
+ * input sizes). Lua's own string.find/match/gmatch/gsub backtrack in C, where the sandbox's count hooks
  * never fire, so a 28-byte subject with a pathological pattern can hold the loop for minutes. The
  * replacements installed here behave like Lua 5.4.4's (same results, same error messages for bad
  * arguments and malformed patterns) but stop with a Lua error when a call exceeds a limit:

@@ -1,4 +1,4 @@
-/* The sandbox every script runs in (SPEC §4.2). Each script gets a fresh _ENV holding only
+/* The sandbox every script runs in (docs/lua-api.md#the-sandbox). Each script gets a fresh _ENV holding only
  * allow-listed globals; library tables (string, table, math, utf8, coroutine, os) are per-script
  * copies, so one script cannot change another's; os keeps only clock, time and date; load accepts
  * text only and defaults to the script's own _ENV; getmetatable refuses strings; require resolves

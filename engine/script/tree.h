@@ -1,4 +1,4 @@
-/* The on-disk script tree: <root>/policies/... and <root>/providers/... (SPEC §4.3). Lists the Lua
+/* The on-disk script tree: <root>/policies/... and <root>/providers/... (docs/hot-reload.md). Lists the Lua
  * files of a tree with their module names, and fingerprints a stack of trees so that a reload with
  * no change can be skipped. */
 #ifndef LUAPROV_SCRIPT_TREE_H

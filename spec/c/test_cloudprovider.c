@@ -1,6 +1,7 @@
-/* The CloudProvider contract (SPEC §5) through the real mapping (providers/alibaba) against the
- * Alibaba simulator over real HTTP, all on one loop: the engine's script host calls the mapping, the
- * mapping signs requests to the simulator's HTTP server, the simulator's own script host answers. */
+/* The CloudProvider contract (rules CP1-CP8, docs/contracts.md) through the real mapping
+ * (providers/alibaba) against the Alibaba simulator over real HTTP, all on one loop: the engine's
+ * script host calls the mapping, the mapping signs requests to the simulator's HTTP server, the
+ * simulator's own script host answers. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,7 +97,7 @@ static void test_instance_types(void) {
       if (json_is_false(json_object_get(offering, "available"))) unavailable++;
     }
   }
-  CHECK(unavailable > 0 && unavailable < offerings); /* sold-out stock stays listed (rule 4) */
+  CHECK(unavailable > 0 && unavailable < offerings); /* sold-out stock stays listed (rule CP4) */
   json_decref(types);
 }
 
@@ -374,7 +375,7 @@ static void test_contract_violation(void) {
   CHECK(code && strcmp(code, "Contract") == 0);
   if (o.error) {
     CHECK_CONTAINS(o.error->message, "providers/alibaba/init.lua: instance_types: ");
-    CHECK_CONTAINS(o.error->message, "(SPEC §5 rule 4)");
+    CHECK_CONTAINS(o.error->message, "(rule CP4 in docs/contracts.md)");
   }
   lp_error_free(o.error);
   lp_cloudprovider_free(broken);

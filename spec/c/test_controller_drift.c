@@ -2,7 +2,7 @@
  * simulated instances, through the real manager, the Alibaba mapping and the Lua drift policy, against
  * both simulators over HTTP. Each case changes one thing (the NodePool's template, its requirements,
  * the ECSNodeClass's status or hash, the cloud's catalogue), waits for the Drifted condition with the
- * reason SPEC §7 orders first, undoes the change and waits for the condition to go.
+ * reason docs/controllers.md orders first, undoes the change and waits for the condition to go.
  *
  * No nodeclass controller runs: the test writes the ECSNodeClass status as that controller would, so
  * it can change the status alone (ImageDrift) without a resolution putting it back. Drift timings scale

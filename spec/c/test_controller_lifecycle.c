@@ -1,4 +1,4 @@
-/* The NodeClaim lifecycle controller alone (karpenter_core.md §4.1) through the real manager, the
+/* The NodeClaim lifecycle controller alone (docs/controllers.md) through the real manager, the
  * Alibaba mapping and both simulators over HTTP: launch, registration, initialization, the launch
  * errors that delete a NodeClaim or retry it, a lost status write after Create, and the timeouts.
  * Nodes are created by the test, as a kubelet would. No termination controller runs, so a deleted

@@ -1,4 +1,4 @@
-/* The provisioner's scheduling decisions (engine/controller/provisioner*.c; karpenter_core.md §5)
+/* The provisioner's scheduling decisions (engine/controller/provisioner*.c; docs/controllers.md)
  * through the real manager, the Alibaba mapping's instance types and the Kubernetes simulator, whose
  * binder marks the pods Unschedulable (there are no nodes): node selectors and affinity narrowing the
  * NodeClaim's requirements and options, taints and weights choosing the NodePool, instance types big

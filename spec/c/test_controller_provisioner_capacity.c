@@ -1,5 +1,5 @@
 /* The provisioner against capacity that exists or is on its way (engine/controller/provisioner*.c;
- * karpenter_core.md §5.1): pods that fit a Ready node get no NodeClaim; pods nominated for a NodeClaim
+ * docs/controllers.md): pods that fit a Ready node get no NodeClaim; pods nominated for a NodeClaim
  * that is launching get no second one, and later pods fit into what it launched; a NodeClaim deleted
  * for InsufficientCapacity sends its pods back to planning; and end to end with the lifecycle
  * controller, the simulated kubelet and the binder, a pending pod ends up Running on the node of the

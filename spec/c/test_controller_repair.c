@@ -1,4 +1,4 @@
-/* Node repair (engine/controller/repair.c, karpenter_core.md §4.4) with the controllers it works with —
+/* Node repair (engine/controller/repair.c, docs/controllers.md) with the controllers it works with —
  * ECSNodeClass status, NodeClaim lifecycle and termination — through the real manager, the Alibaba
  * mapping and both simulators over HTTP. NodeClaims are launched by the lifecycle controller, their
  * instances made Running through the Alibaba simulator's admin path, and the simulated kubelet

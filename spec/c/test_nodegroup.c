@@ -1,7 +1,7 @@
-/* The NodeGroup contract (SPEC §6) through lp_nodegroups, against a fake mapping written as an
- * operator's script tree (providers/bizfly/init.lua returning canned snapshots and recording every
- * call), so that every rule is checked on exact inputs. test_nodegroup_sim.c runs the real mapping
- * against the Bizfly simulator. */
+/* The NodeGroup contract (rules NG1-NG6, docs/contracts.md) through lp_nodegroups, against a fake
+ * mapping written as an operator's script tree (providers/bizfly/init.lua returning canned snapshots
+ * and recording every call), so that every rule is checked on exact inputs. test_nodegroup_sim.c runs
+ * the real mapping against the Bizfly simulator. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -263,7 +263,7 @@ static void test_refresh_coalesces(void) {
   lp_nodegroups_free(fresh);
 }
 
-/* SPEC §6: a Bizfly failure during Refresh with a usable snapshot keeps serving it. */
+/* Rule NG1: a Bizfly failure during Refresh with a usable snapshot keeps serving it. */
 static void test_refresh_failure(void) {
   load(two_pools);
   CHECK(refresh() == NULL);
@@ -308,37 +308,38 @@ static void test_refresh_contract(void) {
   static const struct {
     const char *state, *expect, *rule;
   } cases[] = {
-      {"{\"raw\": \"pools\"}", "returned something else instead of a list", "(SPEC §4.5)"},
+      {"{\"raw\": \"pools\"}", "returned something else instead of a list", "(docs/contracts.md#mappings)"},
       {"{\"raw\": [{\"min_size\": 0, \"max_size\": 1, \"target_size\": 0}]}", "node group 1 has no id string",
-       "(SPEC §4.5)"},
+       "(docs/contracts.md#mappings)"},
       {"{\"raw\": [{\"id\": \"p\", \"min_size\": 0, \"max_size\": 1, \"target_size\": 0}, {\"id\": \"p\", "
        "\"min_size\": 0, \"max_size\": 1, \"target_size\": 0}]}",
-       "node group id 'p' is listed twice", "(SPEC §6)"},
+       "node group id 'p' is listed twice", "(docs/contracts.md#nodegroup-rules)"},
       {"{\"raw\": [{\"id\": \"p\", \"min_size\": 5, \"max_size\": 3, \"target_size\": 4}]}",
-       "node group 1 ('p'): min_size 5 is above max_size 3", "(SPEC §6)"},
+       "node group 1 ('p'): min_size 5 is above max_size 3", "(docs/contracts.md#nodegroup-rules)"},
       {"{\"raw\": [{\"id\": \"p\", \"min_size\": -1, \"max_size\": 3, \"target_size\": 0}]}",
-       "min_size is not a whole number >= 0", "(SPEC §4.5)"},
+       "min_size is not a whole number >= 0", "(docs/contracts.md#mappings)"},
       {"{\"raw\": [{\"id\": \"p\", \"min_size\": 0, \"max_size\": 3, \"target_size\": 1.5}]}",
-       "target_size is not a whole number >= 0", "(SPEC §4.5)"},
+       "target_size is not a whole number >= 0", "(docs/contracts.md#mappings)"},
       {"{\"raw\": [{\"id\": \"p\", \"min_size\": 0, \"max_size\": 3, \"target_size\": 1, \"nodes\": "
        "[{\"state\": "
        "\"running\"}]}]}",
-       "nodes[1] has no provider_id string", "(SPEC §4.5)"},
+       "nodes[1] has no provider_id string", "(docs/contracts.md#mappings)"},
       {"{\"raw\": [{\"id\": \"p\", \"min_size\": 0, \"max_size\": 3, \"target_size\": 1, \"nodes\": "
        "[{\"provider_id\": \"x://1\", \"state\": \"ACTIVE\"}]}]}",
-       "node x://1: state 'ACTIVE' is not \"running\", \"creating\" or \"deleting\"", "(SPEC §4.5)"},
+       "node x://1: state 'ACTIVE' is not \"running\", \"creating\" or \"deleting\"",
+       "(docs/contracts.md#mappings)"},
       {"{\"raw\": [{\"id\": \"p\", \"min_size\": 0, \"max_size\": 3, \"target_size\": 1, \"nodes\": "
        "[{\"provider_id\": \"x://1\", \"state\": \"creating\", \"error\": {\"class\": \"Quota\", \"code\": "
        "\"q\"}}]}]}",
-       "error.class 'Quota' is not \"OutOfResources\" or \"Other\"", "(SPEC §4.5)"},
+       "error.class 'Quota' is not \"OutOfResources\" or \"Other\"", "(docs/contracts.md#mappings)"},
       {"{\"raw\": [{\"id\": \"p\", \"min_size\": 0, \"max_size\": 3, \"target_size\": 1, \"nodes\": "
        "[{\"provider_id\": \"x://1\", \"state\": \"creating\", \"error\": {\"class\": \"Other\"}}]}]}",
-       "error.code is not a non-empty string", "(SPEC §4.5)"},
+       "error.code is not a non-empty string", "(docs/contracts.md#mappings)"},
       {"{\"raw\": [{\"id\": \"p\", \"min_size\": 0, \"max_size\": 3, \"target_size\": 1, \"nodes\": "
        "[{\"provider_id\": \"x://1\", \"state\": \"running\"}]}, {\"id\": \"q\", \"min_size\": 0, "
        "\"max_size\": "
        "3, \"target_size\": 1, \"nodes\": [{\"provider_id\": \"x://1\", \"state\": \"running\"}]}]}",
-       "provider ID x://1 is listed in node groups 'p' and 'q'", "(SPEC §6)"},
+       "provider ID x://1 is listed in node groups 'p' and 'q'", "(docs/contracts.md#nodegroup-rules)"},
   };
   load(two_pools);
   CHECK(refresh() == NULL);
@@ -569,7 +570,7 @@ static void test_template_node(void) {
   CHECK_STR(code, "Contract");
   CHECK_CONTAINS(last_message,
                  "providers/bizfly/init.lua: template_node: capacity.cpu: 'two' is not a Kubernetes "
-                 "quantity (SPEC §4.5)");
+                 "quantity (docs/contracts.md#mappings)");
   /* a mapping without template_node */
   load("{\"no_template\": true, \"groups\": [{\"id\": \"pool-a\", \"min_size\": 0, \"max_size\": 3, "
        "\"target_size\": 0}]}");

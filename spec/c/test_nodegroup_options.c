@@ -1,4 +1,4 @@
-/* The optional exports of the NodeGroup mapping (SPEC §4.5, §6): get_options, node_price and
+/* The optional exports of the NodeGroup mapping (docs/contracts.md#mappings): get_options, node_price and
  * pod_price, through lp_nodegroups, against an operator's tree whose providers/bizfly/init.lua wraps
  * the default mapping (refresh replaced by canned groups, the three functions added and recording
  * their calls). The same answers over gRPC: spec/grpc/externalgrpc_test.js. */
@@ -266,7 +266,7 @@ static void test_get_options_contract(void) {
     CHECK_STR(code, "Contract");
     CHECK_CONTAINS(last_message, "providers/bizfly/init.lua: get_options: ");
     CHECK_CONTAINS(last_message, cases[i].message);
-    CHECK_CONTAINS(last_message, "(SPEC §4.5)");
+    CHECK_CONTAINS(last_message, "(docs/contracts.md#mappings)");
   }
 }
 
@@ -304,9 +304,8 @@ static void test_node_price(void) {
   CHECK(code == NULL);
   price_of("node_price", "{\"name\": \"node-b\"}", &code);
   CHECK_STR(code, "Contract");
-  CHECK_CONTAINS(
-      last_message,
-      "providers/bizfly/init.lua: node_price: node-b: price -1 is not a finite number >= 0 (SPEC §4.5)");
+  CHECK_CONTAINS(last_message, "providers/bizfly/init.lua: node_price: node-b: price -1 is not a finite "
+                               "number >= 0 (docs/contracts.md#mappings)");
   price_of("node_price", "{\"name\": \"node-c\"}", &code);
   CHECK_STR(code, "Contract");
   CHECK_CONTAINS(last_message, "node-c: returned a string, not a price");

@@ -1,7 +1,7 @@
-/* The NodeGroup contract (SPEC §6) through the real Bizfly mapping (providers/bizfly) against the
- * Bizfly simulator over real HTTP, all on one loop, and the template Node the externalgrpc service
- * sends, decoded back with protobuf-c. test_nodegroup.c checks every rule on a fake mapping; this
- * file checks that the real mapping and the rules fit together. */
+/* The NodeGroup contract (rules NG1-NG6, docs/contracts.md) through the real Bizfly mapping
+ * (providers/bizfly) against the Bizfly simulator over real HTTP, all on one loop, and the template
+ * Node the externalgrpc service sends, decoded back with protobuf-c. test_nodegroup.c checks every
+ * rule on a fake mapping; this file checks that the real mapping and the rules fit together. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,7 +150,7 @@ static void test_delete(void) {
   CHECK_INT(lp_ng_find(ng, GENERAL)->target_size, 1);
 }
 
-/* SPEC §6: a Bizfly failure during Refresh with a usable snapshot keeps serving it. */
+/* Rule NG1: a Bizfly failure during Refresh with a usable snapshot keeps serving it. */
 static void test_stale(void) {
   reset();
   lp_metric *m =
@@ -315,7 +315,8 @@ static void test_template_bytes(void) {
   k8s__io__api__core__v1__node__free_unpacked(n, NULL);
 }
 
-/* A node that failed to create: "creating" with an error the autoscaler acts on (reference §5). */
+/* A node that failed to create: "creating" with an error the autoscaler acts on
+ * (docs/bizfly.md#what-each-call-does). */
 static void test_failed_node(void) {
   reset();
   json_t *pool = sim_pool(GENERAL);

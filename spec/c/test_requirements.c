@@ -1,5 +1,5 @@
-/* Karpenter requirement compatibility, quantities and resource fit; the shape checks of SPEC §4.6
- * and §5 rule 4; YAML loading. */
+/* Karpenter requirement compatibility, quantities and resource fit; the shape checks of the instance
+ * shape and rule CP4 (docs/contracts.md); YAML loading. */
 #include <stdlib.h>
 
 #include "check.h"

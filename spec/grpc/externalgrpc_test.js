@@ -1,11 +1,11 @@
-// The externalgrpc CloudProvider service (SPEC §6) of a real `luaprov run --sim --grpc-addr`, asked by
-// an independent client: @grpc/grpc-js with @grpc/proto-loader reading engine/grpc/externalgrpc.proto,
+// The externalgrpc CloudProvider service (docs/bizfly.md) of a real `luaprov run --sim --grpc-addr`,
+// asked by an independent client: @grpc/grpc-js with @grpc/proto-loader reading engine/grpc/externalgrpc.proto,
 // as the Cluster Autoscaler's Go client would, over h2c and mTLS. The engine's Bizfly mapping talks to
 // the in-process Bizfly simulator, whose admin paths (/_sim/...) inject faults and show what the cloud
-// saw. Checks every RPC's success path, every SPEC §6 rule, the UNIMPLEMENTED answers (and GetOptions
-// and pricing from an operator mapping that supplies them), deadlines, 100 concurrent calls, malformed
-// request bytes, the template Node's bytes (decoded with k8s_core.proto, in both the CA >= 1.35 and
-// the legacy <= 1.34 field) and a clean SIGTERM exit.
+// saw. Checks every RPC's success path, every NodeGroup rule (NG1-NG6, docs/contracts.md), the
+// UNIMPLEMENTED answers (and GetOptions and pricing from an operator mapping that supplies them),
+// deadlines, 100 concurrent calls, malformed request bytes, the template Node's bytes (decoded with
+// k8s_core.proto, in both the CA >= 1.35 and the legacy <= 1.34 field) and a clean SIGTERM exit.
 //
 //   LUAPROV=build/luaprov node spec/grpc/externalgrpc_test.js
 'use strict';
@@ -239,7 +239,7 @@ test('the template Node: nodeBytes and the legacy nodeInfo decode as the same v1
   assert.equal(ready.status, 'True');
 });
 
-test('SPEC §6 rules: deltas, bounds, node count, foreign and label-less nodes, unmanaged nodes', async ({
+test('NodeGroup rules: deltas, bounds, node count, foreign and label-less nodes, unmanaged nodes', async ({
   engine,
   client,
 }) => {
@@ -363,7 +363,8 @@ return M
 });
 
 // An operator's tree that wraps the default mapping and adds the optional get_options, node_price and
-// pod_price (SPEC §4.5): their answers, merged over the client's defaults, and their contract.
+// pod_price (docs/contracts.md#mappings): their answers, merged over the client's defaults, and their
+// contract.
 test('GetOptions and pricing from an operator mapping', async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'luaprov-egrpc-'));
   const mapping = path.join(dir, 'providers', 'bizfly', 'init.lua');
@@ -429,7 +430,7 @@ return M
     await fails(client, 'NodeGroupGetOptions', { id: BATCH, defaults }, C.UNIMPLEMENTED, /own options apply/);
     await fails(client, 'NodeGroupGetOptions', { id: 'pool-z', defaults }, C.NOT_FOUND);
     await fails(client, 'NodeGroupGetOptions', { id: GPU, defaults }, C.INTERNAL,
-      /^Contract: .*providers\/bizfly\/init\.lua: get_options: .*scale_down_gpu_utilization_threshold must be between 0 and 1, not 2 \(SPEC §4\.5\)$/);
+      /^Contract: .*providers\/bizfly\/init\.lua: get_options: .*scale_down_gpu_utilization_threshold must be between 0 and 1, not 2 \(docs\/contracts\.md#mappings\)$/);
 
     const hour = { startTimestamp: { seconds: 1767322800 }, endTimestamp: { seconds: 1767326400 } };
     const typed = { ...fakeNode('bizflycloud://a'), labels: { 'node.kubernetes.io/instance-type': 'nix.2c_2g' } };
@@ -439,7 +440,7 @@ return M
     await fails(client, 'PricingNodePrice', { node: fakeNode('bizflycloud://x'), ...hour }, C.UNIMPLEMENTED,
       /no price for/);
     await fails(client, 'PricingNodePrice', { node: { ...fakeNode('bizflycloud://b'), name: 'bad' }, ...hour },
-      C.INTERNAL, /node_price: bad: price -1 is not a finite number >= 0 \(SPEC §4\.5\)/);
+      C.INTERNAL, /node_price: bad: price -1 is not a finite number >= 0 \(docs\/contracts\.md#mappings\)/);
 
     const Pod = k8s.lookupType('k8s.io.api.core.v1.Pod');
     const resources = (cpu, memory) => ({ requests: { cpu: { string: cpu }, memory: { string: memory } } });
