@@ -46,8 +46,8 @@ kc get nodeclaims -o json | jq -e 'all(.items[]; any(.metadata.ownerReferences[]
 
 step "deleting the NodePool deletes every NodeClaim it owns, and their instances"
 kc delete nodepool default --wait=false >/dev/null
-wait_until "every NodeClaim gone" 180 bash -c "[[ \$($E2E_BIN/kubectl --kubeconfig $ADMIN_KUBECONFIG get nodeclaims -o name | wc -l) == 0 ]]"
-wait_until "every Node gone" 60 bash -c "[[ \$($E2E_BIN/kubectl --kubeconfig $ADMIN_KUBECONFIG get nodes -o name | wc -l) == 0 ]]"
-wait_until "every instance released" 60 bash -c "[[ \$(curl -sf '$ALI/_sim/state' | jq '[.instances[] | select(.status != \"Stopped\")] | length') == 0 ]]"
+wait_until "every NodeClaim gone" 180 is 0 count nodeclaims
+wait_until "every Node gone" 60 is 0 count nodes
+wait_until "every instance released" 60 is 0 live_instances
 no_rbac_denials
 echo "e2e drift: passed" >&2

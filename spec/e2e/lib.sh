@@ -151,6 +151,22 @@ count() { kc get "$@" -o name 2>/dev/null | wc -l; }
 live_instances() { curl -sf "$ALI/_sim/state" | jq '[.instances[] | select(.status != "Stopped")] | length'; }
 pending_pods() { kc get pods "$@" --field-selector status.phase=Pending -o name | wc -l; }
 running_pods() { kc get pods "$@" --field-selector status.phase=Running -o name | wc -l; }
+instance_alive() { # instance_alive ID: 1 while the instance is not released or Stopped, else 0
+  curl -sf "$ALI/_sim/state" | jq -r --arg id "$1" '[.instances[] | select(.id == $id and .status != "Stopped")] | length'
+}
+
+# is VALUE COMMAND...: COMMAND prints VALUE (for wait_until).
+is() {
+  local want="$1"
+  shift
+  [[ "$("$@")" == "$want" ]]
+}
+gone() { ! kc get "$@" -o name >/dev/null 2>&1; } # gone KIND NAME
+cordoned() {                                      # cordoned NODE: unschedulable or tainted disrupted
+  local what
+  what="$(kc get node "$1" -o jsonpath='{.spec.unschedulable} {.spec.taints[*].key}')"
+  [[ "$what" == *true* || "$what" == *karpenter.sh/disrupted* ]]
+}
 ready_nodes() {
   kc get nodes -o json | jq '[.items[] | select(.status.conditions[]? | .type == "Ready" and .status == "True")] | length'
 }

@@ -42,13 +42,13 @@ empty="$(kc get pods -l app=web -o json | jq -r '.items[].spec.nodeName' | sort 
 
 step "NodePool status"
 wait_until "NodePool status.nodes = $nodes" 30 \
-  bash -c "[[ \"\$($E2E_BIN/kubectl --kubeconfig $ADMIN_KUBECONFIG get nodepool default -o jsonpath='{.status.nodes}')\" == $nodes ]]"
+  is "$nodes" kc get nodepool default -o jsonpath='{.status.nodes}'
 kc get nodepool default -o json | jq -e '(.status.conditions[] | select(.type == "Ready") | .status == "True")
   and (.status.resources.cpu | tonumber) > 0' >/dev/null || fail "NodePool status: $(kc get nodepool default -o json | jq -c .status)"
 
 step "more pods, memory with everything cached"
 kc create deployment idle --image registry.k8s.io/pause:3.10 --replicas 100 >/dev/null
-wait_until "100 small pods Running" 120 bash -c "[[ \$($E2E_BIN/kubectl --kubeconfig $ADMIN_KUBECONFIG get pods -l app=idle --field-selector status.phase=Running -o name | wc -l) == 100 ]]"
+wait_until "100 small pods Running" 120 running_is idle 100
 sleep 2
 figure "luaprov RSS with $((REPLICAS + 100)) pods, $(count nodeclaims) NodeClaims, $(count nodes) Nodes cached: $(rss_mib a) MiB"
 no_rbac_denials

@@ -33,7 +33,7 @@ drained_through_pdb() {
   done
   ((lowest >= 2)) || fail "only $lowest guarded pods ran during the drain of $node: the budget was not honoured"
   wait_until "instance $instance released" 60 \
-    bash -c "[[ \$(curl -sf '$ALI/_sim/state' | jq -r --arg id '$instance' '[.instances[] | select(.id == \$id and .status != \"Stopped\")] | length') == 0 ]]"
+    is 0 instance_alive "$instance"
   wait_until "3 guarded pods Running again" 180 running_is guarded 3
 }
 
@@ -43,7 +43,7 @@ node="$claim"
 claim="$(kc get nodeclaims -o json | jq -r --arg n "$node" '.items[] | select(.status.nodeName == $n) | .metadata.name')"
 [[ -n "$claim" ]] || fail "no NodeClaim for node $node"
 kc delete nodeclaim "$claim" --wait=false >/dev/null
-wait_until "node $node cordoned" 30 bash -c "[[ \$($E2E_BIN/kubectl --kubeconfig $ADMIN_KUBECONFIG get node $node -o jsonpath='{.spec.unschedulable}{.spec.taints[*].key}') == *true* || \$($E2E_BIN/kubectl --kubeconfig $ADMIN_KUBECONFIG get node $node -o jsonpath='{.spec.taints[*].key}') == *karpenter.sh/disrupted* ]]"
+wait_until "node $node cordoned" 30 cordoned "$node"
 drained_through_pdb "$node"
 kc get nodeclaim "$claim" -o name >/dev/null 2>&1 && fail "NodeClaim $claim is still there"
 refusals="$(jq -s '[.[] | select(.objectRef.subresource == "eviction" and .responseStatus.code == 429)] | length' "$AUDIT_LOG")"
@@ -56,7 +56,7 @@ node="$(kc get pods -l app=guarded -o jsonpath='{.items[0].spec.nodeName}')"
 claim="$(kc get nodeclaims -o json | jq -r --arg n "$node" '.items[] | select(.status.nodeName == $n) | .metadata.name')"
 kc delete node "$node" --wait=false >/dev/null
 drained_through_pdb "$node"
-wait_until "NodeClaim $claim gone" 60 bash -c "! $E2E_BIN/kubectl --kubeconfig $ADMIN_KUBECONFIG get nodeclaim $claim -o name >/dev/null 2>&1"
+wait_until "NodeClaim $claim gone" 60 gone nodeclaim "$claim"
 wait_until "NodeClaims, Nodes and instances agree" 60 settled
 no_empty_nodes guarded
 
@@ -84,8 +84,8 @@ pod="$(kc get pods -l app=stuck -o jsonpath='{.items[0].metadata.name}')"
 claim="$(kc get nodeclaims -o json | jq -r --arg n "$node" '.items[] | select(.status.nodeName == $n) | .metadata.name')"
 kc delete nodeclaim "$claim" --wait=false >/dev/null
 wait_until "the pod deleted past the grace period" 120 \
-  bash -c "! $E2E_BIN/kubectl --kubeconfig $ADMIN_KUBECONFIG get pod $pod -o name >/dev/null 2>&1"
-wait_until "node $node gone" 60 bash -c "! $E2E_BIN/kubectl --kubeconfig $ADMIN_KUBECONFIG get node $node -o name >/dev/null 2>&1"
+  gone pod "$pod"
+wait_until "node $node gone" 60 gone node "$node"
 jq -s -e --arg p "$pod" '[.[] | select(.objectRef.name == $p)] as $r
   | ($r | map(select(.objectRef.subresource == "eviction" and .responseStatus.code == 429)) | length) > 0
   and ($r | map(select(.verb == "delete" and .objectRef.subresource == null)) | length) == 1' "$AUDIT_LOG" >/dev/null \
