@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "controller/controller.h"
+#include "core/clock.h"
 
 static json_t *conditions_of(const json_t *obj) {
   return json_object_get(json_object_get(obj, "status"), "conditions");
@@ -58,8 +59,8 @@ int lp_condition_set(json_t *obj, const char *type, const char *status, const ch
   }
   if (!reason) reason = strcmp(status, "True") == 0 ? type : "Unknown";
   if (set_string(c, "status", status) || !json_object_get(c, "lastTransitionTime")) {
-    char ts[21];
-    lp_rfc3339(now, ts);
+    char ts[LP_RFC3339_SIZE];
+    lp_clock_rfc3339(now, 0, ts);
     json_object_set_new(c, "lastTransitionTime", json_string(ts));
     changed = 1;
   }

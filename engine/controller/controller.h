@@ -199,8 +199,7 @@ int lp_nodeclass_ref_supported(const json_t *supported, const json_t *ref);
 /* A Go duration ("90s", "1m30s", "1h", "500ms", "1.5h") in seconds; < 0 when s is not one. */
 double lp_duration_parse(const char *s);
 
-/* RFC 3339 UTC with seconds ("2026-11-30T06:01:36Z") for wall time t; out has >= 21 bytes. */
-void lp_rfc3339(double t, char out[21]);
+/* Timestamps are written with lp_clock_rfc3339 (core/clock.h). */
 /* Parses RFC 3339 (fraction and offset allowed) into epoch seconds; < 0 on failure. */
 double lp_rfc3339_parse(const char *s);
 

@@ -217,8 +217,8 @@ void lp_env_event(lp_ctrl_env *env, const json_t *involved, const char *type, co
   json_object_set_new(env->recent_events, dedup, json_real(now));
   free(dedup);
 
-  char ts[21];
-  lp_rfc3339(now, ts);
+  char ts[LP_RFC3339_SIZE];
+  lp_clock_rfc3339(now, 0, ts);
   const char *event_ns = ns && *ns ? ns : "default";
   json_t *ev = json_pack(
       "{s:s, s:s, s:{s:s}, s:{s:O*, s:O*, s:s*, s:s*, s:s*, s:O*}, s:s, s:s, s:s, s:{s:s}, s:s, s:s, s:i}",
@@ -360,13 +360,6 @@ json_t *lp_obj_owner_ref(const json_t *owner, const char *api_version, const cha
 }
 
 /* ---- time ---------------------------------------------------------------------------------- */
-
-void lp_rfc3339(double t, char out[21]) {
-  time_t secs = (time_t)t;
-  struct tm tm;
-  gmtime_r(&secs, &tm);
-  strftime(out, 21, "%Y-%m-%dT%H:%M:%SZ", &tm);
-}
 
 double lp_rfc3339_parse(const char *s) {
   int y, mo, d, h, mi, n = 0;

@@ -179,8 +179,8 @@ static void claim_deleted(const lp_kube_reply *reply, void *ud) {
     return;
   }
   repair_state *st = lp_controller_state(op->c);
-  char since[21], condition[128];
-  lp_rfc3339(op->since, since);
+  char since[LP_RFC3339_SIZE], condition[128];
+  lp_clock_rfc3339(op->since, 0, since);
   snake_case(op->type, condition, sizeof condition);
   lp_info(lp_controller_logger(op->c), "deleting unhealthy node", LPF_STR("node", op->key),
           LPF_STR("nodeclaim", lp_obj_name(op->claim)), LPF_STR("nodepool", op->pool),
@@ -253,8 +253,8 @@ static void repair(lp_controller *c, const char *key, json_t *node, json_t *clai
     delete_claim(op);
     return;
   }
-  char when[21];
-  lp_rfc3339(now, when);
+  char when[LP_RFC3339_SIZE];
+  lp_clock_rfc3339(now, 0, when);
   lp_env_patch(lp_controller_env(c), LP_KIND_NODECLAIM, lp_obj_name(claim), lp_obj_resource_version(claim),
                NULL, json_pack("{s:{s:{s:s}}}", "metadata", "annotations", ANNOTATION_DEADLINE, when),
                claim_annotated, op);

@@ -322,8 +322,8 @@ static void find_deadline(term_op *op) {
     return;
   }
   op->deadline = deleted + seconds;
-  char when[21];
-  lp_rfc3339(op->deadline, when);
+  char when[LP_RFC3339_SIZE];
+  lp_clock_rfc3339(op->deadline, 0, when);
   patch_claim(op, NULL, json_pack("{s:{s:{s:s}}}", "metadata", "annotations", TERM_ANNOTATION_DEADLINE, when),
               deadline_stamped);
 }

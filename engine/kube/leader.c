@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "core/clock.h"
@@ -39,17 +38,6 @@ static double now_s(void) {
 }
 
 /* MicroTime: RFC 3339 in UTC with exactly six fractional digits. */
-static void micro_time(char out[48]) {
-  double w = lp_clock_wall();
-  time_t secs = (time_t)w;
-  unsigned us = (unsigned)((w - (double)secs) * 1e6) % 1000000u;
-  struct tm tm;
-  gmtime_r(&secs, &tm);
-  char base[24];
-  strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
-  snprintf(out, 48, "%s.%06uZ", base, us);
-}
-
 static char *default_identity(void) {
   char host[256] = "";
   if (gethostname(host, sizeof host - 1) != 0 || !*host) snprintf(host, sizeof host, "unknown");
@@ -194,8 +182,8 @@ static void on_get(const lp_kube_reply *r, void *ud) {
   lp_leader *le = ud;
   if (!reply_current(le, r)) return;
   lp_kube_ref ref = lease_ref(le);
-  char now_text[48];
-  micro_time(now_text);
+  char now_text[LP_RFC3339_SIZE];
+  lp_clock_rfc3339(lp_clock_wall(), 1, now_text);
   if (r->error && strcmp(r->error->code, "NotFound") == 0) {
     json_t *obj = json_pack("{s:s,s:s,s:{s:s,s:s},s:o}", "apiVersion", "coordination.k8s.io/v1", "kind",
                             "Lease", "metadata", "name", le->name, "namespace", le->namespace, "spec",
@@ -329,8 +317,8 @@ static void maybe_finish(lp_leader *le) {
     if (le->lease && strcmp(holder_of(spec_of(le->lease)), le->identity) == 0) {
       json_t *obj = json_deep_copy(le->lease);
       json_t *spec = json_object_get(obj, "spec");
-      char now_text[48];
-      micro_time(now_text);
+      char now_text[LP_RFC3339_SIZE];
+      lp_clock_rfc3339(lp_clock_wall(), 1, now_text);
       json_object_set_new(spec, "holderIdentity", json_string(""));
       json_object_set_new(spec, "leaseDurationSeconds", json_integer(1));
       json_object_set_new(spec, "renewTime", json_string(now_text));

@@ -50,8 +50,8 @@ static int claim_status_request(bench_seeding *s, size_t i, unsigned step, bench
   if (step > 0) return 0;
   req->method = "PATCH";
   snprintf(req->path, sizeof req->path, "/apis/karpenter.sh/v1/nodeclaims/claim-%05zu/status", i);
-  char ts[21];
-  lp_rfc3339(lp_clock_wall(), ts);
+  char ts[LP_RFC3339_SIZE];
+  lp_clock_rfc3339(lp_clock_wall(), 0, ts);
   req->body = lp_xasprintf(
       "{\"status\":{\"providerID\":\"cn-hangzhou.i-bench%05zu\",\"nodeName\":\"node-%05zu\",\"imageID\":"
       "\"aliyun_3_x64\",\"capacity\":{\"cpu\":\"2\",\"memory\":\"8Gi\",\"pods\":\"110\"},\"allocatable\":{"

@@ -162,8 +162,8 @@ static int claim_request(bench_seeding *bs, size_t i, unsigned step, bench_seed_
     return 1;
   }
   if (step > 1) return 0;
-  char ts[21];
-  lp_rfc3339(lp_clock_wall(), ts);
+  char ts[LP_RFC3339_SIZE];
+  lp_clock_rfc3339(lp_clock_wall(), 0, ts);
   json_t *status = json_deep_copy(json_object_get(launched, "status"));
   json_object_set_new(status, "conditions",
                       json_pack("[{s:s, s:s, s:s, s:s, s:s}]", "type", "Launched", "status", "True", "reason",

@@ -45,8 +45,8 @@ static long api_send(const char *method, const char *path, json_t *body) {
 static void set_nodeclass_status(const char *name, int ready) {
   json_t *nc = api_get(NODECLASSES "/%s", name);
   json_t *status = ready ? mapping_resolved_status(f.scripts, f.sim, nc) : json_object();
-  char now[21];
-  lp_rfc3339(lp_clock_wall(), now);
+  char now[LP_RFC3339_SIZE];
+  lp_clock_rfc3339(lp_clock_wall(), 0, now);
   json_object_set_new(
       status, "conditions",
       json_pack("[{s:s, s:s, s:s, s:s, s:s}]", "type", "Ready", "status", ready ? "True" : "False", "reason",
