@@ -1,9 +1,11 @@
--- Alibaba Cloud OpenAPI client for the RPC-style products (ECS, VPC, STS), with no SDK: builds and
--- signs one request per attempt, sends it through luaprov.http, decodes the JSON answer and turns
--- every failure into one error table the rest of the mapping can branch on.
+-- Alibaba Cloud OpenAPI client for the RPC-style products (ECS, VPC, STS) and the ROA-style
+-- Container Service (cs), with no SDK: builds and signs one request per attempt, sends it through
+-- luaprov.http, decodes the JSON answer and turns every failure into one error table the rest of the
+-- mapping can branch on.
 --
 --   client.new{region, endpoint, signature, credentials, timeout_ms, max_attempts, transport, sleep}
 --   c:call(product, action, params [, opts]) -> decoded body | nil, err
+--   c:roa(product, action, {method, path, query, body} [, opts]) -> value, request_id | nil, err
 --   c:paginate(product, action, params, {list, style, page_size}) -> items | nil, err
 --   c:call_all(product, action, list_of_params, {concurrency}) -> results (body | {error = err})
 --   client.flatten(params [, action]) -> flat wire params (Tag.1.Key, SecurityGroupIds.1, ...)
@@ -31,6 +33,8 @@ local PRODUCTS = {
   ecs = { version = "2014-05-26", prefix = "ecs" },
   vpc = { version = "2016-04-28", prefix = "vpc" },
   sts = { version = "2015-04-01", prefix = "sts", central = "sts.aliyuncs.com" },
+  -- Container Service for Kubernetes (ACK): ROA style (resource paths, JSON bodies), c:roa only.
+  cs = { version = "2015-12-15", prefix = "cs", roa = true },
 }
 
 -- Parameters that the API takes as one string holding a JSON array, per action. The same
@@ -246,26 +250,35 @@ local function build_v2(self, spec, action, flat, creds, url)
   }
 end
 
--- The ACS3 ("V3") form: business parameters in the query, action and version in x-acs-* headers,
--- the signature in Authorization.
-local function build_v3(self, spec, action, flat, creds, url, authority, path)
+-- The ACS3 ("V3") form: action and version in x-acs-* headers, the signature in Authorization.
+-- RPC: POST to the endpoint's path with the business parameters in the query and no body.
+-- ROA: `roa.method` to the endpoint's path joined with `roa.path`, a JSON body whose SHA-256 goes in
+-- x-acs-content-sha256 (the signer computes it when the body is not empty).
+local function build_v3(self, spec, action, flat, creds, url, authority, path, roa)
+  local method, body = "POST", ""
   local headers = {
     host = authority,
     ["x-acs-action"] = action,
     ["x-acs-version"] = spec.version,
     ["x-acs-date"] = time.iso8601(self.clock()),
     ["x-acs-signature-nonce"] = crypto.random_hex(16),
-    ["x-acs-content-sha256"] = EMPTY_SHA256,
     accept = "application/json",
   }
+  if roa then
+    method, body = roa.method, roa.body
+    url = url:gsub("/$", "") .. roa.path
+    path = path:gsub("/$", "") .. roa.path
+    if body ~= "" then headers["content-type"] = "application/json" end
+  end
+  if body == "" then headers["x-acs-content-sha256"] = EMPTY_SHA256 end
   if creds.security_token then headers["x-acs-security-token"] = creds.security_token end
   local authorization, err = signer.acs3_authorization(
-    { method = "POST", path = path, query = flat, headers = headers, body = "" },
+    { method = method, path = path, query = flat, headers = headers, body = body },
     creds.access_key_id, creds.access_key_secret)
   if not authorization then return nil, err end
   headers.Authorization = authorization
   local query = signer.canonical_query(flat)
-  return { method = "POST", url = query == "" and url or url .. "?" .. query, headers = headers, body = "" }
+  return { method = method, url = query == "" and url or url .. "?" .. query, headers = headers, body = body }
 end
 
 -- Anonymous STS calls (AssumeRoleWithOIDC): no signature at all; the common parameters in the
@@ -305,7 +318,9 @@ local function snippet(body)
 end
 
 -- The request for one attempt (signed with fresh credentials), or nil plus the fields of an error.
-local function prepare(self, product, action, flat, opts)
+-- `roa` ({method, path, body}) makes it a ROA request; ROA calls are always signed with ACS3 (the
+-- RPC HMAC-SHA1 scheme does not cover paths and bodies).
+local function prepare(self, product, action, flat, opts, roa)
   local spec = PRODUCTS[product]
   local scheme, authority, path = split_url(endpoint_for(self, product))
   local url = scheme .. "://" .. authority .. path
@@ -322,10 +337,10 @@ local function prepare(self, product, action, flat, opts)
         request_id = err.request_id, http_status = err.http_status, credentials = true,
         detail = tostring(err.message or err.code) }
     end
-    if self.signature == "v2" then
+    if self.signature == "v2" and not roa then
       request, err = build_v2(self, spec, action, flat, creds, url)
     else
-      request, err = build_v3(self, spec, action, flat, creds, url, authority, path)
+      request, err = build_v3(self, spec, action, flat, creds, url, authority, path, roa)
     end
     if not request then return nil, { action = action, code = "CryptoError", detail = tostring(err) } end
   end
@@ -333,9 +348,17 @@ local function prepare(self, product, action, flat, opts)
   return request, nil, creds
 end
 
--- What one answer means: the decoded body, or nil plus the fields of an error (see make_error)
--- whose `retryable` says whether another attempt could do better.
-local function interpret(product, action, res, terr, tcode, creds, n, idempotent, duration_ms)
+-- A ROA answer is any JSON value (DescribeClusterAttachScripts answers a JSON string), or text.
+local function roa_value(body)
+  local ok, value = pcall(json.decode, body or "")
+  if ok and value ~= nil then return value end
+  return body or ""
+end
+
+-- What one answer means: the decoded body (for `roa`, any JSON value or the raw text) plus the
+-- request ID, or nil plus the fields of an error (see make_error) whose `retryable` says whether
+-- another attempt could do better. The request ID is the body's, else the x-acs-request-id header.
+local function interpret(product, action, res, terr, tcode, creds, n, idempotent, duration_ms, roa)
   if not res then
     log.debug("alibaba call", { product = product, action = action, attempt = n, duration_ms = duration_ms,
       outcome = tcode or "Transport" })
@@ -346,14 +369,16 @@ local function interpret(product, action, res, terr, tcode, creds, n, idempotent
   local status = res.status
   local body = json_object(res.body)
   local request_id = body and (body.RequestId or body.requestId)
-  if type(request_id) ~= "string" then request_id = nil end
+  if type(request_id) ~= "string" then request_id = type(res.headers) == "table" and res.headers["x-acs-request-id"] end
+  if type(request_id) ~= "string" or request_id == "" then request_id = nil end
   local api_code = body and (body.Code or body.code)
   if type(api_code) ~= "string" or api_code == "" then api_code = nil end
   log.debug("alibaba call", { product = product, action = action, attempt = n, duration_ms = duration_ms,
     http_status = status, request_id = request_id, api_code = api_code })
 
   if status >= 200 and status < 300 then
-    if body then return body end
+    if roa then return roa_value(res.body), request_id end
+    if body then return body, request_id end
     return nil, { action = action, code = "InvalidResponse", http_status = status, retryable = idempotent,
       detail = "the response body is not a JSON object: " .. scrub(snippet(res.body), creds) }
   end
@@ -372,16 +397,16 @@ local function interpret(product, action, res, terr, tcode, creds, n, idempotent
     request_id = request_id, detail = scrub(message, creds), retryable = retryable }
 end
 
--- One attempt: the decoded body, or nil plus the fields of an error, plus the credentials it used.
-local function attempt(self, product, action, flat, opts, n, idempotent)
-  local request, fields, creds = prepare(self, product, action, flat, opts)
+-- One attempt: the decoded body and its request ID, or nil plus the fields of an error; then the
+-- credentials it used.
+local function attempt(self, product, action, flat, opts, n, idempotent, roa)
+  local request, fields, creds = prepare(self, product, action, flat, opts, roa)
   if not request then return nil, fields end
   local started = time.monotonic()
   local res, terr, tcode = self.transport(request)
   local duration_ms = math.floor((time.monotonic() - started) * 1000 + 0.5)
-  local body
-  body, fields = interpret(product, action, res, terr, tcode, creds, n, idempotent, duration_ms)
-  return body, fields, creds
+  local body, info = interpret(product, action, res, terr, tcode, creds, n, idempotent, duration_ms, roa)
+  return body, info, creds
 end
 
 -- Full jitter (a uniform wait below an exponentially growing ceiling) spreads out clients that
@@ -391,22 +416,15 @@ local function backoff(self, n)
   return math.random() * ceiling
 end
 
---- c:call(product, action, params [, opts]) -> decoded JSON body | nil, err
--- opts: anonymous (unsigned STS call, params as a form body), idempotent (repeat after a 5xx or a
--- lost answer although the action mutates), timeout_ms, max_attempts.
-function M:call(product, action, params, opts)
-  if not PRODUCTS[product] then error(format("alibaba client: unknown product '%s'", tostring(product)), 2) end
-  if type(action) ~= "string" or action == "" then error("alibaba client: action must be a non-empty string", 2) end
-  opts = opts or {}
-  local flat = M.flatten(params, action)
-  local idempotent = opts.idempotent or is_read_action(action) or flat.ClientToken ~= nil or false
+-- Attempts until an answer, a failure that another attempt cannot fix, or max_attempts.
+local function run(self, product, action, flat, opts, idempotent, roa)
   local max_attempts = opts.max_attempts or self.max_attempts
   local refreshed = false
   local n = 0
   while true do
     n = n + 1
-    local body, fields, creds = attempt(self, product, action, flat, opts, n, idempotent)
-    if body then return body end
+    local body, fields, creds = attempt(self, product, action, flat, opts, n, idempotent, roa)
+    if body then return body, fields end
     -- An expired STS token is refreshed once, outside the attempt count: the provider's clock and
     -- the server's may disagree by more than the refresh margin.
     local expired = fields.api_code and fields.api_code:find("^InvalidSecurityToken%.Expired")
@@ -424,12 +442,60 @@ function M:call(product, action, params, opts)
   end
 end
 
+local function rpc_product(product, level)
+  local spec = PRODUCTS[product]
+  if not spec then error(format("alibaba client: unknown product '%s'", tostring(product)), level + 1) end
+  if spec.roa then error(format("alibaba client: product '%s' is ROA style; use c:roa", product), level + 1) end
+end
+
+--- c:call(product, action, params [, opts]) -> decoded JSON body | nil, err
+-- opts: anonymous (unsigned STS call, params as a form body), idempotent (repeat after a 5xx or a
+-- lost answer although the action mutates), timeout_ms, max_attempts.
+function M:call(product, action, params, opts)
+  rpc_product(product, 2)
+  if type(action) ~= "string" or action == "" then error("alibaba client: action must be a non-empty string", 2) end
+  opts = opts or {}
+  local flat = M.flatten(params, action)
+  local idempotent = opts.idempotent or is_read_action(action) or flat.ClientToken ~= nil or false
+  local body, err = run(self, product, action, flat, opts, idempotent)
+  if not body then return nil, err end
+  return body
+end
+
+--- c:roa(product, action, req [, opts]) -> value, request_id | nil, err
+-- One call of a ROA-style API (Container Service): req = {method = "POST", path = "/clusters/c-1/...",
+-- query = {flat params} (optional), body = table (sent as JSON) or string (optional)}. Always signed
+-- with ACS3, the body's SHA-256 in x-acs-content-sha256. The answer is the decoded JSON value (an
+-- object, or a bare JSON string) or, when it is not JSON, the raw text. Errors are call()'s: the
+-- body's `code`, `message` and `requestId` (or the x-acs-request-id header), classified the same way.
+-- opts as call()'s (anonymous aside).
+function M:roa(product, action, req, opts)
+  local spec = PRODUCTS[product]
+  if not (spec and spec.roa) then error(format("alibaba client: product '%s' is not ROA style", tostring(product)), 2) end
+  if type(action) ~= "string" or action == "" then error("alibaba client: action must be a non-empty string", 2) end
+  if type(req) ~= "table" or type(req.path) ~= "string" or req.path:sub(1, 1) ~= "/" then
+    error("alibaba client: roa needs req.path starting with '/'", 2)
+  end
+  opts = opts or {}
+  local body = req.body or ""
+  if type(body) == "table" then
+    local text, err = json.encode(body)
+    if not text then error("alibaba client: roa body: " .. tostring(err), 2) end
+    body = text
+  end
+  local roa = { method = (req.method or "POST"):upper(), path = req.path, body = body }
+  local flat = M.flatten(req.query, action)
+  local idempotent = opts.idempotent or is_read_action(action) or false
+  return run(self, product, action, flat, { timeout_ms = opts.timeout_ms, max_attempts = opts.max_attempts },
+    idempotent, roa)
+end
+
 --- c:call_all(product, action, list_of_params [, opts]) -> results
 -- The same action for many parameter sets, up to opts.concurrency (default 8) requests in flight
 -- (luaprov.http.request_all). results[i] is the decoded body, or {error = err} with err as call()
 -- returns it. Retryable failures are retried together after a backoff, up to max_attempts rounds.
 function M:call_all(product, action, list, opts)
-  if not PRODUCTS[product] then error(format("alibaba client: unknown product '%s'", tostring(product)), 2) end
+  rpc_product(product, 2)
   opts = opts or {}
   local results, pending = {}, {}
   for i, params in ipairs(list) do pending[#pending + 1] = { index = i, flat = M.flatten(params, action) } end
