@@ -1,12 +1,200 @@
--- What an ECS instance runs first: the user data of a launch. For now the ECSNodeClass's
--- spec.userData unchanged; the ACK attach script (cluster type ACKManaged) is added here.
+-- What an ECS instance runs first: the user data of a launch (docs/alibaba.md#how-a-node-joins-the-cluster-bootstrap).
 --   user_data(ctx, nodeclaim, nodeclass, capacity_type) -> text | nil, err
+--   cluster_type(ctx) -> "ACKManaged" | "Custom" | nil, err
+-- text is the raw user data (not base64). For cluster type ACKManaged (the default) it runs the
+-- cluster's attach script (attachscript.lua) with the node's labels, kubelet settings and taints,
+-- between the parts of the ECSNodeClass's spec.userData before and after the separator line, or as
+-- one more part of a MIME multi-part spec.userData (mime.lua). For Custom, spec.userData unchanged.
+-- err = {code, message, action, request_id, http_status}: "InvalidNodeClass" / "InvalidNodeClaim" for
+-- objects that cannot make a safe script, "InvalidConfig", or the attach-script call's error.
+local luaprov = require "luaprov"
+local attachscript = require "providers.alibaba.attachscript"
+local mime = require "providers.alibaba.mime"
+local util = require "providers.alibaba.util"
+
 local M = {}
 
-function M.user_data(_ctx, _nodeclaim, nodeclass, _capacity_type)
-  local spec = type(nodeclass) == "table" and nodeclass.spec or nil
-  local text = type(spec) == "table" and spec.userData or nil
-  return type(text) == "string" and text or ""
+M.SEPARATOR = "#===USERDATA_SEPARATOR==="
+local UNREGISTERED = "karpenter.sh/unregistered"
+local EFFECTS = { NoSchedule = true, PreferNoSchedule = true, NoExecute = true }
+local TYPES = { ACKManaged = true, Custom = true }
+
+local function present(v) return v ~= nil and v ~= "" and v ~= luaprov.json.null end
+
+local function invalid(code, fmt, ...)
+  return nil, { code = code, message = fmt:format(...) }
+end
+
+function M.cluster_type(ctx)
+  local value = present(ctx and ctx.cluster_type) and ctx.cluster_type
+    or luaprov.env("LUAPROV_ALIBABA_CLUSTER_TYPE")
+  if not present(value) then return "ACKManaged" end
+  if not TYPES[value] then
+    return invalid("InvalidConfig", "cluster type %q is not ACKManaged or Custom (ctx.cluster_type, "
+      .. "LUAPROV_ALIBABA_CLUSTER_TYPE)", tostring(value))
+  end
+  return value
+end
+
+local function trim(s)
+  return (s:gsub("^%s+", ""):gsub("%s+$", ""))
+end
+
+-- What may stand in the attach command's --labels and --taints lists unquoted: Kubernetes label
+-- keys (an optional DNS prefix and "/") and values. Anything else (space, quote, comma, "=", ":",
+-- "$") would break the command line or smuggle in another argument.
+local KEY = "^[%w][%w%._%-]*/?[%w%._%-]*$"
+local VALUE = "^[%w%._%-]*$"
+
+local function safe_key(s) return type(s) == "string" and #s <= 317 and s:find(KEY) ~= nil and s:sub(-1) ~= "/" end
+local function safe_value(s) return type(s) == "string" and #s <= 63 and s:find(VALUE) ~= nil end
+
+local function node_labels(nodeclaim, capacity_type)
+  local labels = {}
+  local meta = type(nodeclaim) == "table" and nodeclaim.metadata
+  local given = type(meta) == "table" and meta.labels
+  if type(given) == "table" then
+    for k, v in pairs(given) do labels[k] = v end
+  end
+  labels["karpenter.sh/capacity-type"] = capacity_type
+  local keys = {}
+  for k, v in pairs(labels) do
+    if not safe_key(k) then
+      return invalid("InvalidNodeClaim", "NodeClaim label key %q cannot be passed to the attach script "
+        .. "(letters, digits, '.', '_', '-', one '/')", tostring(k))
+    end
+    if not safe_value(v) then
+      return invalid("InvalidNodeClaim", "NodeClaim label %s=%q cannot be passed to the attach script "
+        .. "(at most 63 letters, digits, '.', '_', '-')", k, tostring(v))
+    end
+    keys[#keys + 1] = k
+  end
+  table.sort(keys, util.byte_less)
+  local out = {}
+  for i, k in ipairs(keys) do out[i] = k .. "=" .. labels[k] end
+  return out
+end
+
+local function node_taints(nodeclaim)
+  local spec = type(nodeclaim) == "table" and type(nodeclaim.spec) == "table" and nodeclaim.spec or {}
+  local out, unregistered = {}, false
+  for _, field in ipairs({ "taints", "startupTaints" }) do
+    local list = spec[field]
+    if list ~= nil and type(list) ~= "table" then
+      return invalid("InvalidNodeClaim", "NodeClaim spec.%s must be a list of taints", field)
+    end
+    for i, t in ipairs(list or {}) do
+      local where = ("NodeClaim spec.%s[%d]"):format(field, i - 1)
+      if type(t) ~= "table" then return invalid("InvalidNodeClaim", "%s is not a taint object", where) end
+      if not safe_key(t.key) then
+        return invalid("InvalidNodeClaim", "%s: key %q cannot be passed to the attach script (letters, digits, "
+          .. "'.', '_', '-', one '/')", where, tostring(t.key))
+      end
+      if present(t.value) and not safe_value(t.value) then
+        return invalid("InvalidNodeClaim", "%s (%s): value %q cannot be passed to the attach script (at most 63 "
+          .. "letters, digits, '.', '_', '-')", where, t.key, tostring(t.value))
+      end
+      if not EFFECTS[t.effect] then
+        return invalid("InvalidNodeClaim", "%s (%s): effect %q is not NoSchedule, PreferNoSchedule or NoExecute",
+          where, t.key, tostring(t.effect))
+      end
+      out[#out + 1] = t.key .. (present(t.value) and ("=" .. t.value) or "") .. ":" .. t.effect
+      if t.key == UNREGISTERED and t.effect == "NoExecute" then unregistered = true end
+    end
+  end
+  -- Karpenter removes this taint once the node registered; the node must come up with it.
+  if not unregistered then out[#out + 1] = UNREGISTERED .. ":NoExecute" end
+  return out
+end
+
+-- --node-config: base64 of {"kubelet_config": {...}}, written by hand so the order and the empty
+-- object are fixed.
+local function node_config(spec)
+  local kubelet = spec.kubeletConfiguration
+  local max_pods = type(kubelet) == "table" and kubelet.maxPods or nil
+  local doc = '{"kubelet_config":{}}'
+  if present(max_pods) then
+    local n = type(max_pods) == "number" and math.tointeger(max_pods)
+    if not n or n < 1 then
+      return invalid("InvalidNodeClass", "ECSNodeClass spec.kubeletConfiguration.maxPods is %s, not a positive "
+        .. "integer", tostring(max_pods))
+    end
+    doc = ('{"kubelet_config":{"maxPods":%d}}'):format(n)
+  end
+  return luaprov.crypto.base64_encode(doc)
+end
+
+local function attach_command(ctx, nodeclaim, spec, capacity_type)
+  local cluster_id = ctx.cluster_id
+  if not present(cluster_id) or not tostring(cluster_id):find("^[%w_%-]+$") then
+    return invalid("InvalidConfig", "ACK cluster ID %q is not a cluster ID (ctx.cluster_id)", tostring(cluster_id))
+  end
+  local labels, err = node_labels(nodeclaim, capacity_type)
+  if not labels then return nil, err end
+  local taints
+  taints, err = node_taints(nodeclaim)
+  if not taints then return nil, err end
+  local config
+  config, err = node_config(spec)
+  if not config then return nil, err end
+  local format_disk = spec.formatDataDisk
+  if format_disk ~= nil and type(format_disk) ~= "boolean" then
+    return invalid("InvalidNodeClass", "ECSNodeClass spec.formatDataDisk is %s, not true or false",
+      tostring(format_disk))
+  end
+  local script
+  script, err = attachscript.get(ctx, cluster_id, format_disk == true)
+  if not script then return nil, err end
+  table.insert(labels, 1, "ack.aliyun.com=" .. cluster_id)
+  table.insert(labels, 1, "k8s.aliyun.com=true")
+  return ("%s --labels %s --node-config %s --taints %s"):format(script, table.concat(labels, ","), config,
+    table.concat(taints, ","))
+end
+
+-- The text before the separator line runs before the attach command, the text after it (or all of
+-- it when there is no separator) after.
+local function split(user)
+  local first, last = user:find(M.SEPARATOR, 1, true)
+  if not first then return "", trim(user) end
+  return trim(user:sub(1, first - 1)), trim(user:sub(last + 1))
+end
+
+local function bash(command, user)
+  local pre, post = split(user)
+  local out = { "#!/bin/bash\n\n" }
+  if pre ~= "" then out[#out + 1] = 'echo "Executing preUserData..."\n' .. pre .. "\n" end
+  out[#out + 1] = command .. "\n"
+  if post ~= "" then out[#out + 1] = '\necho "Executing postUserData..."\n' .. post .. "\n" end
+  return table.concat(out)
+end
+
+function M.user_data(ctx, nodeclaim, nodeclass, capacity_type)
+  ctx = ctx or {}
+  local spec = type(nodeclass) == "table" and type(nodeclass.spec) == "table" and nodeclass.spec or {}
+  local user = spec.userData
+  if not present(user) then user = "" end
+  if type(user) ~= "string" then return invalid("InvalidNodeClass", "ECSNodeClass spec.userData is not a string") end
+  local kind, err = M.cluster_type(ctx)
+  if not kind then return nil, err end
+  if kind == "Custom" then return user end
+  if capacity_type ~= "spot" and capacity_type ~= "on-demand" then
+    return invalid("InvalidArgument", "capacity type %q is not spot or on-demand", tostring(capacity_type))
+  end
+  local is_mime = mime.is_mime(user)
+  if is_mime then
+    -- A broken document is the node class's fault: say so before asking the cluster for anything.
+    local parts, merr = mime.parse(user)
+    if not parts then return invalid("InvalidNodeClass", "ECSNodeClass spec.userData: %s", merr) end
+  end
+  local command
+  command, err = attach_command(ctx, nodeclaim, spec, capacity_type)
+  if not command then return nil, err end
+  if is_mime then
+    local text, merr = mime.merge("#!/bin/bash\n" .. command .. "\n", user)
+    if not text then return invalid("InvalidNodeClass", "ECSNodeClass spec.userData: %s", merr) end
+    return text
+  end
+  return bash(command, user)
 end
 
 return M

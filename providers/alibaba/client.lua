@@ -471,7 +471,9 @@ end
 -- opts as call()'s (anonymous aside).
 function M:roa(product, action, req, opts)
   local spec = PRODUCTS[product]
-  if not (spec and spec.roa) then error(format("alibaba client: product '%s' is not ROA style", tostring(product)), 2) end
+  if not (spec and spec.roa) then
+    error(format("alibaba client: product '%s' is not ROA style", tostring(product)), 2)
+  end
   if type(action) ~= "string" or action == "" then error("alibaba client: action must be a non-empty string", 2) end
   if type(req) ~= "table" or type(req.path) ~= "string" or req.path:sub(1, 1) ~= "/" then
     error("alibaba client: roa needs req.path starting with '/'", 2)

@@ -2,6 +2,7 @@
 -- the table of what the engine passes and expects is in providers/alibaba/README.md). This file only
 -- wires the contract names to the modules that do the work; the engine enforces rules CP1–CP8
 -- (docs/contracts.md#cloudprovider-rules) around every result.
+local bootstrap = require "providers.alibaba.bootstrap"
 local instances = require "providers.alibaba.instances"
 local instancetypes = require "providers.alibaba.instancetypes"
 local nodeclass = require "providers.alibaba.nodeclass"
@@ -13,6 +14,9 @@ M.name = "alibabacloud"
 M.resolve_nodeclass = nodeclass.resolve
 M.nodeclass_hash = nodeclass.hash
 M.instance_types = instancetypes.list
+-- The user data a launch sends (`luaprov eval user-data` prints it): (ctx, nodeclaim, nodeclass,
+-- capacity_type) -> text | nil, err.
+M.user_data = bootstrap.user_data
 
 function M.create(ctx, req)
   return instances.run(ctx, req)

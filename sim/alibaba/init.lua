@@ -1,16 +1,18 @@
 -- Alibaba Cloud simulator: ECS, VPC and STS on one endpoint, told apart by the API version, speaking
--- the real RPC wire format (V2 and V3 signatures), plus the ECS metadata service's credential paths
--- and the unsigned admin paths under /_sim/. Served by `luaprov sim` through handle(request).
+-- the real RPC wire format (V2 and V3 signatures); the Container Service's ROA paths (/clusters/...);
+-- the ECS metadata service's credential paths and the unsigned admin paths under /_sim/. Served by
+-- `luaprov sim` through handle(request).
 --
 -- Routing only; the parts are: wire (parsing, responses, errors), auth (signatures, credentials,
 -- STS, metadata), catalogue and account (what exists), state (instances, tokens, counts), faults,
--- ecs / instances / tags / vpc (the actions), admin (/_sim/).
+-- ecs / instances / tags / vpc / cs (the actions), admin (/_sim/).
 --
 -- handle never raises: bad input gets the API's error, and a bug in an action answers InternalError
 -- (HTTP 500) with the cause logged, the way the real gateway hides its internals.
 local luaprov = require "luaprov"
 local admin = require "sim.alibaba.admin"
 local auth = require "sim.alibaba.auth"
+local cs = require "sim.alibaba.cs"
 local ecs = require "sim.alibaba.ecs"
 local faults = require "sim.alibaba.faults"
 local instances = require "sim.alibaba.instances"
@@ -58,7 +60,8 @@ local PER_CALL_ERRORS = { error = true, throttle = true, ["5xx"] = true }
 
 -- The gateway's order: which API (action and version), who is calling (signature), the gateway's
 -- own refusals (fault rules standing in for throttling and outages), then the action.
-local function serve(call, rule_out)
+-- The RPC action a call names, or the API's error.
+local function rpc_action(call)
   if not call.action or call.action == "" then
     wire.fail(400, "MissingAction", "Action is mandatory for this action.")
   end
@@ -70,6 +73,17 @@ local function serve(call, rule_out)
   if not action then
     wire.fail(404, "InvalidAction.NotFound", "Specified api is not found, please check your url and method.")
   end
+  return action
+end
+
+local function serve(call, rule_out)
+  local action
+  if call.roa then
+    cs.check(call)
+    action = cs[call.action]
+  else
+    action = rpc_action(call)
+  end
   auth.verify(call)
   local rule = faults.take(call)
   rule_out.rule = rule
@@ -80,6 +94,7 @@ local function serve(call, rule_out)
     end
     wire.fail(rule.status, rule.code, rule.message, headers)
   end
+  if call.roa then return wire.roa_ok(call, action(call)) end
   return wire.ok(call, action(call))
 end
 
@@ -89,6 +104,7 @@ local function api(request)
     luaprov.log.error("alibaba simulator could not parse a request", { error = tostring(call) })
     return wire.json_response(400, { Code = "InvalidParameter", Message = "The request could not be parsed." })
   end
+  cs.route(call)
   local applied = {}
   local ok, res = pcall(serve, call, applied)
   if not ok then

@@ -355,8 +355,22 @@ function M.ok(call, body)
   return render(call, 200, (call.action or "") .. "Response", out)
 end
 
---- error_response(call, err) -> the response for an API error raised by fail.
+--- roa_ok(call, value) -> 200 response of a ROA action: value as JSON (a bare JSON string for a
+-- script), the RequestId in the x-acs-request-id header.
+function M.roa_ok(call, value)
+  return { status = 200, body = assert(json.encode(value)),
+    headers = { ["x-acs-request-id"] = call.request_id, ["content-type"] = "application/json;charset=utf-8" } }
+end
+
+--- error_response(call, err) -> the response for an API error raised by fail: RPC's
+-- {Code, Message, RequestId, HostId, Recommend}, or ROA's {code, message, requestId}.
 function M.error_response(call, err)
+  if call.roa then
+    local headers = { ["x-acs-request-id"] = call.request_id, ["content-type"] = "application/json;charset=utf-8" }
+    for k, v in pairs(err.headers or {}) do headers[k] = v end
+    return { status = err.status, headers = headers,
+      body = assert(json.encode({ code = err.code, message = err.message, requestId = call.request_id })) }
+  end
   local host = M.HOSTS[call.product or "ecs"]
   local body = {
     RequestId = call.request_id, HostId = host, Code = err.code, Message = err.message,

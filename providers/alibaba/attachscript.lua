@@ -1,0 +1,73 @@
+-- The ACK attach script of a cluster: the one-line command a new ECS instance runs to join an ACK
+-- managed cluster, from the Container Service's DescribeClusterAttachScripts (ROA, POST
+-- /clusters/{ClusterId}/attachscript), cached 6 hours per (endpoint, region, cluster, format_disk).
+--
+--   get(ctx, cluster_id, format_disk) -> script | nil, err
+--   TTL          seconds an answer is reused (6 h)
+--   clock        function() -> seconds: the time cache entries are dated and aged with (the
+--                engine's clock by default; specs replace it to step over the 6 hours)
+--
+-- err is the client's error table ({code, message, action = "DescribeClusterAttachScripts",
+-- request_id, http_status}); its code is never "InsufficientCapacity": a cluster that cannot hand out
+-- its script says nothing about an offering's capacity.
+local luaprov = require "luaprov"
+local session = require "providers.alibaba.session"
+
+local M = {}
+
+M.ACTION = "DescribeClusterAttachScripts"
+M.TTL = 6 * 3600
+M.clock = luaprov.time.now
+
+-- The luaprov.cache TTL only bounds memory (it runs on the engine's monotonic clock); freshness is
+-- decided by the age of the entry on M.clock.
+local cache = luaprov.cache.new("alibaba-attach-script", M.TTL, 1000)
+
+local function key_of(ctx, cluster_id, format_disk)
+  return table.concat({ ctx.endpoint or luaprov.env("LUAPROV_ALIBABA_ENDPOINT") or "", ctx.region or "",
+    cluster_id, format_disk and "format" or "keep" }, "\0")
+end
+
+-- The answer is the command as a JSON string (or plain text): line breaks the API puts in ("\r\n")
+-- are removed, as is the space around it.
+local function clean(value)
+  if type(value) ~= "string" then return nil end
+  return (value:gsub("\r\n", ""):gsub("^%s+", ""):gsub("%s+$", ""))
+end
+
+function M.get(ctx, cluster_id, format_disk)
+  ctx = ctx or {}
+  local key = key_of(ctx, cluster_id, format_disk)
+  local now = M.clock()
+  local hit = cache:get(key)
+  if type(hit) == "table" and type(hit.script) == "string" and type(hit.at) == "number"
+      and now >= hit.at and now - hit.at < M.TTL then
+    return hit.script
+  end
+  local c, err = session.client(ctx)
+  if not c then
+    err.action = M.ACTION
+    return nil, err
+  end
+  local value, request_id = c:roa("cs", M.ACTION, {
+    method = "POST",
+    path = "/clusters/" .. cluster_id .. "/attachscript",
+    body = { keep_instance_name = true, format_disk = format_disk and true or false },
+  })
+  if value == nil then
+    err = request_id
+    if err.code == "InsufficientCapacity" then err.code = err.api_code or "CreateError" end
+    err.message = ("ACK cluster %s: %s"):format(cluster_id, err.message)
+    return nil, err
+  end
+  local script = clean(value)
+  if not script or script == "" then
+    return nil, { code = "InvalidResponse", action = M.ACTION, request_id = request_id,
+      message = ("ACK cluster %s: %s: the attach script is empty (RequestId %s)"):format(cluster_id, M.ACTION,
+        request_id or "none") }
+  end
+  cache:set(key, { script = script, at = now })
+  return script
+end
+
+return M
