@@ -194,6 +194,76 @@ describe("alibaba client", function()
     end)
   end)
 
+  describe("ROA calls", function()
+    local PATH = "/clusters/c-1/attachscript"
+
+    it("send the method, the resource path and a JSON body whose SHA-256 is signed, even for v2 clients", function()
+      local t = scripted { { body = '"curl x | bash"' } }
+      local c = new_client(t, { signature = "v2", endpoint = "http://127.0.0.1:9/gw/",
+        credentials = { access_key_id = AK, access_key_secret = SK, security_token = TOKEN } })
+      local value = c:roa("cs", "DescribeClusterAttachScripts", { method = "post", path = PATH,
+        body = { format_disk = true } })
+      assert.equals("curl x | bash", value)
+      local req = t.requests[1]
+      assert.equals("POST", req.method)
+      assert.equals("http://127.0.0.1:9/gw" .. PATH, req.url)
+      assert.equals('{"format_disk":true}', req.body)
+      local h = req.headers
+      assert.equals("application/json", h["content-type"])
+      assert.equals("2015-12-15", h["x-acs-version"])
+      assert.equals("DescribeClusterAttachScripts", h["x-acs-action"])
+      assert.equals(luaprov.crypto.sha256_hex(req.body), h["x-acs-content-sha256"])
+      local headers = {}
+      for k, v in pairs(h) do if k ~= "Authorization" then headers[k] = v end end
+      local expected = signer.acs3_authorization({ method = "POST", path = "/gw" .. PATH, headers = headers,
+        body = req.body }, AK, SK)
+      assert.equals(expected, h.Authorization)
+      assert.matches("content%-type;host;x%-acs%-action", h.Authorization)
+    end)
+
+    it("go to cs.<region>.aliyuncs.com without an endpoint", function()
+      local t = scripted { { body = '"s"' } }
+      local c = new_client(t, { endpoint = false })
+      c.endpoint = nil
+      assert(c:roa("cs", "DescribeClusterAttachScripts", { path = PATH }))
+      assert.equals("https://cs.cn-hangzhou.aliyuncs.com" .. PATH, t.requests[1].url)
+    end)
+
+    it("answer any JSON value, or the text when it is not JSON, with the request ID header", function()
+      local t = scripted { function() return { status = 200, headers = { ["x-acs-request-id"] = "H-1" },
+        body = "plain text\r\n" } end }
+      local value, request_id = new_client(t):roa("cs", "DescribeClusterAttachScripts", { path = PATH })
+      assert.equals("plain text\r\n", value)
+      assert.equals("H-1", request_id)
+    end)
+
+    it("read ROA errors (code, message, requestId) and classify them as RPC ones", function()
+      local t = scripted { { status = 404, body = { code = "ErrorClusterNotFound", message = "no such cluster",
+        requestId = "R-404" } } }
+      local value, err = new_client(t):roa("cs", "DescribeClusterAttachScripts", { path = PATH })
+      assert.is_nil(value)
+      assert.equals("ErrorClusterNotFound", err.code)
+      assert.equals("R-404", err.request_id)
+      assert.equals(404, err.http_status)
+      assert.equals("DescribeClusterAttachScripts: ErrorClusterNotFound: no such cluster (RequestId R-404, HTTP 404)",
+        err.message)
+      t = scripted { function() return { status = 400, headers = { ["x-acs-request-id"] = "H-2" },
+        body = json.encode { code = "Throttling.User", message = "slow" } } end }
+      local c = new_client(t, { max_attempts = 2 })
+      value, err = c:roa("cs", "DescribeClusterAttachScripts", { path = PATH })
+      assert.equals("Throttled", err.code)
+      assert.equals("H-2", err.request_id)
+      assert.equals(2, #t.requests)
+    end)
+
+    it("are refused for RPC products, and RPC calls for ROA ones", function()
+      local c = new_client(scripted { { body = {} } })
+      assert.has_error(function() c:roa("ecs", "DescribeRegions", { path = "/" }) end)
+      assert.has_error(function() c:call("cs", "DescribeClusterAttachScripts", {}) end)
+      assert.has_error(function() c:roa("cs", "DescribeClusterAttachScripts", { path = "clusters" }) end)
+    end)
+  end)
+
   describe("errors and retries", function()
     it("retries throttling with bounded full-jitter backoff, then succeeds", function()
       local throttled = { status = 400, body = { Code = "Throttling.User", Message = "slow down", RequestId = "t" } }
