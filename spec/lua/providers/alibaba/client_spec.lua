@@ -250,7 +250,7 @@ describe("alibaba client", function()
       t = scripted { function() return { status = 400, headers = { ["x-acs-request-id"] = "H-2" },
         body = json.encode { code = "Throttling.User", message = "slow" } } end }
       local c = new_client(t, { max_attempts = 2 })
-      value, err = c:roa("cs", "DescribeClusterAttachScripts", { path = PATH })
+      _, err = c:roa("cs", "DescribeClusterAttachScripts", { path = PATH })
       assert.equals("Throttled", err.code)
       assert.equals("H-2", err.request_id)
       assert.equals(2, #t.requests)
