@@ -250,9 +250,9 @@ describe("alibaba client", function()
       t = scripted { function() return { status = 400, headers = { ["x-acs-request-id"] = "H-2" },
         body = json.encode { code = "Throttling.User", message = "slow" } } end }
       local c = new_client(t, { max_attempts = 2 })
-      _, err = c:roa("cs", "DescribeClusterAttachScripts", { path = PATH })
-      assert.equals("Throttled", err.code)
-      assert.equals("H-2", err.request_id)
+      local _, err2 = c:roa("cs", "DescribeClusterAttachScripts", { path = PATH })
+      assert.equals("Throttled", err2.code)
+      assert.equals("H-2", err2.request_id)
       assert.equals(2, #t.requests)
     end)
 
