@@ -1,5 +1,6 @@
-/* luaprov eval drift|repair|tags|instance-types: dry-run the policies and the mapping on objects
- * read from files. One JSON document on stdout; {"error": ...} and exit 1 on failure. */
+/* luaprov eval drift|repair|tags|instance-types|user-data: dry-run the policies and the mapping on
+ * objects read from files. One JSON document on stdout (user-data: the user data text itself);
+ * {"error": ...} and exit 1 on failure. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,8 @@ static const char usage[] =
     "       luaprov eval repair [--scripts DIR]\n"
     "       luaprov eval tags   --nodeclaim F --nodeclass F [--cluster-id ID] [--region R] [--scripts DIR]\n"
     "       luaprov eval instance-types --nodeclass F [--endpoint URL] [--region R] [--scripts DIR]\n"
+    "       luaprov eval user-data --nodeclaim F --nodeclass F [--endpoint URL] [--cluster-id ID]\n"
+    "                              [--capacity-type spot|on-demand] [--region R] [--scripts DIR]\n"
     "\n"
     "Runs one policy or mapping function on objects read from files, with the scripts of DIR (files it\n"
     "does not hold come from the default tree), and prints one JSON document:\n"
@@ -28,15 +31,17 @@ static const char usage[] =
     "  repair          [{\"condition_type\", \"condition_status\", \"toleration_seconds\"}]\n"
     "  tags            {\"tag-key\": \"value\", ...}\n"
     "  instance-types  [{\"name\", \"requirements\", \"offerings\", \"capacity\", \"overhead\"}]\n"
+    "  user-data       the user data a launch of the NodeClaim would send, as the instance receives it\n"
+    "                  (plain text, not JSON; --capacity-type defaults to on-demand)\n"
     "Objects are JSON or YAML as `kubectl get -o json|yaml` prints them; the instance is JSON in the\n"
-    "shape of docs/contracts.md#the-instance-shape. instance-types calls the cloud API at --endpoint\n"
-    "(e.g. `luaprov sim`).\n"
+    "shape of docs/contracts.md#the-instance-shape. instance-types and user-data call the cloud API at\n"
+    "--endpoint (e.g. `luaprov sim`).\n"
     "On failure prints {\"error\": \"...\"} and exits 1.\n";
 
 typedef struct eval_args {
   const char *what;
   const char *files[4]; /* nodeclaim, nodeclass, instance, nodepool */
-  const char *scripts, *cluster_id, *region, *endpoint;
+  const char *scripts, *cluster_id, *region, *endpoint, *capacity_type;
 } eval_args;
 
 enum { F_NODECLAIM, F_NODECLASS, F_INSTANCE, F_NODEPOOL };
@@ -344,6 +349,44 @@ static json_t *eval_instance_types(uv_loop_t *loop, lp_script_host *h, const eva
   return out.value;
 }
 
+/* The entry module of the CloudProvider mapping (the one the engine launches through). */
+static const char *cloudprovider_module(void) {
+  for (const lp_module_spec *m = lp_contract_modules; m->module; m++)
+    if (strcmp(m->contract, "CloudProvider mapping") == 0) return m->module;
+  return NULL;
+}
+
+/* The mapping's user_data(ctx, nodeclaim, nodeclass, capacity_type) -> text | nil, err: the text as a
+ * JSON string, or the mapping's error (its code and message). */
+static json_t *eval_user_data(lp_script_host *h, json_t *ctx, json_t **objects, const char *capacity_type,
+                              lp_error **err) {
+  const char *module = cloudprovider_module();
+  lp_task_result *r = lp_script_host_call_sync(
+      h, module, "user_data",
+      json_pack("[OOOs]", ctx, objects[F_NODECLAIM], objects[F_NODECLASS], capacity_type));
+  json_t *out = NULL;
+  if (r->error) {
+    lp_error_set(err, r->error->code, "%s", r->error->message);
+  } else {
+    json_t *values = json_loads(r->json, JSON_DECODE_ANY, NULL);
+    json_t *text = json_array_get(values, 0), *problem = json_array_get(values, 1);
+    if (json_is_string(text)) {
+      out = json_incref(text);
+    } else if (problem && !json_is_null(problem)) {
+      const char *code = json_string_value(json_object_get(problem, "code"));
+      const char *message = json_is_string(problem) ? json_string_value(problem)
+                                                    : json_string_value(json_object_get(problem, "message"));
+      lp_error_set(err, code ? code : "MappingError", "user_data: %s", message ? message : "?");
+    } else {
+      policy_error(h, module, "user_data",
+                   "user_data returned no text; return the user data as a string, or nil and an error", err);
+    }
+    json_decref(values);
+  }
+  lp_task_result_free(r);
+  return out;
+}
+
 static int parse_args(int argc, char **argv, eval_args *a) {
   static const char *const file_flags[] = {"--nodeclaim", "--nodeclass", "--instance", "--nodepool"};
   a->what = argv[1];
@@ -365,6 +408,8 @@ static int parse_args(int argc, char **argv, eval_args *a) {
       a->region = value;
     else if (strcmp(argv[i], "--endpoint") == 0)
       a->endpoint = value;
+    else if (strcmp(argv[i], "--capacity-type") == 0)
+      a->capacity_type = value;
     else
       return -1;
     i++;
@@ -375,6 +420,7 @@ static int parse_args(int argc, char **argv, eval_args *a) {
 static json_t *evaluate(uv_loop_t *loop, lp_script_host *h, const eval_args *a, json_t **objects,
                         lp_error **err) {
   json_t *ctx = json_pack("{s:s, s:s}", "cluster_id", a->cluster_id, "region", a->region);
+  if (a->endpoint) json_object_set_new(ctx, "endpoint", json_string(a->endpoint));
   json_t *out = NULL;
   if (strcmp(a->what, "drift") == 0)
     out = eval_drift(h, ctx, objects, err);
@@ -382,6 +428,8 @@ static json_t *evaluate(uv_loop_t *loop, lp_script_host *h, const eval_args *a, 
     out = eval_repair(h, ctx, err);
   else if (strcmp(a->what, "tags") == 0)
     out = eval_tags(h, ctx, objects, err);
+  else if (strcmp(a->what, "user-data") == 0)
+    out = eval_user_data(h, ctx, objects, a->capacity_type, err);
   else
     out = eval_instance_types(loop, h, a, objects, err);
   json_decref(ctx);
@@ -389,12 +437,12 @@ static json_t *evaluate(uv_loop_t *loop, lp_script_host *h, const eval_args *a, 
 }
 
 int lp_cmd_eval(int argc, char **argv) {
-  static const char *const kinds[] = {"drift", "repair", "tags", "instance-types", NULL};
+  static const char *const kinds[] = {"drift", "repair", "tags", "instance-types", "user-data", NULL};
   if (lp_cli_wants_help(argc, argv) || argc < 2) {
     fputs(usage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
-  eval_args a = {.cluster_id = "luaprov", .region = "cn-hangzhou"};
+  eval_args a = {.cluster_id = "luaprov", .region = "cn-hangzhou", .capacity_type = "on-demand"};
   int known = 0;
   for (const char *const *k = kinds; *k; k++) known |= strcmp(argv[1], *k) == 0;
   if (!known || parse_args(argc, argv, &a) != 0) {
@@ -409,7 +457,8 @@ int lp_cmd_eval(int argc, char **argv) {
   /* which files each verb needs */
   int needs[4] = {0};
   if (strcmp(a.what, "drift") == 0) needs[F_NODECLAIM] = needs[F_NODECLASS] = needs[F_INSTANCE] = 1;
-  if (strcmp(a.what, "tags") == 0) needs[F_NODECLAIM] = needs[F_NODECLASS] = 1;
+  if (strcmp(a.what, "tags") == 0 || strcmp(a.what, "user-data") == 0)
+    needs[F_NODECLAIM] = needs[F_NODECLASS] = 1;
   if (strcmp(a.what, "instance-types") == 0) needs[F_NODECLASS] = 1;
   static const char *const names[] = {"nodeclaim", "nodeclass", "instance", "nodepool"};
   json_t *objects[4] = {NULL};
@@ -443,7 +492,16 @@ int lp_cmd_eval(int argc, char **argv) {
     lp_problems_free(&problems);
   }
   if (!err) out = evaluate(&loop, h, &a, objects, &err);
-  int status = err ? print_error(err->message) : print_value(out);
+  int status;
+  if (err) {
+    status = print_error(err->message);
+  } else if (strcmp(a.what, "user-data") == 0) { /* the text itself: what the instance runs */
+    fputs(json_string_value(out), stdout);
+    json_decref(out);
+    status = 0;
+  } else {
+    status = print_value(out);
+  }
   lp_error_free(err);
   for (int f = 0; f < 4; f++) json_decref(objects[f]);
   if (h) lp_script_host_close(h, NULL, NULL);

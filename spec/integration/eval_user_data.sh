@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# luaprov eval user-data against `luaprov sim`: the user data a launch would send for an ACK managed
+# cluster (the attach command from the simulated Container Service, labels, node config, taints), the
+# Custom passthrough, and the error an operator gets for an unknown cluster.
+source "$(dirname "$0")/lib.sh"
+
+"$LUAPROV" sim --log-level warn > "$WORK/sim.json" 2>"$WORK/sim.log" &
+SIM_PID=$!
+trap 'kill $SIM_PID 2>/dev/null; cleanup' EXIT
+for _ in $(seq 1 100); do [[ -s "$WORK/sim.json" ]] && break; sleep 0.05; done
+ENDPOINT="$(sed 's/.*"alibaba":"\([^"]*\)".*/\1/' "$WORK/sim.json")"
+[[ "$ENDPOINT" == http://127.0.0.1:* ]] || fail "no simulator endpoint in $(cat "$WORK/sim.json")"
+export ALIBABA_CLOUD_ACCESS_KEY_ID=LTAI5simulatoraccess ALIBABA_CLOUD_ACCESS_KEY_SECRET=simulator-secret-do-not-use
+unset LUAPROV_ALIBABA_CLUSTER_TYPE LUAPROV_ALIBABA_ENDPOINT
+
+F="$LUAPROV_SOURCE_DIR/spec/fixtures/alibaba"
+# The node class with user data around the separator line.
+jq '.spec.userData = "echo before\n#===USERDATA_SEPARATOR===\necho after\n"' "$F/ecsnodeclass.json" \
+  > "$WORK/nodeclass.json"
+
+"$LUAPROV" eval user-data --nodeclaim "$F/nodeclaim.json" --nodeclass "$WORK/nodeclass.json" \
+  --endpoint "$ENDPOINT" --cluster-id luaprov-sim --capacity-type spot > "$WORK/user-data" \
+  || fail "eval user-data: $(cat "$WORK/user-data")"
+
+[[ "$(sed -n 1p "$WORK/user-data")" == "#!/bin/bash" ]] || fail "first line: $(head -1 "$WORK/user-data")"
+grep -qx 'echo "Executing preUserData..."' "$WORK/user-data" || fail "no pre part"
+grep -qx 'echo before' "$WORK/user-data" || fail "no pre text"
+grep -qx 'echo after' "$WORK/user-data" || fail "no post text"
+attach="$(grep -- '--openapi-token' "$WORK/user-data")" || fail "no attach command in $(cat "$WORK/user-data")"
+[[ "$attach" == "curl -fsSL "*"attach_node.sh | bash -s -- --openapi-token "* ]] || fail "attach line: $attach"
+labels="$(sed 's/.* --labels \([^ ]*\) .*/\1/' <<<"$attach")"
+[[ "$labels" == k8s.aliyun.com=true,ack.aliyun.com=luaprov-sim,* ]] || fail "labels: $labels"
+[[ ",$labels," == *,karpenter.sh/capacity-type=spot,* ]] || fail "capacity type label: $labels"
+[[ ",$labels," == *,karpenter.sh/nodepool=default,* ]] || fail "NodeClaim label: $labels"
+[[ "$attach" == *" --taints karpenter.sh/unregistered:NoExecute" ]] || fail "taints: $attach"
+config="$(sed 's/.* --node-config \([^ ]*\) .*/\1/' <<<"$attach")"
+[[ "$(base64 -d <<<"$config")" == '{"kubelet_config":{"maxPods":110}}' ]] || fail "node config: $config"
+# The lines in order: shebang, pre, the command, post.
+order="$(grep -n -e '^echo before$' -e 'openapi-token' -e '^echo after$' "$WORK/user-data" | cut -d: -f1 | tr '\n' ' ')"
+read -r before cmd after <<<"$order"
+(( before < cmd && cmd < after )) || fail "order of the parts: $order"
+# The simulated Container Service was asked once.
+calls="$(curl -s "$ENDPOINT/_sim/state" | jq '.calls.DescribeClusterAttachScripts')"
+[[ "$calls" == 1 ]] || fail "DescribeClusterAttachScripts calls: $calls"
+
+# Custom: spec.userData as it is, no call.
+LUAPROV_ALIBABA_CLUSTER_TYPE=Custom "$LUAPROV" eval user-data --nodeclaim "$F/nodeclaim.json" \
+  --nodeclass "$WORK/nodeclass.json" --endpoint "$ENDPOINT" > "$WORK/custom" || fail "Custom: $(cat "$WORK/custom")"
+[[ "$(cat "$WORK/custom")" == "$(jq -j .spec.userData "$WORK/nodeclass.json")" ]] || fail "Custom: $(cat "$WORK/custom")"
+
+# An unknown cluster: one JSON error naming the action, the API's code and the request ID; exit 1.
+got="$("$LUAPROV" eval user-data --nodeclaim "$F/nodeclaim.json" --nodeclass "$WORK/nodeclass.json" \
+  --endpoint "$ENDPOINT" --cluster-id c-unknown)" && fail "an unknown cluster should exit 1"
+jq -e '.error | test("DescribeClusterAttachScripts: ErrorClusterNotFound: .*RequestId [0-9A-F-]+, HTTP 404")' \
+  <<<"$got" >/dev/null || fail "unknown cluster message: $got"
+echo "eval user-data: ok"
