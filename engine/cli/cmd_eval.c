@@ -192,26 +192,40 @@ static json_t *load(const char *path, const char *what, lp_error **err) {
   return doc;
 }
 
+/* Calls a script function through the script host (args stolen) and returns the array of its results
+ * (new reference), or NULL with *err set when the call itself failed. */
+static json_t *call_script(lp_script_host *h, const char *module, const char *function, json_t *args,
+                           lp_error **err) {
+  lp_task_result *r = lp_script_host_call_sync(h, module, function, args);
+  json_t *values = NULL;
+  if (r->error)
+    lp_error_set(err, r->error->code, "%s", r->error->message);
+  else
+    values = json_loads(r->json, JSON_DECODE_ANY, NULL);
+  lp_task_result_free(r);
+  return values;
+}
+
+/* The message of a script's second result (a string, or a table with "message"); NULL if none. */
+static const char *problem_message(const json_t *problem) {
+  return json_is_string(problem) ? json_string_value(problem)
+                                 : json_string_value(json_object_get(problem, "message"));
+}
+
 /* Calls a policy function through the script host and returns its first result (new reference). */
 static json_t *call_policy(lp_script_host *h, const char *module, const char *function, json_t *args,
                            lp_error **err) {
-  lp_task_result *r = lp_script_host_call_sync(h, module, function, args);
+  json_t *values = call_script(h, module, function, args, err);
+  if (!values) return NULL;
   json_t *value = NULL;
-  if (r->error) {
-    lp_error_set(err, r->error->code, "%s", r->error->message);
+  json_t *first = json_array_get(values, 0), *second = json_array_get(values, 1);
+  if (json_is_null(first) && second && !json_is_null(second)) {
+    const char *msg = problem_message(second);
+    lp_error_set(err, "PolicyUndecided", "%s.%s returned no answer: %s", module, function, msg ? msg : "?");
   } else {
-    json_t *values = json_loads(r->json, JSON_DECODE_ANY, NULL);
-    json_t *first = json_array_get(values, 0), *second = json_array_get(values, 1);
-    if (json_is_null(first) && second && !json_is_null(second)) {
-      const char *msg = json_is_string(second) ? json_string_value(second)
-                                               : json_string_value(json_object_get(second, "message"));
-      lp_error_set(err, "PolicyUndecided", "%s.%s returned no answer: %s", module, function, msg ? msg : "?");
-    } else {
-      value = json_incref(first ? first : json_null());
-    }
-    json_decref(values);
+    value = json_incref(first ? first : json_null());
   }
-  lp_task_result_free(r);
+  json_decref(values);
   return value;
 }
 
@@ -361,29 +375,23 @@ static const char *cloudprovider_module(void) {
 static json_t *eval_user_data(lp_script_host *h, json_t *ctx, json_t **objects, const char *capacity_type,
                               lp_error **err) {
   const char *module = cloudprovider_module();
-  lp_task_result *r = lp_script_host_call_sync(
-      h, module, "user_data",
-      json_pack("[OOOs]", ctx, objects[F_NODECLAIM], objects[F_NODECLASS], capacity_type));
+  json_t *values =
+      call_script(h, module, "user_data",
+                  json_pack("[OOOs]", ctx, objects[F_NODECLAIM], objects[F_NODECLASS], capacity_type), err);
+  if (!values) return NULL;
   json_t *out = NULL;
-  if (r->error) {
-    lp_error_set(err, r->error->code, "%s", r->error->message);
+  json_t *text = json_array_get(values, 0), *problem = json_array_get(values, 1);
+  if (json_is_string(text)) {
+    out = json_incref(text);
+  } else if (problem && !json_is_null(problem)) {
+    const char *code = json_string_value(json_object_get(problem, "code"));
+    const char *message = problem_message(problem);
+    lp_error_set(err, code ? code : "MappingError", "user_data: %s", message ? message : "?");
   } else {
-    json_t *values = json_loads(r->json, JSON_DECODE_ANY, NULL);
-    json_t *text = json_array_get(values, 0), *problem = json_array_get(values, 1);
-    if (json_is_string(text)) {
-      out = json_incref(text);
-    } else if (problem && !json_is_null(problem)) {
-      const char *code = json_string_value(json_object_get(problem, "code"));
-      const char *message = json_is_string(problem) ? json_string_value(problem)
-                                                    : json_string_value(json_object_get(problem, "message"));
-      lp_error_set(err, code ? code : "MappingError", "user_data: %s", message ? message : "?");
-    } else {
-      policy_error(h, module, "user_data",
-                   "user_data returned no text; return the user data as a string, or nil and an error", err);
-    }
-    json_decref(values);
+    policy_error(h, module, "user_data",
+                 "user_data returned no text; return the user data as a string, or nil and an error", err);
   }
-  lp_task_result_free(r);
+  json_decref(values);
   return out;
 }
 

@@ -4,12 +4,7 @@
 # Custom passthrough, and the error an operator gets for an unknown cluster.
 source "$(dirname "$0")/lib.sh"
 
-"$LUAPROV" sim --log-level warn > "$WORK/sim.json" 2>"$WORK/sim.log" &
-SIM_PID=$!
-trap 'kill $SIM_PID 2>/dev/null; cleanup' EXIT
-for _ in $(seq 1 100); do [[ -s "$WORK/sim.json" ]] && break; sleep 0.05; done
-ENDPOINT="$(sed 's/.*"alibaba":"\([^"]*\)".*/\1/' "$WORK/sim.json")"
-[[ "$ENDPOINT" == http://127.0.0.1:* ]] || fail "no simulator endpoint in $(cat "$WORK/sim.json")"
+start_alibaba_sim
 export ALIBABA_CLOUD_ACCESS_KEY_ID=LTAI5simulatoraccess ALIBABA_CLOUD_ACCESS_KEY_SECRET=simulator-secret-do-not-use
 unset LUAPROV_ALIBABA_CLUSTER_TYPE LUAPROV_ALIBABA_ENDPOINT
 

@@ -19,3 +19,14 @@ fail() {
   [[ -f "$ENGINE_LOG" ]] && { echo "--- engine log ---" >&2; cat "$ENGINE_LOG" >&2; }
   exit 1
 }
+
+# start_alibaba_sim: `luaprov sim` in the background; sets SIM_PID and ENDPOINT (the Alibaba URL) and
+# stops the simulator on exit.
+start_alibaba_sim() {
+  "$LUAPROV" sim --log-level warn > "$WORK/sim.json" 2>"$WORK/sim.log" &
+  SIM_PID=$!
+  trap 'kill $SIM_PID 2>/dev/null; cleanup' EXIT
+  for _ in $(seq 1 100); do [[ -s "$WORK/sim.json" ]] && break; sleep 0.05; done
+  ENDPOINT="$(sed 's/.*"alibaba":"\([^"]*\)".*/\1/' "$WORK/sim.json")"
+  [[ "$ENDPOINT" == http://127.0.0.1:* ]] || fail "no simulator endpoint in $(cat "$WORK/sim.json")"
+}

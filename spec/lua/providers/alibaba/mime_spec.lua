@@ -4,30 +4,21 @@ local mime = require "providers.alibaba.mime"
 
 local BOOTSTRAP = "#!/bin/bash\necho 'start ack'\n"
 
-local USER = table.concat({
-  "MIME-Version: 1.0",
-  'Content-Type: multipart/mixed; boundary="//"',
-  "",
-  "--//",
-  'Content-Type: text/cloud-config; charset="us-ascii"',
-  "",
-  "fqdn: my-instance.localdomain",
-  "",
-  "--//",
-  "Content-Type: text/x-shellscript; stage=pre",
-  "",
-  "#!/bin/bash",
-  "echo 'pre-script'",
-  "",
-  "--//",
-  "Content-Type: text/x-shellscript",
-  "",
-  "#!/bin/bash",
-  "echo 'http://localhost'",
-  "",
-  "--//--",
-  "",
-}, "\n")
+-- The user's document: three parts, each body followed by a blank line before the next delimiter.
+local function user_doc(parts)
+  local out = { "MIME-Version: 1.0", 'Content-Type: multipart/mixed; boundary="//"', "" }
+  for _, p in ipairs(parts) do
+    table.move({ "--//", "Content-Type: " .. p[1], "", p[2], "" }, 1, 5, #out + 1, out)
+  end
+  out[#out + 1] = "--//--\n"
+  return table.concat(out, "\n")
+end
+
+local USER = user_doc {
+  { 'text/cloud-config; charset="us-ascii"', "fqdn: my-instance.localdomain" },
+  { "text/x-shellscript; stage=pre", "#!/bin/bash\necho 'pre-script'" },
+  { "text/x-shellscript", "#!/bin/bash\necho 'http://localhost'" },
+}
 
 local MERGED = table.concat({
   "MIME-Version: 1.0",
