@@ -67,6 +67,8 @@ function M.get(ctx, cluster_id, format_disk)
         request_id or "none") }
   end
   cache:set(key, { script = script, at = now })
+  luaprov.log.info("alibaba attach script fetched", { cluster_id = cluster_id, format_disk = format_disk and true
+    or false, request_id = request_id, cached_for_s = M.TTL })
   return script
 end
 
