@@ -1,6 +1,8 @@
 -- What an ECS instance runs first: the user data of a launch (docs/alibaba.md#how-a-node-joins-the-cluster-bootstrap).
 --   user_data(ctx, nodeclaim, nodeclass, capacity_type) -> text | nil, err
 --   cluster_type(ctx) -> "ACKManaged" | "Custom" | nil, err
+--   check(ctx, nodeclass) -> nil | message   why spec.userData cannot make user data for the cluster
+--                                            type (the ECSNodeClass's UserDataReady condition)
 -- text is the raw user data (not base64). For cluster type ACKManaged (the default) it runs the
 -- cluster's attach script (attachscript.lua) with the node's labels, kubelet settings and taints,
 -- between the parts of the ECSNodeClass's spec.userData before and after the separator line, or as
@@ -168,28 +170,45 @@ local function bash(command, user)
   return table.concat(out)
 end
 
-function M.user_data(ctx, nodeclaim, nodeclass, capacity_type)
-  ctx = ctx or {}
+local function user_text(nodeclass)
   local spec = type(nodeclass) == "table" and type(nodeclass.spec) == "table" and nodeclass.spec or {}
   local user = spec.userData
   if not present(user) then user = "" end
-  if type(user) ~= "string" then return invalid("InvalidNodeClass", "ECSNodeClass spec.userData is not a string") end
+  if type(user) ~= "string" then return nil, "ECSNodeClass spec.userData is not a string", spec end
+  return user, nil, spec
+end
+
+-- The launch-independent half of user_data: what is wrong with spec.userData for this cluster type.
+-- A MIME document must parse and survive the merge; a bootstrap part stands in for the attach
+-- command, which cannot change the outcome (it never holds the boundary).
+function M.check(ctx, nodeclass)
+  local user, why = user_text(nodeclass)
+  if not user then return why end
+  local kind, err = M.cluster_type(ctx or {})
+  if not kind then return err.message end
+  if kind == "Custom" or not mime.is_mime(user) then return nil end
+  local _, merr = mime.merge("#!/bin/bash\n", user)
+  if merr then return "ECSNodeClass spec.userData: " .. merr end
+  return nil
+end
+
+function M.user_data(ctx, nodeclaim, nodeclass, capacity_type)
+  ctx = ctx or {}
+  local user, why, spec = user_text(nodeclass)
+  if not user then return invalid("InvalidNodeClass", "%s", why) end
   local kind, err = M.cluster_type(ctx)
   if not kind then return nil, err end
   if kind == "Custom" then return user end
   if capacity_type ~= "spot" and capacity_type ~= "on-demand" then
     return invalid("InvalidArgument", "capacity type %q is not spot or on-demand", tostring(capacity_type))
   end
-  local is_mime = mime.is_mime(user)
-  if is_mime then
-    -- A broken document is the node class's fault: say so before asking the cluster for anything.
-    local parts, merr = mime.parse(user)
-    if not parts then return invalid("InvalidNodeClass", "ECSNodeClass spec.userData: %s", merr) end
-  end
+  -- A broken document is the node class's fault: say so before asking the cluster for anything.
+  why = M.check(ctx, nodeclass)
+  if why then return invalid("InvalidNodeClass", "%s", why) end
   local command
   command, err = attach_command(ctx, nodeclaim, spec, capacity_type)
   if not command then return nil, err end
-  if is_mime then
+  if mime.is_mime(user) then
     local text, merr = mime.merge("#!/bin/bash\n" .. command .. "\n", user)
     if not text then return invalid("InvalidNodeClass", "ECSNodeClass spec.userData: %s", merr) end
     return text

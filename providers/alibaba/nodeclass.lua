@@ -13,6 +13,7 @@
 -- cloud hiccup neither crashes the status controller nor empties a working class (upstream keeps
 -- the old status too, by returning before it patches).
 local luaprov = require "luaprov"
+local bootstrap = require "providers.alibaba.bootstrap"
 local util = require "providers.alibaba.util"
 local session = require "providers.alibaba.session"
 
@@ -335,6 +336,10 @@ function M.resolve(ctx, nodeclass)
     status[dep.field] = list
     conditions[#conditions + 1] = cond
   end
+  -- A userData the launch would refuse makes the class not Ready now, instead of failing every launch.
+  local why = bootstrap.check(ctx, nodeclass)
+  conditions[#conditions + 1] = why and condition("UserDataReady", "False", "InvalidUserData", why)
+    or condition("UserDataReady", "True", "UserDataReady")
   local all = { ready(conditions) }
   for _, cond in ipairs(conditions) do all[#all + 1] = cond end
   -- Conditions are a list keyed by type; sorted by type as operatorpkg keeps them.

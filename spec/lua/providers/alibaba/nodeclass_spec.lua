@@ -133,8 +133,25 @@ describe("nodeclass.resolve (fake cloud)", function()
       { type = "ImagesReady", status = "True", reason = "ImagesReady", message = "" },
       { type = "Ready", status = "True", reason = "Ready", message = "" },
       { type = "SecurityGroupsReady", status = "True", reason = "SecurityGroupsReady", message = "" },
+      { type = "UserDataReady", status = "True", reason = "UserDataReady", message = "" },
       { type = "VSwitchesReady", status = "True", reason = "VSwitchesReady", message = "" },
     }, status.conditions)
+  end)
+
+  it("makes a userData the cluster type cannot use a condition, not a launch failure", function()
+    local spec = {}
+    for k, v in pairs(FULL_SPEC) do spec[k] = v end
+    spec.userData = "MIME-Version: 1.0\nInvalid-Content"
+    local status = nodeclass.resolve(cloud.ctx, class(spec))
+    local c = cond(status, "UserDataReady")
+    assert.equals("False", c.status)
+    assert.equals("InvalidUserData", c.reason)
+    assert.matches("spec.userData", c.message, 1, true)
+    assert.equals("False", cond(status, "Ready").status)
+    -- a Custom cluster runs the user's data as it is: nothing to refuse
+    local custom = { cluster_type = "Custom" }
+    for k, v in pairs(cloud.ctx) do custom[k] = v end
+    assert.equals("True", cond(nodeclass.resolve(custom, class(spec)), "UserDataReady").status)
   end)
 
   it("sets upstream's reasons and messages when a selector matches nothing", function()
