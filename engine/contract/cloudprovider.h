@@ -104,4 +104,24 @@ void lp_cp_resolve_nodeclass(lp_cloudprovider *cp, const json_t *nodeclass, lp_c
  * the values of the ecsnodeclass-hash and -hash-version annotations (shapes.h). No cloud call. */
 void lp_cp_nodeclass_hash(lp_cloudprovider *cp, const json_t *nodeclass, lp_cp_done_fn done, void *ud);
 
+/* ---- interruption and registration (cloudprovider_interruption.c) ------------------------ */
+
+/* The Node condition types that announce an interruption of the instance (a spot reclaim), from the
+ * mapping's optional `interruption_conditions` list: a new JSON array of strings, empty when the
+ * mapping has none (caller decrefs). Re-read on every call: a reload may change it. */
+json_t *lp_cloudprovider_interruption_conditions(lp_cloudprovider *cp);
+
+/* Marks the offering (type, zone, capacity_type) unavailable for the unavailable-offerings TTL
+ * (lp_cloudprovider_config.unavailable_ttl_s), as a NoStock error does: GetInstanceTypes answers it
+ * available=false and Create skips it. reason is logged. Strings borrowed. */
+void lp_cp_mark_unavailable(lp_cloudprovider *cp, const char *type, const char *zone,
+                            const char *capacity_type, const char *reason);
+
+/* Tells the mapping that the instance of provider_id registered as Node node_name, through its
+ * optional registered(ctx, instance_id, node_name). Value: json_true() once the mapping answered,
+ * json_false() when the mapping has no registered function; errors are the mapping's (with its
+ * action and request ID in the message) or NodeClaimNotFound for an unparsable provider ID. */
+void lp_cp_registered(lp_cloudprovider *cp, const char *provider_id, const char *node_name,
+                      lp_cp_done_fn done, void *ud);
+
 #endif

@@ -170,6 +170,9 @@ static int check_fields(lua_State *L, int idx, const char *file, lp_problems *pr
                         "'%s' of the %s must be a function, not a %s; define it as "
                         "function M.%s%s",
                         r->name, contract, lua_typename(L, t), r->name, r->params);
+      else if (r->type == LUA_TTABLE)
+        lp_problems_add(problems, file, line, "'%s' of the %s must be a list, not a %s; set M.%s = {\"...\"}",
+                        r->name, contract, lua_typename(L, t), r->name);
       else
         lp_problems_add(problems, file, line, "'%s' of the %s must be a string, not a %s; set M.%s = \"...\"",
                         r->name, contract, lua_typename(L, t), r->name);
@@ -311,6 +314,8 @@ static void validate_cloudprovider(lua_State *L, int idx, const char *file, lp_p
       {"resolve_nodeclass", LUA_TFUNCTION, 1, "(ctx, nodeclass)"},
       {"provider_id", LUA_TFUNCTION, 1, "(instance)"},
       {"parse_provider_id", LUA_TFUNCTION, 1, "(s)"},
+      {"registered", LUA_TFUNCTION, 0, "(ctx, instance_id, node_name)"}, /* optional: after registration */
+      {"interruption_conditions", LUA_TTABLE, 0, NULL}, /* optional: Node conditions of an interruption */
       {NULL, 0, 0, NULL},
   };
   check_fields(L, idx, file, problems, "CloudProvider mapping", rules);

@@ -14,6 +14,8 @@ const lp_controller_def *const lp_controllers_default[] = {
     &lp_repair_controller,
     &lp_drift_controller,
     &lp_disruption_controller,
+    &lp_interruption_controller,
+    &lp_tagging_controller,
     NULL,
 };
 /* clang-format on */

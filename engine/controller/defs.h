@@ -13,5 +13,7 @@ extern const lp_controller_def lp_provisioner_controller;         /* provisioner
 extern const lp_controller_def lp_repair_controller;              /* repair.c */
 extern const lp_controller_def lp_drift_controller;               /* drift.c */
 extern const lp_controller_def lp_disruption_controller;          /* disruption.c */
+extern const lp_controller_def lp_interruption_controller;        /* interruption.c */
+extern const lp_controller_def lp_tagging_controller;             /* tagging.c */
 
 #endif

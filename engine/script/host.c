@@ -218,6 +218,41 @@ char *lp_script_host_module_string(lp_script_host *h, const char *module, const 
   return a.out;
 }
 
+typedef struct module_strings_args {
+  lp_generation *g;
+  const char *module;
+  const char *field;
+  json_t *out;
+} module_strings_args;
+
+static int read_module_strings(lua_State *L) {
+  module_strings_args *a = lua_touserdata(L, 1);
+  lp_generation_push_module(a->g, a->module);
+  if (!lua_istable(L, -1)) return 0;
+  lua_pushstring(L, a->field);
+  if (lua_rawget(L, -2) != LUA_TTABLE) return 0;
+  int list = lua_gettop(L);
+  lua_Integer n = (lua_Integer)lua_rawlen(L, list);
+  a->out = json_array();
+  for (lua_Integer i = 1; i <= n; i++) {
+    if (lua_rawgeti(L, list, i) == LUA_TSTRING)
+      json_array_append_new(a->out, json_string(lua_tostring(L, -1)));
+    lua_pop(L, 1);
+  }
+  return 0;
+}
+
+json_t *lp_script_host_module_strings(lp_script_host *h, const char *module, const char *field) {
+  module_strings_args a = {h->current, module, field, NULL};
+  lp_error *err = NULL;
+  if (lp_script_cpcall(lp_generation_state(h->current), read_module_strings, &a, &err) != 0) {
+    lp_error_free(err);
+    json_decref(a.out);
+    return NULL;
+  }
+  return a.out;
+}
+
 lp_generation *lp_script_host_current(lp_script_host *h) {
   return h->current;
 }

@@ -82,6 +82,11 @@ size_t lp_script_host_tasks_in_flight(const lp_script_host *h);
  * malloc'd copy, or NULL when the module or the field is absent or not a string. */
 char *lp_script_host_module_string(lp_script_host *h, const char *module, const char *field);
 
+/* The strings of a list field of an entry module of the generation in service (e.g. the mapping's
+ * `interruption_conditions`), as a new JSON array (caller decrefs; entries that are not strings are
+ * left out), or NULL when the module or the field is absent or not a table. */
+json_t *lp_script_host_module_strings(lp_script_host *h, const char *module, const char *field);
+
 lp_generation *lp_script_host_current(lp_script_host *h);
 uint64_t lp_script_host_generation_id(const lp_script_host *h);
 

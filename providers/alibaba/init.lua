@@ -34,6 +34,19 @@ function M.list(ctx)
   return instances.list(ctx)
 end
 
+-- The Node conditions that announce the instance's interruption: ACK raises InstanceExpired on the
+-- Node of a spot instance the cloud will reclaim (about 5 minutes ahead; docs/alibaba.md#spot-interruption).
+M.interruption_conditions = { "InstanceExpired" }
+
+-- Called once a NodeClaim's Node registered: the instance gets the Node's name as its Name tag, so the
+-- console shows which node an instance is.
+function M.registered(ctx, instance_id, node_name)
+  if type(node_name) ~= "string" or node_name == "" then
+    return nil, { code = "InvalidParameter", message = "registered: node_name must be a non-empty string" }
+  end
+  return instances.tag(ctx, instance_id, { Name = node_name })
+end
+
 -- ACK's node providerID: "<region>.<instance-id>", e.g. "cn-hangzhou.i-bp1abc".
 function M.provider_id(instance)
   if type(instance) ~= "table" then return nil, "provider_id: instance must be a table" end

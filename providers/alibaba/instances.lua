@@ -219,6 +219,18 @@ function M.run(ctx, req)
   return from_request(ctx, req, id)
 end
 
+--- tag(ctx, id, tags) -> true | nil, err: sets tags (a map key -> value) on the instance with one
+-- TagResources; setting the same tags again changes nothing, so a lost answer may be retried.
+function M.tag(ctx, id, tags)
+  local c, err = client_for(ctx)
+  if not c then return nil, err end
+  local body, terr = c:call("ecs", "TagResources", { RegionId = ctx.region, ResourceType = "instance",
+    ResourceId = { id }, Tag = tag_params(tags) }, { idempotent = true })
+  if not body then return nil, terr end
+  log.info("instance tagged", { instance_id = id, request_id = body.RequestId })
+  return true
+end
+
 --- delete(ctx, id) -> true once deletion is triggered | nil, {code = "NotFound"} when already gone
 function M.delete(ctx, id)
   local c, err = client_for(ctx)

@@ -170,6 +170,21 @@ describe("alibaba instances against the simulator", function()
     assert.equals("NotFound", gerr.code)
   end)
 
+  it("registered tags the instance Name=<node name> with TagResources, keeping its other tags", function()
+    local mapping = require "providers.alibaba"
+    local inst = assert(instances.run(ctx, request { client_token = "tag-1" }))
+    assert.is_true(mapping.registered(ctx, inst.id, "cn-hangzhou.172.16.0.9"))
+    local tags = sim:state().instances[1].tags
+    assert.equals("cn-hangzhou.172.16.0.9", tags.Name)
+    assert.equals("owned", tags["kubernetes.io/cluster/c-spec"])
+    assert.equals(1, sim:state().calls.TagResources)
+    local none, err = mapping.registered(ctx, "i-bp1doesnotexist0000", "n")
+    assert.is_nil(none)
+    assert.matches("TagResources", err.message)
+    assert.matches("RequestId", err.message)
+    assert.is_nil((mapping.registered(ctx, inst.id, "")))
+  end)
+
   it("describe batches ids by 100 in InstanceIds", function()
     local launched = assert(c:call("ecs", "RunInstances", { RegionId = "cn-hangzhou", Amount = 100,
       InstanceType = "ecs.g7.large", VSwitchId = VSWITCH, ImageId = IMAGE, SecurityGroupIds = { SG } }))

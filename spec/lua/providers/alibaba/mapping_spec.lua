@@ -14,12 +14,14 @@ describe("the Alibaba CloudProvider mapping", function()
   it("exports the contract of providers/alibaba/README.md", function()
     assert.equals("alibabacloud", rawget(mapping, "name"))
     for _, f in ipairs { "instance_types", "create", "delete", "get", "list", "resolve_nodeclass", "nodeclass_hash",
-      "provider_id", "parse_provider_id" } do
+      "provider_id", "parse_provider_id", "registered" } do
       assert.is_function(rawget(mapping, f), f)
     end
     assert.equals(nodeclass.resolve, mapping.resolve_nodeclass)
     assert.equals(nodeclass.hash, mapping.nodeclass_hash)
     assert.equals(instancetypes.list, mapping.instance_types)
+    -- the Node condition ACK raises on a spot instance about to be reclaimed (docs/alibaba.md)
+    assert.same({ "InstanceExpired" }, mapping.interruption_conditions)
   end)
 
   it("passes `luaprov check`", function()
