@@ -8,6 +8,7 @@ local account = require "sim.alibaba.account"
 local auth = require "sim.alibaba.auth"
 local catalogue = require "sim.alibaba.catalogue"
 local faults = require "sim.alibaba.faults"
+local reclaim = require "sim.alibaba.reclaim"
 local state = require "sim.alibaba.state"
 local wire = require "sim.alibaba.wire"
 
@@ -68,10 +69,8 @@ local function instance_path(request, id)
   local inst = state.get(id)
   if not inst then return reply(404, { error = "no instance " .. id }) end
   if request.method == "DELETE" then
-    -- Out-of-band release (a spot reclaim): gone from every listing, its address freed.
-    state.remove(id)
-    local v = account.vswitch(inst.vswitch_id)
-    if v then account.release_ip(v, inst.ip) end
+    -- Out-of-band release (a spot reclaim without notice): gone from every listing, its address freed.
+    reclaim.release(inst)
     return reply(200, { deleted = id })
   end
   local body, err = body_json(request, true)
@@ -84,6 +83,17 @@ local function instance_path(request, id)
     inst.status = body.status
   end
   return reply(200, { id = id, status = state.status(inst) })
+end
+
+-- A spot reclaim with notice: the instance is released notice_seconds (simulated) from now, and its
+-- Node shows InstanceExpired=True meanwhile.
+local function post_reclaim(request)
+  local body, err = body_json(request, false)
+  if not body then return bad(err) end
+  if type(body.instance_id) ~= "string" then return bad("instance_id must be a string") end
+  local inst, status, message = reclaim.schedule(body.instance_id, body.notice_seconds)
+  if not inst then return reply(status, { error = message }) end
+  return reply(200, { instance_id = inst.id, termination_time = reclaim.termination_time(inst) })
 end
 
 --- handle(request) -> response for a path under /_sim/.
@@ -102,6 +112,7 @@ function M.handle(request)
     if method == "GET" then return reply(200, catalogue.summary()) end
     if method == "POST" then return post_catalogue(request) end
   end
+  if path == "/_sim/reclaim" and method == "POST" then return post_reclaim(request) end
   local id = path:match("^/_sim/instances/([%w%-]+)$")
   if id and (method == "POST" or method == "DELETE") then return instance_path(request, id) end
   return reply(404, { error = ("no admin path %s %s (see docs/sim.md)"):format(method, path) })

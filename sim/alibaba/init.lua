@@ -16,6 +16,7 @@ local cs = require "sim.alibaba.cs"
 local ecs = require "sim.alibaba.ecs"
 local faults = require "sim.alibaba.faults"
 local instances = require "sim.alibaba.instances"
+local reclaim = require "sim.alibaba.reclaim"
 local state = require "sim.alibaba.state"
 local tags = require "sim.alibaba.tags"
 local vpc = require "sim.alibaba.vpc"
@@ -131,6 +132,7 @@ end
 function M.handle(request)
   local path = type(request) == "table" and type(request.path) == "string" and request.path or "/"
   local ok, res = pcall(function()
+    reclaim.sweep() -- instances whose reclaim time passed are gone before anyone looks
     if path:sub(1, 6) == "/_sim/" or path == "/_sim" then return admin.handle(request) end
     if path:sub(1, 8) == "/latest/" then return auth.metadata(request) end
     return nil

@@ -13,6 +13,7 @@ local luaprov = require "luaprov"
 local capacity = require "providers.alibaba.capacity"
 local clock = require "sim.clock"
 local catalogue = require "sim.alibaba.catalogue"
+local reclaim = require "sim.alibaba.reclaim"
 local state = require "sim.alibaba.state"
 local conditions = require "sim.kubernetes.conditions"
 local objects = require "sim.kubernetes.objects"
@@ -103,6 +104,15 @@ local function post_conditions(node, ready, now)
   return changed
 end
 
+-- A reclaim notice of the instance (sim/alibaba/reclaim.lua) as ACK shows it: the condition
+-- InstanceExpired=True on its Node. Returns whether node changed.
+local function post_notice(node, inst, now)
+  local cond = reclaim.condition(inst)
+  if not cond then return false end
+  cond.lastHeartbeatTime = now
+  return conditions.set(node, cond, now)
+end
+
 local function node_object(inst, name, now)
   local arch = inst.type.arch == "ARM" and "arm64" or "amd64"
   local cap, alloc = resources(inst)
@@ -129,7 +139,16 @@ local function node_object(inst, name, now)
     node.spec.taints = array { { key = "karpenter.sh/unregistered", effect = "NoExecute" } }
   end
   post_conditions(node, "True", now)
+  post_notice(node, inst, now)
   return node
+end
+
+-- Writes the reclaim notice of inst on the Node name unless it shows it already.
+local function report_notice(name, inst)
+  local current = store.get(NODES, nil, name)
+  if not current then return end
+  local node = store.copy(current)
+  if post_notice(node, inst, store.now()) then store.put(NODES, nil, name, node, "MODIFIED") end
 end
 
 -- Writes the node's conditions for ready ("True", "False", "Unknown") unless they say so already.
@@ -162,11 +181,12 @@ local function register(inst)
 end
 
 local function observe()
+  reclaim.sweep()
   local now = clock.now()
   local instances, statuses, parts = state.list(), {}, {}
   for i, inst in ipairs(instances) do
     statuses[inst.id] = state.status(inst, now)
-    parts[i] = inst.id .. "=" .. statuses[inst.id]
+    parts[i] = inst.id .. "=" .. statuses[inst.id] .. (inst.reclaim_at and "!" .. inst.reclaim_at or "")
   end
   return instances, statuses, table.concat(parts, ",")
 end
@@ -184,6 +204,7 @@ function M.sync()
       elseif name and not forced[name] then
         report(name, "True")
       end
+      if registered[inst.id] then report_notice(registered[inst.id], inst) end
     end
   end
   local silent = {}

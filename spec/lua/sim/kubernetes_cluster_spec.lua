@@ -212,6 +212,65 @@ describe("kubernetes simulator: kubelet", function()
   end)
 end)
 
+describe("kubernetes simulator: a spot reclaim with notice", function()
+  local function reclaim(body)
+    local res = alibaba.handle { service = "alibaba", method = "POST", path = "/_sim/reclaim", query = "",
+      headers = {}, body = json.encode(body) }
+    return res.status, json.decode(res.body)
+  end
+  local function instance_ids()
+    local ids = {}
+    for _, inst in ipairs(ecs("DescribeInstances", {}).Instances.Instance) do ids[#ids + 1] = inst.InstanceId end
+    table.sort(ids)
+    return ids
+  end
+  local function sorted(list)
+    table.sort(list)
+    return list
+  end
+
+  it("shows InstanceExpired on the spot node during the notice, then releases the instance", function()
+    local id, other = launch({ SpotStrategy = "SpotAsPriceGo" }), launch({ SpotStrategy = "SpotAsPriceGo" })
+    advance(15)
+    local status, answer = reclaim({ instance_id = id, notice_seconds = 120 })
+    assert.equal(200, status)
+    assert.matches("^%d%d%d%d%-%d%d%-%d%dT%d%d:%d%d:%d%dZ$", answer.termination_time)
+    local by_provider = {}
+    for _, n in ipairs(nodes()) do by_provider[n.spec.providerID] = n end
+    local expired = condition(by_provider["cn-hangzhou." .. id], "InstanceExpired")
+    assert.same({ "True", "SpotInstanceReclaim" }, { expired.status, expired.reason })
+    assert.matches(id, expired.message, 1, true)
+    assert.matches(answer.termination_time, expired.message, 1, true)
+    assert.is_nil(condition(by_provider["cn-hangzhou." .. other], "InstanceExpired"))
+    assert.equal("True", condition(by_provider["cn-hangzhou." .. id], "Ready").status, "still running")
+
+    advance(119)
+    assert.same(sorted { id, other }, instance_ids(), "not released before its time")
+    advance(1)
+    assert.same({ other }, instance_ids())
+    for _, n in ipairs(nodes()) do
+      if n.spec.providerID == "cn-hangzhou." .. id then assert.equal("Unknown", condition(n, "Ready").status) end
+    end
+  end)
+
+  it("defaults the notice to 300 seconds and refuses on-demand and unknown instances", function()
+    local spot, od = launch({ SpotStrategy = "SpotAsPriceGo" }), launch()
+    local status = reclaim({ instance_id = spot })
+    assert.equal(200, status)
+    advance(299)
+    assert.equal(2, #instance_ids())
+    advance(1)
+    assert.same({ od }, instance_ids())
+    local refused, err = reclaim({ instance_id = od, notice_seconds = 60 })
+    assert.equal(400, refused)
+    assert.matches("on%-demand", err.error)
+    assert.equal(404, (reclaim({ instance_id = "i-bp1nosuchinstance00" })))
+    assert.equal(400, (reclaim({ notice_seconds = 60 })))
+    advance(3600)
+    assert.same({ od }, instance_ids(), "the on-demand instance is never reclaimed")
+  end)
+end)
+
 describe("kubernetes simulator: binder", function()
   it("binds a pending pod to the fitting node with the most free cpu, and starts it", function()
     ready_node("small", { cpu = "1" })
