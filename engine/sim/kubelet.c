@@ -29,6 +29,8 @@ typedef struct sim_node {
   char *ready;      /* the Ready status last posted */
   json_t *desired;  /* the Node the simulator describes, last seen */
   char *want_ready; /* the Ready status it describes */
+  char *posted;     /* the conditions last posted, as conditions_key() writes them */
+  char *want;       /* the conditions the simulator describes, likewise (a reclaim notice adds one) */
   node_state state;
   int seen;          /* named by the simulator's last answer */
   int busy;          /* a Node request is in flight */
@@ -100,6 +102,8 @@ static void free_node(sim_node *n) {
   free(n->ip);
   free(n->ready);
   free(n->want_ready);
+  free(n->posted);
+  free(n->want);
   json_decref(n->desired);
   free(n);
 }
@@ -168,6 +172,7 @@ static lp_kube_ref node_ref(const sim_node *n) {
 static void became_live(sim_node *n, const json_t *node) {
   set_str(&n->uid, json_string_value(json_object_get(json_object_get(node, "metadata"), "uid")));
   set_str(&n->ready, n->want_ready);
+  set_str(&n->posted, n->want);
   n->state = NODE_LIVE;
   n->renewed_at = 0;
 }
@@ -320,7 +325,9 @@ static void step(lp_sim_kubelet *k, sim_node *n, json_t *live) {
   if (n->seen) {
     if (n->state == NODE_NEW && !n->busy) register_node(k, n);
     if (n->state != NODE_LIVE) return;
-    if (!n->busy && (!n->ready || strcmp(n->ready, n->want_ready) != 0)) post_status(k, n);
+    if (!n->busy &&
+        (!n->ready || strcmp(n->ready, n->want_ready) != 0 || strcmp(n->posted ?: "", n->want ?: "")))
+      post_status(k, n);
     if (!n->lease_busy && now - n->renewed_at >= k->lease_seconds / 4) renew_lease(k, n, 0);
     if (n->ip) json_object_set_new(live, n->name, json_pack("{s:s}", "ip", n->ip));
     return;
@@ -349,6 +356,22 @@ static const char *internal_ip(const json_t *node) {
     if (type && strcmp(type, "InternalIP") == 0) return json_string_value(json_object_get(a, "address"));
   }
   return NULL;
+}
+
+/* "type=status:reason;..." of the Node's conditions: what changes them, without the timestamps the
+ * simulator stamps on every answer. Caller frees. */
+static char *conditions_key(const json_t *node) {
+  json_t *parts = json_array();
+  size_t i;
+  json_t *c;
+  json_array_foreach(json_object_get(json_object_get(node, "status"), "conditions"), i, c) {
+    json_array_append_new(parts, json_pack("[s?s?s?]", json_string_value(json_object_get(c, "type")),
+                                           json_string_value(json_object_get(c, "status")),
+                                           json_string_value(json_object_get(c, "reason"))));
+  }
+  char *key = json_dumps(parts, JSON_COMPACT);
+  json_decref(parts);
+  return key;
 }
 
 static void learn(lp_sim_kubelet *k, const json_t *entry) {
@@ -380,6 +403,8 @@ static void learn(lp_sim_kubelet *k, const json_t *entry) {
   json_decref(n->desired);
   n->desired = json_incref(node);
   set_str(&n->want_ready, ready);
+  free(n->want);
+  n->want = conditions_key(node);
   set_str(&n->ip, internal_ip(node));
 }
 

@@ -8,8 +8,9 @@
  *   registration  a Node is created once per instance, status included; one that exists already is
  *                 adopted. A Node deleted while its instance runs stays deleted.
  *   heartbeats    the Node's Lease in kube-node-lease is renewed every lease_seconds / 4, so the
- *                 node lifecycle controller keeps it Ready; Ready changes (forced through the
- *                 simulator's /_sim/kubelet) are posted to the Node's status.
+ *                 node lifecycle controller keeps it Ready; condition changes (Ready forced through
+ *                 the simulator's /_sim/kubelet, InstanceExpired while a spot reclaim's notice runs)
+ *                 are posted to the Node's status.
  *   pods          pods bound to a live Node are set Running (conditions, IPs, container statuses);
  *                 pods being deleted there are removed (DELETE with grace 0 and a uid precondition),
  *                 as a kubelet does once their containers stopped.

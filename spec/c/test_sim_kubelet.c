@@ -94,7 +94,7 @@ static int wait_ready(const char *path, const char *want) {
 }
 
 /* An instance launched in A through the mapping, Running once A's clock has moved on. */
-static char *launch_instance(const char *claim_name) {
+static char *launch_instance_as(const char *claim_name, const char *capacity_type) {
   json_t *nodeclass = mapping_resolved_nodeclass(scripts, clouds);
   lp_cloudprovider *cp =
       lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &loop,
@@ -111,6 +111,8 @@ static char *launch_instance(const char *claim_name) {
       "capacity-type\",\"operator\":\"In\",\"values\":[\"on-demand\"]}],"
       "\"resources\":{\"requests\":{\"cpu\":\"1\",\"memory\":\"1Gi\"}}}}",
       0, NULL);
+  json_array_set_new(json_object_get(json_array_get(lp_obj_get(claim, "spec.requirements"), 0), "values"), 0,
+                     json_string(capacity_type));
   json_t *md = json_object_get(claim, "metadata");
   json_object_set_new(md, "name", json_string(claim_name));
   json_object_set_new(md, "uid", json_sprintf("uid-%s", claim_name));
@@ -127,6 +129,10 @@ static char *launch_instance(const char *claim_name) {
   lp_cloudprovider_free(cp);
   json_decref(sim_admin(&loop, http, clouds, "alibaba", "POST", "/_sim/advance", "{\"seconds\": 30}"));
   return id;
+}
+
+static char *launch_instance(const char *claim_name) {
+  return launch_instance_as(claim_name, "on-demand");
 }
 
 static lp_sim_kubelet *start_kubelet_at(const char *simulator_url) {
@@ -295,6 +301,39 @@ int main(void) {
   run_for(0.2);
   CHECK(wait_status(node_path, 404));
   CHECK_INT(lp_sim_kubelet_stats_get(k).registered, 1);
+  stop_kubelet(k);
+
+  /* ---- a spot reclaim with notice: InstanceExpired=True is posted on the Node ---- */
+  free(instance);
+  instance = launch_instance_as("default-k3", "spot");
+  CHECK(instance != NULL);
+  k = start_kubelet();
+  for (int i = 0; i < 500 && lp_sim_kubelet_stats_get(k).live_nodes == 0; i++) run_for(0.02);
+  list = api_get("/api/v1/nodes");
+  const char *spot = NULL;
+  json_t *item;
+  size_t idx;
+  json_array_foreach(json_object_get(list, "items"), idx, item) {
+    if (strstr(lp_obj_str(item, "spec.providerID") ?: "", instance)) spot = lp_obj_name(item);
+  }
+  snprintf(node_path, sizeof node_path, "/api/v1/nodes/%s", spot ? spot : "?");
+  json_decref(list);
+  char reclaim[160];
+  snprintf(reclaim, sizeof reclaim, "{\"instance_id\": \"%s\", \"notice_seconds\": 300}", instance);
+  json_decref(sim_admin(&loop, http, clouds, "alibaba", "POST", "/_sim/reclaim", reclaim));
+  int expired = 0;
+  for (int i = 0; i < 500 && !expired; i++) {
+    json_t *n = api_get(node_path);
+    json_t *c;
+    json_array_foreach(lp_obj_get(n, "status.conditions"), idx, c) {
+      expired |= strcmp(json_string_value(json_object_get(c, "type")) ?: "", "InstanceExpired") == 0 &&
+                 strcmp(json_string_value(json_object_get(c, "status")) ?: "", "True") == 0;
+    }
+    json_decref(n);
+    if (!expired) run_for(0.02);
+  }
+  CHECK(expired);
+  CHECK(wait_ready(node_path, "True")); /* still running until the reclaim */
   stop_kubelet(k);
 
   /* ---- a simulator that cannot answer: said once, not at every tick ---- */
