@@ -194,63 +194,60 @@ lp_script_host *lp_script_host_new(const lp_script_host_config *cfg, lp_problems
   return h;
 }
 
-typedef struct module_string_args {
+/* Reading one field of an entry module of the generation in service: fn runs with the field's value on
+ * top of the stack (any type) and fills out. */
+typedef struct module_field_args {
   lp_generation *g;
   const char *module;
   const char *field;
-  char *out;
-} module_string_args;
+  void (*fn)(lua_State *L, void *out);
+  void *out;
+} module_field_args;
 
-static int read_module_string(lua_State *L) {
-  module_string_args *a = lua_touserdata(L, 1);
+static int read_module_field(lua_State *L) {
+  module_field_args *a = lua_touserdata(L, 1);
   lp_generation_push_module(a->g, a->module);
   if (!lua_istable(L, -1)) return 0;
   lua_pushstring(L, a->field);
-  if (lua_rawget(L, -2) == LUA_TSTRING) a->out = lp_xstrdup(lua_tostring(L, -1));
+  lua_rawget(L, -2);
+  a->fn(L, a->out);
   return 0;
+}
+
+static void module_field(lp_script_host *h, const char *module, const char *field,
+                         void (*fn)(lua_State *L, void *out), void *out) {
+  module_field_args a = {h->current, module, field, fn, out};
+  lp_error *err = NULL;
+  if (lp_script_cpcall(lp_generation_state(h->current), read_module_field, &a, &err) != 0) lp_error_free(err);
+}
+
+static void string_of(lua_State *L, void *out) {
+  if (lua_type(L, -1) == LUA_TSTRING) *(char **)out = lp_xstrdup(lua_tostring(L, -1));
 }
 
 char *lp_script_host_module_string(lp_script_host *h, const char *module, const char *field) {
-  module_string_args a = {h->current, module, field, NULL};
-  lp_error *err = NULL;
-  if (lp_script_cpcall(lp_generation_state(h->current), read_module_string, &a, &err) != 0)
-    lp_error_free(err);
-  return a.out;
+  char *out = NULL;
+  module_field(h, module, field, string_of, &out);
+  return out;
 }
 
-typedef struct module_strings_args {
-  lp_generation *g;
-  const char *module;
-  const char *field;
-  json_t *out;
-} module_strings_args;
-
-static int read_module_strings(lua_State *L) {
-  module_strings_args *a = lua_touserdata(L, 1);
-  lp_generation_push_module(a->g, a->module);
-  if (!lua_istable(L, -1)) return 0;
-  lua_pushstring(L, a->field);
-  if (lua_rawget(L, -2) != LUA_TTABLE) return 0;
+static void strings_of(lua_State *L, void *out) {
+  if (!lua_istable(L, -1)) return;
   int list = lua_gettop(L);
   lua_Integer n = (lua_Integer)lua_rawlen(L, list);
-  a->out = json_array();
+  json_t *strings = json_array();
   for (lua_Integer i = 1; i <= n; i++) {
     if (lua_rawgeti(L, list, i) == LUA_TSTRING)
-      json_array_append_new(a->out, json_string(lua_tostring(L, -1)));
+      json_array_append_new(strings, json_string(lua_tostring(L, -1)));
     lua_pop(L, 1);
   }
-  return 0;
+  *(json_t **)out = strings;
 }
 
 json_t *lp_script_host_module_strings(lp_script_host *h, const char *module, const char *field) {
-  module_strings_args a = {h->current, module, field, NULL};
-  lp_error *err = NULL;
-  if (lp_script_cpcall(lp_generation_state(h->current), read_module_strings, &a, &err) != 0) {
-    lp_error_free(err);
-    json_decref(a.out);
-    return NULL;
-  }
-  return a.out;
+  json_t *out = NULL;
+  module_field(h, module, field, strings_of, &out);
+  return out;
 }
 
 lp_generation *lp_script_host_current(lp_script_host *h) {

@@ -143,20 +143,23 @@ local function node_object(inst, name, now)
   return node
 end
 
--- Writes the reclaim notice of inst on the Node name unless it shows it already.
-local function report_notice(name, inst)
+-- Applies post(node, now) (which returns whether it changed node) to a copy of the Node name, and
+-- stores the copy when it changed.
+local function rewrite(name, post)
   local current = store.get(NODES, nil, name)
   if not current then return end
   local node = store.copy(current)
-  if post_notice(node, inst, store.now()) then store.put(NODES, nil, name, node, "MODIFIED") end
+  if post(node, store.now()) then store.put(NODES, nil, name, node, "MODIFIED") end
 end
 
 -- Writes the node's conditions for ready ("True", "False", "Unknown") unless they say so already.
 local function report(name, ready)
-  local current = store.get(NODES, nil, name)
-  if not current then return end
-  local node = store.copy(current)
-  if post_conditions(node, ready, store.now()) then store.put(NODES, nil, name, node, "MODIFIED") end
+  rewrite(name, function(node, now) return post_conditions(node, ready, now) end)
+end
+
+-- Writes the reclaim notice of inst on the Node name unless it shows it already.
+local function report_notice(name, inst)
+  rewrite(name, function(node, now) return post_notice(node, inst, now) end)
 end
 
 local function registered_elsewhere(provider_id)

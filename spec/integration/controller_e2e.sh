@@ -9,7 +9,7 @@
 #   A NodeClaim the cloud cannot serve (out of stock everywhere) is deleted with an event.
 # /readyz is 503 until the caches synced; metrics count each step.
 source "$(dirname "$0")/lib.sh"
-command -v jq >/dev/null || fail "jq missing: tools/install-deps.sh test installs it"
+source "$(dirname "$0")/sim_lib.sh"
 
 cat >"$WORK/config.yaml" <<'YAML'
 controllers:
@@ -18,47 +18,19 @@ controllers:
   drainRequeue: 0.2s
   terminateRequeue: 0.5s
 YAML
-start_engine --sim --config "$WORK/config.yaml"
-SIM="$(sed -n 's/.*"msg":"engine started".*"sim":\({[^}]*}\).*/\1/p' "$ENGINE_LOG" | head -1)"
-K="$(jq -r .kubernetes <<<"$SIM")"
-ALI="$(jq -r .alibaba <<<"$SIM")"
-[[ "$K" == http* && "$ALI" == http* ]] || fail "simulator URLs in the start line: $SIM"
+start_sim_engine --config "$WORK/config.yaml"
 
 ready() { [[ "$(curl -s -o /dev/null -w '%{http_code}' "http://$ADDR/readyz")" == "200" ]]; }
 wait_for "caches synced (/readyz 200)" ready
 curl -sf "http://$ADDR/readyz?verbose" | grep -q '^\[+\]caches synced$' || fail "/readyz?verbose names the caches"
 
-kget() { curl -sf "$K$1"; }
-kpost() { curl -sf -X POST -H 'content-type: application/json' "$K$1" -d "$2" >/dev/null || fail "POST $1"; }
-kpatch() {
-  curl -sf -X PATCH -H 'content-type: application/merge-patch+json' "$K$1" -d "$2" >/dev/null || fail "PATCH $1"
-}
-# until DESCRIPTION SECONDS COMMAND...: retries COMMAND every 0.1 s.
-until_ok() {
-  local what="$1" secs="$2"
-  shift 2
-  for _ in $(seq 1 $((secs * 10))); do
-    "$@" && return 0
-    sleep 0.1
-  done
-  fail "timed out after ${secs}s waiting for: $what"
-}
-condition() { # condition PATH TYPE STATUS
-  kget "$1" | jq -e --arg t "$2" --arg s "$3" '.status.conditions[]? | select(.type == $t and .status == $s)' >/dev/null
-}
-gone() { [[ "$(curl -s -o /dev/null -w '%{http_code}' "$K$1")" == "404" ]]; }
 live_instances() { curl -sf "$ALI/_sim/state" | jq '[.instances[] | select(.status != "Stopped")] | length'; }
-advance() { curl -sf -X POST "$ALI/_sim/advance" -d "{\"seconds\": $1}" >/dev/null; }
 
 NC=/apis/karpenter.sh/v1/nodeclaims
 CLASS=/apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses/default
 
 # ---- the ECSNodeClass resolves ----------------------------------------------------------------
-kpost /apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses '{"apiVersion":"karpenter.k8s.alibabacloud/v1alpha1",
-  "kind":"ECSNodeClass","metadata":{"name":"default"},"spec":{
-  "vSwitchSelectorTerms":[{"tags":{"karpenter.sh/discovery":"luaprov-sim"}}],
-  "securityGroupSelectorTerms":[{"tags":{"karpenter.sh/discovery":"luaprov-sim"}}],
-  "imageSelectorTerms":[{"alias":"AlibabaCloudLinux3"}]}}'
+post_default_nodeclass
 kpost /apis/karpenter.sh/v1/nodepools '{"apiVersion":"karpenter.sh/v1","kind":"NodePool","metadata":{"name":"default"},
   "spec":{"template":{"spec":{"nodeClassRef":{"group":"karpenter.k8s.alibabacloud","kind":"ECSNodeClass","name":"default"},
   "requirements":[{"key":"karpenter.sh/capacity-type","operator":"In","values":["on-demand"]}]}}}}'

@@ -9,34 +9,15 @@
 #   another offering -> all before the simulated clock reaches the reclaim time; then the clock passes
 #   it and nothing is left of the old instance, nothing leaked, nothing launched twice.
 source "$(dirname "$0")/lib.sh"
-command -v jq >/dev/null || fail "jq missing: tools/install-deps.sh test installs it"
+source "$(dirname "$0")/sim_lib.sh"
 
 cat >"$WORK/config.yaml" <<'YAML'
 controllers:
   drainRequeue: 0.2s
   terminateRequeue: 0.5s
 YAML
-start_engine --sim --config "$WORK/config.yaml"
-SIM="$(sed -n 's/.*"msg":"engine started".*"sim":\({[^}]*}\).*/\1/p' "$ENGINE_LOG" | head -1)"
-K="$(jq -r .kubernetes <<<"$SIM")"
-ALI="$(jq -r .alibaba <<<"$SIM")"
-[[ "$K" == http* && "$ALI" == http* ]] || fail "simulator URLs in the start line: $SIM"
+start_sim_engine --config "$WORK/config.yaml"
 
-kget() { curl -sf "$K$1"; }
-kpost() { curl -sf -X POST -H 'content-type: application/json' "$K$1" -d "$2" >/dev/null || fail "POST $1"; }
-until_ok() { # until_ok DESCRIPTION SECONDS COMMAND...: retries COMMAND every 0.1 s
-  local what="$1" secs="$2"
-  shift 2
-  for _ in $(seq 1 $((secs * 10))); do
-    "$@" && return 0
-    sleep 0.1
-  done
-  fail "timed out after ${secs}s waiting for: $what"
-}
-condition() { # condition PATH TYPE STATUS
-  kget "$1" | jq -e --arg t "$2" --arg s "$3" '.status.conditions[]? | select(.type == $t and .status == $s)' >/dev/null
-}
-advance() { curl -sf -X POST "$ALI/_sim/advance" -d "{\"seconds\": $1}" >/dev/null; }
 sim_now() { curl -sf "$ALI/_sim/clock" | jq -r '.epoch'; }
 instances() { curl -sf "$ALI/_sim/state" | jq -c '[.instances[].id]'; }
 claims() { kget /apis/karpenter.sh/v1/nodeclaims | jq -r '[.items[] | select(.metadata.deletionTimestamp == null)
@@ -63,11 +44,7 @@ boot() {
 offering() { kget "/api/v1/nodes/$1" | jq -r '.metadata.labels["node.kubernetes.io/instance-type"] + "/"
   + .metadata.labels["topology.kubernetes.io/zone"] + "/" + .metadata.labels["karpenter.sh/capacity-type"]'; }
 
-kpost /apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses '{"apiVersion":"karpenter.k8s.alibabacloud/v1alpha1",
-  "kind":"ECSNodeClass","metadata":{"name":"default"},"spec":{
-  "vSwitchSelectorTerms":[{"tags":{"karpenter.sh/discovery":"luaprov-sim"}}],
-  "securityGroupSelectorTerms":[{"tags":{"karpenter.sh/discovery":"luaprov-sim"}}],
-  "imageSelectorTerms":[{"alias":"AlibabaCloudLinux3"}]}}'
+post_default_nodeclass
 kpost /apis/karpenter.sh/v1/nodepools '{"apiVersion":"karpenter.sh/v1","kind":"NodePool","metadata":{"name":"spot"},
   "spec":{"template":{"spec":{"nodeClassRef":{"group":"karpenter.k8s.alibabacloud","kind":"ECSNodeClass","name":"default"},
   "requirements":[{"key":"karpenter.sh/capacity-type","operator":"In","values":["spot"]},
@@ -122,7 +99,7 @@ metric_is 'luaprov_interruptions_total{reason="InstanceExpired"}' 1 || fail "lua
 advance 300
 gone_old() { [[ "$(instances | jq --arg i "$OLD_ID" 'index($i)')" == null ]]; }
 until_ok "old instance gone" 10 gone_old
-until_ok "old NodeClaim gone" 15 bash -c "[[ \$(curl -s -o /dev/null -w '%{http_code}' '$K/apis/karpenter.sh/v1/nodeclaims/$OLD') == 404 ]]"
+until_ok "old NodeClaim gone" 15 gone "/apis/karpenter.sh/v1/nodeclaims/$OLD"
 [[ "$(instances | jq length)" == 1 ]] || fail "one instance (the replacement) left, got $(instances)"
 [[ "$(claims)" == "$NEW" ]] || fail "one NodeClaim (the replacement) left, got $(claims)"
 RUNS="$(curl -sf "$ALI/_sim/state" | jq '.calls.RunInstances')"
