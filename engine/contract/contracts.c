@@ -14,7 +14,7 @@
 
 typedef struct field_rule {
   const char *name;
-  int type; /* LUA_TFUNCTION, LUA_TSTRING */
+  int type; /* LUA_TFUNCTION, LUA_TSTRING, LUA_TTABLE (a list) */
   int required;
   const char *params; /* for the hint: "(nodeclaim, nodeclass, instance, ctx)"; NULL for strings */
 } field_rule;
@@ -114,11 +114,16 @@ static int function_line(lua_State *L, int idx) {
   return ar.linedefined > 0 ? ar.linedefined : 0;
 }
 
+/* "function", "list" or "string": what a rule's field must be, in messages. */
+static const char *kind_of(const field_rule *r) {
+  return r->type == LUA_TFUNCTION ? "function" : r->type == LUA_TTABLE ? "list" : "string";
+}
+
 /* A required field is absent: point at a near-miss key of the table when there is one (a typo in
  * the function's name), else at the return with what to add. */
 static void missing_field(lua_State *L, int idx, const char *file, lp_problems *problems,
                           const char *contract, const field_rule *r) {
-  const char *kind = r->type == LUA_TFUNCTION ? "function" : "string";
+  const char *kind = kind_of(r);
   const char *const wanted[] = {r->name, NULL};
   lua_pushnil(L);
   while (lua_next(L, idx)) {
@@ -192,7 +197,7 @@ static int check_fields(lua_State *L, int idx, const char *file, lp_problems *pr
       if (r->required || !lp_contract_closest(key, wanted)) continue;
       lp_problems_add(problems, file, return_line(file),
                       "the %s exports '%s', which the engine never calls; did you mean optional %s '%s'?",
-                      contract, key, r->type == LUA_TFUNCTION ? "function" : "string", r->name);
+                      contract, key, kind_of(r), r->name);
       ok = 0;
       break;
     }

@@ -158,6 +158,17 @@ LUA
 eval_says "tags_nonstring/policies/tags.lua:2: build_instance_tags returned tag 'cost' = 42, a number; tag values must be strings (wrap it in tostring())" \
   tags --scripts tags_nonstring --nodeclaim "$F/nodeclaim.yaml" --nodeclass "$F/nodeclass.json"
 
+# the CloudProvider mapping's optional fields are checked for their type too
+mkdir -p mapping_fields/providers/alibaba
+cat > mapping_fields/providers/alibaba/init.lua <<'LUA'
+local M = { name = "alibabacloud" }
+for _, f in ipairs { "instance_types", "create", "delete", "get", "list", "resolve_nodeclass", "provider_id",
+  "parse_provider_id" } do M[f] = function() end end
+M.interruption_conditions = "InstanceExpired"
+return M
+LUA
+check_says mapping_fields "mapping_fields/providers/alibaba/init.lua:5: 'interruption_conditions' of the CloudProvider mapping must be a list, not a string; set M.interruption_conditions = {\"...\"}"
+
 # The policies/ folder given instead of the tree's root: checking nothing must not pass.
 tree folder_given repair.lua <<'LUA'
 local M = {}
