@@ -3,7 +3,7 @@
 -- conditions as operators see them: docs/controllers.md#ecsnodeclass-status-nodeclass.
 --
 -- Public:
---   resolve(ctx, nodeclass) -> status = {vSwitches = {{id, zoneID}}, securityGroups = {{id, name}},
+--   resolve(ctx, nodeclass) -> status = {vSwitches = {{id, zoneID, availableIpAddressCount}}, securityGroups = {{id, name}},
 --                                        images = {{id, name, requirements}},
 --                                        conditions = {{type, status, reason, message}}}
 --   hash(nodeclass) -> hash, version
@@ -111,13 +111,14 @@ local function resolve_vswitches(c, region, terms)
   end
   local list = {}
   for _, v in pairs(by_id) do list[#list + 1] = v end
-  -- Most free addresses first (the launch path picks the first vSwitch per zone), then by ID.
+  -- Most free addresses first, then by ID; the count is kept for the launch's vSwitch choice
+  -- (launch.lua: the vSwitch with the most free addresses, across zones under the balanced policy).
   sort(list, function(a, b)
     if a.ips ~= b.ips then return a.ips > b.ips end
     return util.byte_less(a.id, b.id)
   end)
   local out = array()
-  for i, v in ipairs(list) do out[i] = { id = v.id, zoneID = v.zoneID } end
+  for i, v in ipairs(list) do out[i] = { id = v.id, zoneID = v.zoneID, availableIpAddressCount = v.ips } end
   return out, nil, problems
 end
 

@@ -19,6 +19,10 @@ local M = {}
 
 local ARCH_OF_TYPE = { X86 = "x86_64", ARM = "arm64" }
 local MAX_USER_DATA = 32 * 1024
+-- Data disk categories RunInstances accepts (DataDisk.N.Category), and at most 16 data disks.
+local DATA_DISK_CATEGORIES = { cloud = true, cloud_efficiency = true, cloud_ssd = true, cloud_essd = true,
+  cloud_auto = true, cloud_essd_entry = true }
+local MAX_DATA_DISKS = 16
 
 -- The parameters a call asked for, minus the per-request signing fields: what ClientToken idempotency
 -- compares (a retry must change its nonce and timestamp, and may move between V2 and V3).
@@ -96,6 +100,38 @@ local function system_disk(p, t, img)
   return { category = category, size = size, performance_level = wire.str(p, "SystemDisk.PerformanceLevel", "PL1") }
 end
 
+-- DataDisk.N.Size (GiB, 20-32768), .Category (a known category, default cloud_efficiency), .Device
+-- (/dev/xvd[b-z], optional), in N order.
+local function data_disks(p)
+  local seen, ns = {}, {}
+  for k in pairs(p) do
+    local n = tonumber(k:match("^DataDisk%.(%d+)%.%a+$"))
+    if n and not seen[n] then
+      seen[n] = true
+      ns[#ns + 1] = n
+    end
+  end
+  table.sort(ns)
+  local out = {}
+  for _, n in ipairs(ns) do
+    local prefix = "DataDisk." .. n .. "."
+    local category = wire.str(p, prefix .. "Category", "cloud_efficiency")
+    if not DATA_DISK_CATEGORIES[category] then
+      wire.fail(400, "InvalidDataDiskCategory.ValueNotSupported",
+        "The specified parameter " .. prefix .. "Category is not valid.")
+    end
+    local size = wire.int(p, prefix .. "Size", nil, 20, 32768)
+    if not size then wire.missing(prefix .. "Size") end
+    local device = wire.str(p, prefix .. "Device")
+    if device and not device:match("^/dev/xvd[b-z]$") then
+      wire.fail(400, "InvalidDataDiskDevice.Malformed", "The specified parameter " .. prefix .. "Device is not valid.")
+    end
+    out[#out + 1] = { category = category, size = size, device = device }
+  end
+  if #out > MAX_DATA_DISKS then wire.invalid("DataDisk", ("At most %d data disks."):format(MAX_DATA_DISKS)) end
+  return out
+end
+
 local function user_data(p)
   local v = wire.str(p, "UserData")
   if not v then return nil end
@@ -127,7 +163,7 @@ local function spot_settings(p, t, zone, capacity)
   return strategy, charge, limit
 end
 
-local function new_instance(p, t, zone, vswitch, img, sgs, disk, spot, charge, limit, instance_tags, token, index)
+local function new_instance(p, t, zone, vswitch, img, sgs, disks, spot, charge, limit, instance_tags, token, index)
   local id = state.new_id("i-bp1")
   local ip = account.take_ip(vswitch)
   local name = wire.str(p, "InstanceName", id)
@@ -138,7 +174,9 @@ local function new_instance(p, t, zone, vswitch, img, sgs, disk, spot, charge, l
     security_group_ids = sgs, ip = ip, tags = instance_tags, created = clock.now(), spot_strategy = spot,
     spot_price_limit = limit or 0, charge_type = charge, name = name,
     hostname = wire.str(p, "HostName", "iZ" .. id:sub(3) .. "Z"), description = wire.str(p, "Description", ""),
-    user_data = user_data(p), system_disk = disk, deletion_protection = wire.bool(p, "DeletionProtection", false),
+    user_data = user_data(p), system_disk = disks.system, data_disks = disks.data,
+    resource_group_id = wire.str(p, "ResourceGroupId", ""), password_set = wire.str(p, "Password") ~= nil,
+    password_inherit = wire.bool(p, "PasswordInherit", false), deletion_protection = wire.bool(p, "DeletionProtection", false),
     key_pair = wire.str(p, "KeyPairName", ""), ram_role = wire.str(p, "RamRoleName", ""),
     http_tokens = wire.one_of(p, "HttpTokens", "optional", "optional", "required"),
     http_endpoint = wire.one_of(p, "HttpEndpoint", "enabled", "enabled", "disabled"),
@@ -167,7 +205,7 @@ function M.RunInstances(call)
   if ARCH_OF_TYPE[t.arch] ~= img.arch then
     wire.fail(403, "ImageNotSupportInstanceType", "The specified instance type does not support this image.")
   end
-  local disk = system_disk(p, t, img)
+  local disks = { system = system_disk(p, t, img), data = data_disks(p) }
   local capacity = ecs.capacity_of(p)
   local spot, charge, limit = spot_settings(p, t, zone, capacity)
   local amount = wire.int(p, "Amount", 1, 1, 100)
@@ -196,7 +234,7 @@ function M.RunInstances(call)
   for i = 1, count do
     local copy = {}
     for k, v in pairs(instance_tags) do copy[k] = v end
-    local inst = new_instance(p, t, zone, vswitch, img, sgs, disk, spot, charge, limit, copy, token, i)
+    local inst = new_instance(p, t, zone, vswitch, img, sgs, disks, spot, charge, limit, copy, token, i)
     state.add(inst)
     ids[i] = inst.id
   end
@@ -225,7 +263,7 @@ local function instance_record(inst, now)
     InternetMaxBandwidthOut = 0, SpotStrategy = inst.spot_strategy, SpotPriceLimit = inst.spot_price_limit,
     SpotDuration = inst.spot_strategy == "NoSpot" and 0 or 1,
     SpotInterruptionBehavior = "Terminate", DeletionProtection = inst.deletion_protection,
-    StoppedMode = status == "Stopped" and "KeepCharging" or "Not-applicable", ResourceGroupId = "",
+    StoppedMode = status == "Stopped" and "KeepCharging" or "Not-applicable", ResourceGroupId = inst.resource_group_id,
     InstanceNetworkType = "vpc", IoOptimized = true, DeviceAvailable = true, Recyclable = false,
     KeyPairName = inst.key_pair, CreditSpecification = t.burstable and "Standard" or "",
     LocalStorageAmount = t.local_amount, LocalStorageCapacity = t.local_capacity,

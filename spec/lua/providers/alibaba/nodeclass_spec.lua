@@ -75,10 +75,10 @@ describe("nodeclass.resolve (fake cloud)", function()
   end)
   after_each(function() cloud.uninstall() end)
 
-  it("resolves vSwitches by tags, most free addresses first, then by ID", function()
+  it("resolves vSwitches by tags, most free addresses first (kept in the status), then by ID", function()
     local status = nodeclass.resolve(cloud.ctx, class(FULL_SPEC))
     assert.same({ "vsw-c", "vsw-a", "vsw-b" }, ids(status.vSwitches))
-    assert.same({ id = "vsw-c", zoneID = "cn-fake-i" }, status.vSwitches[1])
+    assert.same({ id = "vsw-c", zoneID = "cn-fake-i", availableIpAddressCount = 250 }, status.vSwitches[1])
     assert.equals(json.array_mt, getmetatable(status.vSwitches))
   end)
 
