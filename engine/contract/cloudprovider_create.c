@@ -1,6 +1,7 @@
-/* CloudProvider Create: choose the cheapest compatible offering, build the launch request, fall
- * through out-of-stock offerings, and assemble the NodeClaim Karpenter persists (rules CP1 and CP2,
- * docs/contracts.md). */
+/* CloudProvider Create: the offerings the NodeClaim may launch in, cheapest first, handed to the
+ * mapping's create (which decides how to launch one of them); out-of-stock offerings it reports are
+ * marked unavailable and the rest handed again; the instance it launched is checked and turned into
+ * the NodeClaim Karpenter persists (rules CP1, CP2 and CP9, docs/contracts.md#create). */
 #include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,14 +30,21 @@ static double offering_price(const json_t *offering) {
   return json_is_number(p) ? json_number_value(p) : -1;
 }
 
-/* cheapest first; unknown prices last; then by type name for a stable order */
+static int compare_field(const json_t *x, const json_t *y, const char *key) {
+  return strcmp(json_string_value(json_object_get(x, key)) ?: "",
+                json_string_value(json_object_get(y, key)) ?: "");
+}
+
+/* cheapest first; unknown prices last; then by type name, zone and capacity type for a stable order */
 static int compare_candidates(const void *a, const void *b) {
   const json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
-  double px = offering_price(json_array_get(x, 1)), py = offering_price(json_array_get(y, 1));
+  const json_t *ox = json_array_get(x, 1), *oy = json_array_get(y, 1);
+  double px = offering_price(ox), py = offering_price(oy);
   if ((px < 0) != (py < 0)) return px < 0 ? 1 : -1;
   if (px != py) return px < py ? -1 : 1;
-  return strcmp(json_string_value(json_object_get(json_array_get(x, 0), "name")),
-                json_string_value(json_object_get(json_array_get(y, 0), "name")));
+  int c = compare_field(json_array_get(x, 0), json_array_get(y, 0), "name");
+  if (!c) c = compare_field(ox, oy, "zone");
+  return c ? c : compare_field(ox, oy, "capacity_type");
 }
 
 /* Types compatible with the NodeClaim's requirements that fit its requests, with each of their
@@ -82,28 +90,6 @@ static json_t *launch_candidates(const json_t *nodeclaim, const json_t *types, c
   return out;
 }
 
-static const char *first_id(const json_t *list, const char *field, const char *value) {
-  size_t i;
-  const json_t *item;
-  json_array_foreach(list, i, item) {
-    const char *v = json_string_value(json_object_get(item, field));
-    if (!value || (v && strcmp(v, value) == 0)) return json_string_value(json_object_get(item, "id"));
-  }
-  return NULL;
-}
-
-/* The first resolved image whose requirements (architecture) suit the type. */
-static const char *image_for(const json_t *nodeclass, const json_t *type) {
-  size_t i;
-  const json_t *image;
-  json_array_foreach(json_object_get(json_object_get(nodeclass, "status"), "images"), i, image) {
-    if (lp_requirements_compatible(json_object_get(image, "requirements"),
-                                   json_object_get(type, "requirements"), NULL))
-      return json_string_value(json_object_get(image, "id"));
-  }
-  return NULL;
-}
-
 /* The same NodeClaim and offering always get the same token, so a retried RunInstances returns the
  * instance the first attempt launched instead of a second one. */
 static char *client_token(const json_t *nodeclaim, const char *type, const json_t *offering) {
@@ -121,8 +107,11 @@ static char *client_token(const json_t *nodeclaim, const char *type, const json_
   return hex;
 }
 
-static void try_next_candidate(op *o);
+static void launch_next(op *o);
 
+static const char *claim_name(const op *o) {
+  return json_string_value(json_object_get(json_object_get(o->nodeclaim, "metadata"), "name"));
+}
 static void provider_id_done(op *o, json_t *values, lp_error *err) {
   if (err) {
     cp_finish(o, NULL, err);
@@ -180,20 +169,81 @@ static void mark_unavailable(lp_cloudprovider *cp, const char *type, const json_
   lp_cache_set(cp->unavailable, key, strlen(key), "1", 1, 0);
 }
 
+/* The index in o->candidates, at or after o->next_candidate, of the offering (type, zone, capacity
+ * type), or -1 when create was not handed it. */
+static long handed_index(const op *o, const char *type, const char *zone, const char *capacity_type) {
+  for (size_t i = o->next_candidate; i < json_array_size(o->candidates); i++) {
+    const json_t *pair = json_array_get(o->candidates, i);
+    const json_t *offering = json_array_get(pair, 1);
+    const char *t = json_string_value(json_object_get(json_array_get(pair, 0), "name"));
+    const char *z = json_string_value(json_object_get(offering, "zone"));
+    const char *c = json_string_value(json_object_get(offering, "capacity_type"));
+    if (type && zone && capacity_type && t && z && c && strcmp(t, type) == 0 && strcmp(z, zone) == 0 &&
+        strcmp(c, capacity_type) == 0)
+      return (long)i;
+  }
+  return -1;
+}
+
+static long handed_index_of(const op *o, const json_t *item) {
+  return handed_index(o, json_string_value(json_object_get(item, "instance_type")),
+                      json_string_value(json_object_get(item, "zone")),
+                      json_string_value(json_object_get(item, "capacity_type")));
+}
+
+/* InsufficientCapacity: the offerings the mapping found out of stock are marked unavailable and the
+ * ones after the last of them handed again; without a list, the mapping could launch none. */
+static void out_of_stock(op *o, lp_error *err) {
+  const json_t *reported = json_object_get(o->error_detail, "offerings");
+  size_t handed = json_array_size(o->candidates) - o->next_candidate;
+  if (!json_is_array(reported) || json_array_size(reported) == 0) {
+    lp_counter_inc(o->cp->launches, LP_LABELS("insufficient_capacity"));
+    lp_error *e = lp_error_new("InsufficientCapacity",
+                               "NodeClaim %s: the mapping launched none of the %zu offerings: %s",
+                               claim_name(o), handed, err->message);
+    lp_error_free(err);
+    cp_finish(o, NULL, e);
+    return;
+  }
+  long last = -1;
+  size_t i;
+  const json_t *item;
+  json_array_foreach(reported, i, item) {
+    long at = handed_index_of(o, item);
+    if (at < 0) {
+      char *text = json_dumps(item, JSON_COMPACT | JSON_SORT_KEYS);
+      char *problem =
+          lp_xasprintf("reported %s out of stock, which is not one of the %zu offerings it was handed",
+                       text ? text : "an offering", handed);
+      free(text);
+      lp_error_free(err);
+      cp_finish(o, NULL,
+                cp_contract_error(o, o->cp->mapping, "create", problem, "rule CP9 in docs/contracts.md"));
+      return;
+    }
+    if (at > last) last = at;
+  }
+  json_array_foreach(reported, i, item) {
+    const json_t *pair = json_array_get(o->candidates, (size_t)handed_index_of(o, item));
+    const char *type = json_string_value(json_object_get(json_array_get(pair, 0), "name"));
+    const json_t *offering = json_array_get(pair, 1);
+    lp_counter_inc(o->cp->launches, LP_LABELS("insufficient_capacity"));
+    lp_warn(LOGGER, "offering out of stock, trying the next", LPF_STR("nodeclaim", claim_name(o)),
+            LPF_STR("instance_type", type),
+            LPF_STR("zone", json_string_value(json_object_get(offering, "zone"))),
+            LPF_STR("capacity_type", json_string_value(json_object_get(offering, "capacity_type"))),
+            LPF_STR("error", err->message));
+    mark_unavailable(o->cp, type, offering);
+  }
+  lp_error_free(err);
+  o->next_candidate = (size_t)last + 1;
+  launch_next(o);
+}
+
 static void launch_done(op *o, json_t *values, lp_error *err) {
-  json_t *pair = json_array_get(o->candidates, o->next_candidate - 1);
-  const char *type = json_string_value(json_object_get(json_array_get(pair, 0), "name"));
-  const json_t *offering = json_array_get(pair, 1);
   if (err) {
     if (strcmp(err->code, "InsufficientCapacity") == 0) {
-      lp_counter_inc(o->cp->launches, LP_LABELS("insufficient_capacity"));
-      lp_warn(LOGGER, "offering out of stock, trying the next", LPF_STR("instance_type", type),
-              LPF_STR("zone", json_string_value(json_object_get(offering, "zone"))),
-              LPF_STR("capacity_type", json_string_value(json_object_get(offering, "capacity_type"))),
-              LPF_STR("error", err->message));
-      mark_unavailable(o->cp, type, offering);
-      lp_error_free(err);
-      try_next_candidate(o);
+      out_of_stock(o, err);
       return;
     }
     lp_counter_inc(o->cp->launches, LP_LABELS("error"));
@@ -201,65 +251,67 @@ static void launch_done(op *o, json_t *values, lp_error *err) {
       cp_finish(o, NULL, err);
       return;
     }
-    lp_error *create =
-        lp_error_new("CreateError", "launching %s in %s failed: %s: %s", type,
-                     json_string_value(json_object_get(offering, "zone")), err->code, err->message);
+    lp_error *create = lp_error_new("CreateError", "launching NodeClaim %s failed: %s: %s", claim_name(o),
+                                    err->code, err->message);
     lp_error_free(err);
     cp_finish(o, NULL, create);
     return;
   }
   json_t *instance = json_array_get(values, 0);
+  const char *rule = "docs/contracts.md#the-instance-shape";
   char *problem = lp_check_instance(instance);
+  long at = problem ? -1 : handed_index_of(o, instance);
+  if (!problem && at < 0) {
+    rule = "rule CP9 in docs/contracts.md";
+    problem =
+        lp_xasprintf("instance %s is %s in %s (%s), which is not one of the %zu offerings it was handed",
+                     json_string_value(json_object_get(instance, "id")),
+                     json_string_value(json_object_get(instance, "instance_type")),
+                     json_string_value(json_object_get(instance, "zone")),
+                     json_string_value(json_object_get(instance, "capacity_type")),
+                     json_array_size(o->candidates) - o->next_candidate);
+  }
   if (problem) {
     json_decref(values);
-    cp_finish(
-        o, NULL,
-        cp_contract_error(o, o->cp->mapping, "create", problem, "docs/contracts.md#the-instance-shape"));
+    cp_finish(o, NULL, cp_contract_error(o, o->cp->mapping, "create", problem, rule));
     return;
   }
   o->instance = json_incref(instance);
-  o->chosen_type = json_incref(json_array_get(pair, 0));
+  o->chosen_type = json_incref(json_array_get(json_array_get(o->candidates, (size_t)at), 0));
   json_decref(values);
   cp_call(o, o->cp->mapping, "provider_id", json_pack("[O]", o->instance), provider_id_done);
 }
 
-static void try_next_candidate(op *o) {
-  if (o->next_candidate >= json_array_size(o->candidates) ||
-      o->next_candidate >= o->cp->max_launch_attempts) {
-    cp_finish(
-        o, NULL,
-        lp_error_new("InsufficientCapacity", "all %zu offerings tried for NodeClaim %s were out of stock",
-                     o->next_candidate,
-                     json_string_value(json_object_get(json_object_get(o->nodeclaim, "metadata"), "name"))));
+/* {instance_type, zone, capacity_type, price, client_token, type} for each offering still to try. */
+static json_t *handed_offerings(const op *o) {
+  json_t *out = json_array();
+  for (size_t i = o->next_candidate; i < json_array_size(o->candidates); i++) {
+    json_t *pair = json_array_get(o->candidates, i);
+    json_t *type = json_array_get(pair, 0), *offering = json_array_get(pair, 1);
+    const char *name = json_string_value(json_object_get(type, "name"));
+    char *token = client_token(o->nodeclaim, name, offering);
+    json_t *item = json_pack("{s:s, s:O, s:O, s:s, s:O}", "instance_type", name, "zone",
+                             json_object_get(offering, "zone"), "capacity_type",
+                             json_object_get(offering, "capacity_type"), "client_token", token, "type", type);
+    free(token);
+    json_t *price = json_object_get(offering, "price");
+    if (json_is_number(price)) json_object_set(item, "price", price);
+    json_array_append_new(out, item);
+  }
+  return out;
+}
+
+static void launch_next(op *o) {
+  if (o->next_candidate >= json_array_size(o->candidates)) {
+    cp_finish(o, NULL,
+              lp_error_new("InsufficientCapacity",
+                           "all %zu offerings tried for NodeClaim %s were out of stock", o->next_candidate,
+                           claim_name(o)));
     return;
   }
-  json_t *pair = json_array_get(o->candidates, o->next_candidate++);
-  json_t *type = json_array_get(pair, 0);
-  json_t *offering = json_array_get(pair, 1);
-  const char *name = json_string_value(json_object_get(type, "name"));
-  const char *zone = json_string_value(json_object_get(offering, "zone"));
-  const json_t *status = json_object_get(o->nodeclass, "status");
-  const char *vswitch = first_id(json_object_get(status, "vSwitches"), "zoneID", zone);
-  const char *image = image_for(o->nodeclass, type);
-  if (!vswitch || !image) { /* the mapping offered a zone or architecture the class cannot launch in */
-    mark_unavailable(o->cp, name, offering);
-    try_next_candidate(o);
-    return;
-  }
-  json_t *sgs = json_array();
-  size_t i;
-  const json_t *sg;
-  json_array_foreach(json_object_get(status, "securityGroups"), i, sg)
-      json_array_append(sgs, json_object_get(sg, "id"));
-  char *token = client_token(o->nodeclaim, name, offering);
-  json_t *req = json_pack("{s:O, s:O, s:s, s:s, s:O, s:s, s:s, s:o, s:O, s:s}", "nodeclaim", o->nodeclaim,
-                          "nodeclass", o->nodeclass, "instance_type", name, "zone", zone, "capacity_type",
-                          json_object_get(offering, "capacity_type"), "vswitch_id", vswitch, "image_id",
-                          image, "security_group_ids", sgs, "tags", o->tags, "client_token", token);
-  free(token);
-  const json_t *user_data = json_object_get(json_object_get(o->nodeclass, "spec"), "userData");
-  if (json_is_string(user_data)) json_object_set(req, "user_data", (json_t *)user_data);
-  cp_call(o, o->cp->mapping, "create", cp_ctx_args1(o->cp, req), launch_done);
+  json_t *launch = json_pack("{s:O, s:O, s:O, s:o}", "nodeclaim", o->nodeclaim, "nodeclass", o->nodeclass,
+                             "tags", o->tags, "offerings", handed_offerings(o));
+  cp_call(o, o->cp->mapping, "create", cp_ctx_args1(o->cp, launch), launch_done);
 }
 
 static void tags_done(op *o, json_t *values, lp_error *err) {
@@ -278,7 +330,7 @@ static void tags_done(op *o, json_t *values, lp_error *err) {
   }
   o->tags = json_is_object(tags) ? json_incref(tags) : json_object();
   json_decref(values);
-  try_next_candidate(o);
+  launch_next(o);
 }
 
 static void create_types_done(op *o, json_t *values, lp_error *err) {
@@ -296,6 +348,9 @@ static void create_types_done(op *o, json_t *values, lp_error *err) {
   char *why = NULL;
   o->candidates = launch_candidates(o->nodeclaim, json_is_array(types) ? types : NULL, &why);
   json_decref(values);
+  /* at most max_launch_attempts offerings are ever handed to create, the cheapest */
+  while (json_array_size(o->candidates) > o->cp->max_launch_attempts)
+    json_array_remove(o->candidates, json_array_size(o->candidates) - 1);
   if (json_array_size(o->candidates) == 0) {
     lp_counter_inc(o->cp->launches, LP_LABELS("insufficient_capacity"));
     cp_finish(

@@ -38,7 +38,7 @@ typedef struct op {
   void *ud;
   json_t *nodeclaim, *nodeclass; /* own references */
   json_t *candidates;            /* create: [[type, offering], ...] cheapest first */
-  size_t next_candidate;
+  size_t next_candidate;         /* create: the first candidate still to hand to the mapping */
   json_t *tags;
   json_t *chosen_type;
   json_t *instance;

@@ -4,6 +4,7 @@
 -- (docs/contracts.md#cloudprovider-rules) around every result.
 local bootstrap = require "providers.alibaba.bootstrap"
 local instances = require "providers.alibaba.instances"
+local launch = require "providers.alibaba.launch"
 local instancetypes = require "providers.alibaba.instancetypes"
 local nodeclass = require "providers.alibaba.nodeclass"
 
@@ -18,8 +19,9 @@ M.instance_types = instancetypes.list
 -- capacity_type) -> text | nil, err.
 M.user_data = bootstrap.user_data
 
-function M.create(ctx, req)
-  return instances.run(ctx, req)
+-- launch = {nodeclaim, nodeclass, tags, offerings}: launch.lua chooses one and launches it.
+function M.create(ctx, request)
+  return launch.create(ctx, request)
 end
 
 function M.delete(ctx, instance_id)

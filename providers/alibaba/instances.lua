@@ -1,5 +1,5 @@
--- ECS instances behind the CloudProvider contract: launch one offering, delete, describe (batched),
--- list the cluster's instances, and the mapping of an API instance to the instance shape
+-- ECS instances behind the CloudProvider contract: launch one instance as launch.lua decided, delete,
+-- describe (batched), list the cluster's instances, and the mapping of an API instance to the instance shape
 -- (docs/contracts.md#the-instance-shape). Calls go through session.client(ctx); errors are the
 -- client's tables (code "NotFound", "InsufficientCapacity", "Throttled", ... or the API Code).
 --   run(ctx, req) -> instance | nil, err      delete(ctx, id) -> true | nil, err
@@ -169,8 +169,11 @@ end
 
 --- run(ctx, req) -> instance | nil, err
 -- req = {instance_type, zone, capacity_type, vswitch_id, image_id, security_group_ids, tags,
--- client_token, user_data}. One RunInstances with Amount=1; the ClientToken makes a repeated
--- request return the first instance instead of launching a second one.
+-- client_token, user_data, system_disk = {category, size, performance_level},
+-- data_disks = {{size, category, device}}, spot_strategy, spot_price_limit, key_pair_name, password,
+-- password_inherit, resource_group_id}: what launch.lua decided. One RunInstances with Amount=1; the
+-- ClientToken makes a repeated request return the first instance instead of launching a second one.
+-- The password goes on the wire only: never into a log or an error.
 function M.run(ctx, req)
   local c, err = client_for(ctx)
   if not c then return nil, err end
@@ -186,10 +189,25 @@ function M.run(ctx, req)
     ImageId = req.image_id,
     SecurityGroupIds = req.security_group_ids,
     InstanceChargeType = "PostPaid",
-    SpotStrategy = spot and "SpotAsPriceGo" or "NoSpot",
+    SpotStrategy = req.spot_strategy or (spot and "SpotAsPriceGo" or "NoSpot"),
+    SpotPriceLimit = req.spot_price_limit,
     Tag = tag_params(req.tags),
     ClientToken = req.client_token,
+    KeyPairName = req.key_pair_name,
+    Password = req.password,
+    PasswordInherit = req.password_inherit,
+    ResourceGroupId = req.resource_group_id,
   }
+  if type(req.system_disk) == "table" then
+    params.SystemDisk = { Category = req.system_disk.category, Size = req.system_disk.size,
+      PerformanceLevel = req.system_disk.performance_level }
+  end
+  if type(req.data_disks) == "table" and #req.data_disks > 0 then
+    params.DataDisk = {}
+    for i, d in ipairs(req.data_disks) do
+      params.DataDisk[i] = { Size = d.size, Category = d.category, Device = d.device }
+    end
+  end
   if type(req.user_data) == "string" and req.user_data ~= "" then
     params.UserData = crypto.base64_encode(req.user_data)
   end

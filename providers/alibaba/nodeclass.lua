@@ -3,7 +3,8 @@
 -- conditions as operators see them: docs/controllers.md#ecsnodeclass-status-nodeclass.
 --
 -- Public:
---   resolve(ctx, nodeclass) -> status = {vSwitches = {{id, zoneID, availableIpAddressCount}}, securityGroups = {{id, name}},
+--   resolve(ctx, nodeclass) -> status = {vSwitches = {{id, zoneID, availableIpAddressCount}},
+--                                        securityGroups = {{id, name}},
 --                                        images = {{id, name, requirements}},
 --                                        conditions = {{type, status, reason, message}}}
 --   hash(nodeclass) -> hash, version

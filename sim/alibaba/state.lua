@@ -93,7 +93,8 @@ function M.summary()
       vswitch_id = inst.vswitch_id, private_ip = inst.ip, security_group_ids = inst.security_group_ids,
       tags = next(inst.tags) and inst.tags or nil, created = luaprov.time.iso8601(inst.created),
       client_token = inst.client_token, spot_strategy = inst.spot_strategy, spot_price_limit = inst.spot_price_limit,
-      system_disk = inst.system_disk, data_disks = setmetatable(inst.data_disks or {}, luaprov.json.array_mt),
+      system_disk = inst.system_disk, data_disks = setmetatable({ table.unpack(inst.data_disks or {}) },
+        luaprov.json.array_mt),
       key_pair = inst.key_pair, password_set = inst.password_set, password_inherit = inst.password_inherit,
       resource_group_id = inst.resource_group_id }
   end

@@ -5,6 +5,7 @@ local luaprov = require "luaprov"
 local harness = require "spec.fixtures.alibaba.harness"
 local mapping = require "providers.alibaba"
 local instances = require "providers.alibaba.instances"
+local launch = require "providers.alibaba.launch"
 local instancetypes = require "providers.alibaba.instancetypes"
 local nodeclass = require "providers.alibaba.nodeclass"
 
@@ -65,30 +66,33 @@ describe("the Alibaba CloudProvider mapping", function()
       mapping.provider_id { region = parsed.region, id = parsed.instance_id })
   end)
 
-  describe("delegates instance calls to providers.alibaba.instances", function()
+  describe("delegates create to providers.alibaba.launch and the rest to providers.alibaba.instances", function()
     local saved = {}
     local seen
+    local function fake(module, f)
+      saved[#saved + 1] = { module, f, module[f] }
+      module[f] = function(...)
+        seen[#seen + 1] = { f, ... }
+        return f .. "-result"
+      end
+    end
     before_each(function()
       seen = {}
-      for _, f in ipairs { "run", "delete", "get", "list" } do
-        saved[f] = instances[f]
-        instances[f] = function(...)
-          seen[#seen + 1] = { f, ... }
-          return f .. "-result"
-        end
-      end
+      fake(launch, "create")
+      for _, f in ipairs { "delete", "get", "list" } do fake(instances, f) end
     end)
     after_each(function()
-      for f, fn in pairs(saved) do instances[f] = fn end
+      for _, s in ipairs(saved) do s[1][s[2]] = s[3] end
+      saved = {}
     end)
 
-    it("create -> run, delete, get, list with the same arguments", function()
-      local ctx, req = { region = "cn-hangzhou" }, { zone = "cn-hangzhou-h" }
-      assert.equals("run-result", mapping.create(ctx, req))
+    it("create -> launch.create, delete, get, list with the same arguments", function()
+      local ctx, req = { region = "cn-hangzhou" }, { offerings = {} }
+      assert.equals("create-result", mapping.create(ctx, req))
       assert.equals("delete-result", mapping.delete(ctx, "i-1"))
       assert.equals("get-result", mapping.get(ctx, "i-2"))
       assert.equals("list-result", mapping.list(ctx))
-      assert.same({ { "run", ctx, req }, { "delete", ctx, "i-1" }, { "get", ctx, "i-2" }, { "list", ctx } }, seen)
+      assert.same({ { "create", ctx, req }, { "delete", ctx, "i-1" }, { "get", ctx, "i-2" }, { "list", ctx } }, seen)
     end)
   end)
 

@@ -1,0 +1,290 @@
+-- The launch decision of the mapping's create (docs/contracts.md#create): of the offerings the
+-- engine allows, cheapest first, choose the one to launch and everything ECS needs for it from the
+-- ECSNodeClass (the vSwitch by spec.vSwitchSelectionPolicy, the image for the type's architecture,
+-- security groups, disks, key pair or password, spot strategy, user data), then launch one instance
+-- through instances.run. docs/alibaba.md#launching-an-instance says the same for operators.
+--   create(ctx, launch) -> instance | nil, err
+--   launch = {nodeclaim, nodeclass, tags, offerings = {{instance_type, zone, capacity_type, price,
+--             client_token, type}}}
+-- err.code "InsufficientCapacity" carries offerings = {{instance_type, zone, capacity_type}} (the
+-- ones found out of stock), or no offerings when the class can launch in none of them.
+local luaprov = require "luaprov"
+local bootstrap = require "providers.alibaba.bootstrap"
+local instances = require "providers.alibaba.instances"
+
+local json = luaprov.json
+
+local M = {}
+
+M.SPOT_PRICE_LIMIT_ANNOTATION = "luaprov.io/spot-price-limit"
+-- Tried in this order when spec.systemDisk.categories is empty.
+M.DEFAULT_SYSTEM_DISK_CATEGORIES = { "cloud_essd", "cloud_ssd", "cloud_efficiency", "cloud" }
+M.DEFAULT_SYSTEM_DISK_GIB = 20
+M.MIN_DATA_DISK_GIB = 20
+
+-- API codes saying "this instance type does not take that disk category": the next category is tried.
+local CATEGORY_REFUSED = {
+  ["InvalidSystemDiskCategory.ValueNotSupported"] = true,
+  ["InvalidSystemDisk.CategoryNotSupported"] = true,
+  ["InvalidDiskCategory.NotSupported"] = true,
+  ["InvalidDiskCategory.ValueNotSupported"] = true,
+}
+
+local MAX_TOKEN = 64
+
+local function present(v)
+  return v ~= nil and v ~= json.null
+end
+
+local function field(t, k)
+  if type(t) ~= "table" then return nil end
+  local v = t[k]
+  if present(v) then return v end
+  return nil
+end
+
+local function strings(v)
+  local out = {}
+  if type(v) == "table" then
+    for _, s in ipairs(v) do
+      if type(s) == "string" and s ~= "" then out[#out + 1] = s end
+    end
+  end
+  return out
+end
+
+local function class_name(nodeclass)
+  return tostring(field(field(nodeclass, "metadata"), "name") or "?")
+end
+
+local function invalid(nodeclass, message)
+  return { code = "InvalidNodeClass", message = ("ECSNodeClass %s: %s"):format(class_name(nodeclass), message) }
+end
+
+-- A Kubernetes quantity ("40Gi", "100G", "21474836480") in GiB, rounded up; nil when unreadable.
+local UNITS = { [""] = 1, k = 1e3, M = 1e6, G = 1e9, T = 1e12, Ki = 1024, Mi = 1024 ^ 2, Gi = 1024 ^ 3,
+  Ti = 1024 ^ 4 }
+local function gib(quantity)
+  if math.type(quantity) == "integer" then return quantity end
+  if type(quantity) ~= "string" then return nil end
+  local number, unit = quantity:match("^%s*(%d+%.?%d*)%s*(%a*)%s*$")
+  local scale = UNITS[unit or ""]
+  if not number or not scale then return nil end
+  return math.ceil(tonumber(number) * scale / 1024 ^ 3 - 1e-9)
+end
+
+-- vSwitch and image ------------------------------------------------------------------------------
+
+local function free_ips(vswitch)
+  return tonumber(field(vswitch, "availableIpAddressCount")) or 0
+end
+
+-- The zone's vSwitch with the most free addresses (ties: status order), or nil.
+local function vswitch_in(status, zone)
+  local best
+  for _, v in ipairs(field(status, "vSwitches") or {}) do
+    local usable = field(v, "zoneID") == zone and type(field(v, "id")) == "string"
+    if usable and (not best or free_ips(v) > free_ips(best)) then best = v end
+  end
+  return best
+end
+
+-- Whether the type's requirements allow some value of each In requirement of an image (its
+-- kubernetes.io/arch): an In of the type must share a value, a NotIn must leave one, DoesNotExist
+-- allows none; a key the type does not constrain is allowed.
+local function allows(type_reqs, image_reqs)
+  for _, want in ipairs(image_reqs) do
+    if field(want, "operator") == "In" then
+      for _, have in ipairs(type_reqs) do
+        if field(have, "key") == want.key then
+          local values = {}
+          for _, v in ipairs(field(have, "values") or {}) do values[v] = true end
+          local op, any = field(have, "operator"), false
+          for _, v in ipairs(field(want, "values") or {}) do
+            if (op == "In" and values[v]) or (op == "NotIn" and not values[v]) or op == "Exists" then any = true end
+          end
+          if not any then return false end
+        end
+      end
+    end
+  end
+  return true
+end
+
+-- The first image whose requirements (its architecture) the type's requirements allow.
+local function image_for(status, instance_type)
+  local type_reqs = field(instance_type, "requirements") or {}
+  for _, image in ipairs(field(status, "images") or {}) do
+    if type(field(image, "id")) == "string" and allows(type_reqs, field(image, "requirements") or {}) then
+      return image
+    end
+  end
+  return nil
+end
+
+-- The offerings the class can launch in, each with its vSwitch and image, in the engine's order; and
+-- why the others cannot, for the error when none can.
+local function launchable(launch)
+  local status = field(launch.nodeclass, "status")
+  local out, why = {}, {}
+  for _, offering in ipairs(field(launch, "offerings") or {}) do
+    local vswitch = vswitch_in(status, offering.zone)
+    local image = image_for(status, offering.type)
+    if vswitch and image then
+      out[#out + 1] = { offering = offering, vswitch = vswitch, image = image }
+    else
+      why[#why + 1] = ("%s in %s: %s"):format(tostring(offering.instance_type), tostring(offering.zone),
+        vswitch and "no image for its architecture" or "no vSwitch in the zone")
+    end
+  end
+  return out, why
+end
+
+-- The candidates to try in this call, by spec.vSwitchSelectionPolicy:
+-- cheapest: the first launchable offering alone (on out-of-stock the engine calls again with the rest).
+-- balanced: the offerings of the first launchable type and capacity type, the zone with the most free
+-- addresses first (ties: the engine's order), tried in turn.
+local function candidates(list, policy)
+  if #list == 0 then return {} end
+  if policy ~= "balanced" then return { list[1] } end
+  local first = list[1].offering
+  local group = {}
+  for i, c in ipairs(list) do
+    if c.offering.instance_type == first.instance_type and c.offering.capacity_type == first.capacity_type then
+      group[#group + 1] = { c = c, i = i }
+    end
+  end
+  table.sort(group, function(a, b)
+    local x, y = free_ips(a.c.vswitch), free_ips(b.c.vswitch)
+    if x ~= y then return x > y end
+    return a.i < b.i
+  end)
+  local out = {}
+  for i, g in ipairs(group) do out[i] = g.c end
+  return out
+end
+
+-- Disks, spot, access ----------------------------------------------------------------------------
+
+local function system_disk(spec)
+  local disk = field(spec, "systemDisk") or {}
+  local categories = strings(field(disk, "categories"))
+  if #categories == 0 then categories = M.DEFAULT_SYSTEM_DISK_CATEGORIES end
+  local size = M.DEFAULT_SYSTEM_DISK_GIB
+  -- The same precedence as the node's ephemeral storage (capacity.lua): volumeSize, then size.
+  if field(disk, "volumeSize") then
+    size = gib(disk.volumeSize)
+    if not size then return nil, ("systemDisk.volumeSize %q is not a quantity"):format(tostring(disk.volumeSize)) end
+  elseif tonumber(field(disk, "size")) then
+    size = math.tointeger(tonumber(disk.size)) or math.ceil(tonumber(disk.size))
+  end
+  return { categories = categories, size = size, performance_level = field(disk, "performanceLevel") }
+end
+
+local function data_disks(spec)
+  local category = strings(field(spec, "dataDiskCategories"))[1] or M.DEFAULT_SYSTEM_DISK_CATEGORIES[1]
+  local out = {}
+  for i, d in ipairs(field(spec, "dataDisks") or {}) do
+    local size = gib(field(d, "volumeSize"))
+    if not size then
+      return nil, ("dataDisks[%d].volumeSize %q is not a quantity"):format(i, tostring(field(d, "volumeSize")))
+    end
+    out[i] = { size = math.max(size, M.MIN_DATA_DISK_GIB), category = category, device = field(d, "device") }
+  end
+  return out
+end
+
+-- SpotAsPriceGo, or SpotWithPriceLimit when the class's annotation sets a limit; NoSpot on demand.
+local function spot(nodeclass, capacity_type)
+  if capacity_type ~= "spot" then return "NoSpot" end
+  local annotations = field(field(nodeclass, "metadata"), "annotations")
+  local text = field(annotations, M.SPOT_PRICE_LIMIT_ANNOTATION)
+  if text == nil then return "SpotAsPriceGo" end
+  local limit = type(text) == "string" and text:match("^%s*%d+%.?%d*%s*$") and tonumber(text)
+  if not limit or limit <= 0 then
+    return nil, nil, ("annotation %s: %q is not a price (a decimal number of USD per hour, e.g. \"0.25\")")
+      :format(M.SPOT_PRICE_LIMIT_ANNOTATION, tostring(text))
+  end
+  return "SpotWithPriceLimit", limit
+end
+
+-- The request of instances.run for one candidate, without the system disk category and token.
+local function request(ctx, launch, c, disks)
+  local spec = field(launch.nodeclass, "spec") or {}
+  local offering = c.offering
+  local strategy, limit, problem = spot(launch.nodeclass, offering.capacity_type)
+  if problem then return nil, invalid(launch.nodeclass, problem) end
+  local text, uerr = bootstrap.user_data(ctx, launch.nodeclaim, launch.nodeclass, offering.capacity_type)
+  if text == nil then return nil, uerr end
+  local groups = {}
+  for _, g in ipairs(field(field(launch.nodeclass, "status"), "securityGroups") or {}) do
+    if type(field(g, "id")) == "string" then groups[#groups + 1] = g.id end
+  end
+  return {
+    instance_type = offering.instance_type, zone = offering.zone, capacity_type = offering.capacity_type,
+    vswitch_id = c.vswitch.id, image_id = c.image.id, security_group_ids = groups, tags = launch.tags,
+    user_data = text, spot_strategy = strategy, spot_price_limit = limit, data_disks = disks.data,
+    key_pair_name = field(spec, "keyPairName"), password = field(spec, "password"),
+    password_inherit = field(spec, "passwordInherit") == true or nil,
+    resource_group_id = field(spec, "resourceGroupId"),
+  }
+end
+
+-- The token of the index-th category: the engine's for the first, derived for the others, so a
+-- repeated create walks the same tokens and finds the instance an earlier walk launched.
+local function token_for(token, index)
+  if index == 1 or type(token) ~= "string" then return token end
+  local suffix = "-c" .. index
+  return token:sub(1, MAX_TOKEN - #suffix) .. suffix
+end
+
+-- One offering: RunInstances with each system disk category in turn while the type refuses it.
+local function launch_one(ctx, launch, c, disks)
+  local req, err = request(ctx, launch, c, disks)
+  if not req then return nil, err end
+  local last
+  for i, category in ipairs(disks.system.categories) do
+    -- ECS takes a performance level for ESSDs only.
+    req.system_disk = { category = category, size = disks.system.size,
+      performance_level = category == "cloud_essd" and disks.system.performance_level or nil }
+    req.client_token = token_for(c.offering.client_token, i)
+    local inst, rerr = instances.run(ctx, req)
+    if inst then return inst end
+    if not CATEGORY_REFUSED[rerr.api_code or rerr.code] then return nil, rerr end
+    last = rerr
+  end
+  return nil, last
+end
+
+local function out_of_stock(offering)
+  return { instance_type = offering.instance_type, zone = offering.zone, capacity_type = offering.capacity_type }
+end
+
+function M.create(ctx, launch)
+  if type(launch) ~= "table" then error("create: launch must be a table", 2) end
+  local spec = field(launch.nodeclass, "spec") or {}
+  local system, serr = system_disk(spec)
+  if not system then return nil, invalid(launch.nodeclass, serr) end
+  local data, derr = data_disks(spec)
+  if not data then return nil, invalid(launch.nodeclass, derr) end
+  local disks = { system = system, data = data }
+  local list, why = launchable(launch)
+  local tries = candidates(list, field(spec, "vSwitchSelectionPolicy"))
+  if #tries == 0 then
+    return nil, { code = "InsufficientCapacity",
+      message = ("ECSNodeClass %s can launch none of the %d offerings: %s"):format(class_name(launch.nodeclass),
+        #(field(launch, "offerings") or {}), #why > 0 and table.concat(why, "; ") or "none were offered") }
+  end
+  local sold_out, last = {}, nil
+  for _, c in ipairs(tries) do
+    local inst, err = launch_one(ctx, launch, c, disks)
+    if inst then return inst end
+    if err.code ~= "InsufficientCapacity" then return nil, err end
+    sold_out[#sold_out + 1] = out_of_stock(c.offering)
+    last = err
+  end
+  last.offerings = sold_out
+  return nil, last
+end
+
+return M
