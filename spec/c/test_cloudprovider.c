@@ -329,29 +329,18 @@ static void test_drift_and_repair(void) {
   json_decref(claim);
 }
 
-/* A mapping that breaks a rule gets an error naming its file and the rule: an operator's tree wraps
- * the default mapping and drops one offering of every type. */
-static void test_contract_violation(void) {
-  char dir[] = "/tmp/luaprov-cp-XXXXXX";
-  if (!mkdtemp(dir)) return;
-  char path[256];
-  snprintf(path, sizeof path, "%s/providers/alibaba", dir);
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "mkdir -p %s", path);
+/* An operator's script tree in a new temporary directory (dir, at least 32 bytes) whose
+ * providers/alibaba/init.lua is init_lua, loaded over the default scripts; NULL on failure. */
+static lp_script_host *operator_scripts_new(char *dir, const char *init_lua) {
+  strcpy(dir, "/tmp/luaprov-cp-XXXXXX");
+  if (!mkdtemp(dir)) return NULL;
+  char path[256], cmd[512];
+  snprintf(cmd, sizeof cmd, "mkdir -p %s/providers/alibaba", dir);
   CHECK(system(cmd) == 0);
   snprintf(path, sizeof path, "%s/providers/alibaba/init.lua", dir);
   FILE *f = fopen(path, "w");
-  fputs("local default = require 'defaults.providers.alibaba'\n"
-        "local M = setmetatable({}, { __index = default })\n"
-        "for k, v in pairs(default) do M[k] = v end\n"
-        "function M.instance_types(ctx, nodeclass)\n"
-        "  local types, err = default.instance_types(ctx, nodeclass)\n"
-        "  if not types then return nil, err end\n"
-        "  for _, t in ipairs(types) do table.remove(t.offerings) end\n"
-        "  return types\n"
-        "end\n"
-        "return M\n",
-        f);
+  if (!f) return NULL;
+  fputs(init_lua, f);
   fclose(f);
   lp_script_host_config cfg = {.loop = &loop,
                                .scripts_dir = dir,
@@ -359,15 +348,44 @@ static void test_contract_violation(void) {
                                .modules = lp_contract_modules,
                                .http = http};
   lp_problems problems = {0};
-  lp_script_host *operator_scripts = lp_script_host_new(&cfg, &problems);
-  CHECK(operator_scripts != NULL);
+  lp_script_host *h = lp_script_host_new(&cfg, &problems);
+  CHECK(h != NULL);
   lp_problems_free(&problems);
+  return h;
+}
+
+static void operator_scripts_free(lp_script_host *h, const char *dir) {
+  if (h) lp_script_host_close(h, NULL, NULL);
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  CHECK(system(cmd) == 0);
+}
+
+static lp_cloudprovider *operator_cloudprovider(lp_script_host *h, unsigned max_launch_attempts) {
+  return lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &loop,
+                                                         .scripts = h,
+                                                         .cluster_id = "luaprov-sim",
+                                                         .endpoint = lp_sim_url(sim, "alibaba"),
+                                                         .max_launch_attempts = max_launch_attempts});
+}
+
+/* A mapping that breaks a rule gets an error naming its file and the rule: an operator's tree wraps
+ * the default mapping and drops one offering of every type. */
+static void test_contract_violation(void) {
+  char dir[32];
+  lp_script_host *operator_scripts =
+      operator_scripts_new(dir, "local default = require 'defaults.providers.alibaba'\n"
+                                "local M = setmetatable({}, { __index = default })\n"
+                                "for k, v in pairs(default) do M[k] = v end\n"
+                                "function M.instance_types(ctx, nodeclass)\n"
+                                "  local types, err = default.instance_types(ctx, nodeclass)\n"
+                                "  if not types then return nil, err end\n"
+                                "  for _, t in ipairs(types) do table.remove(t.offerings) end\n"
+                                "  return types\n"
+                                "end\n"
+                                "return M\n");
   if (!operator_scripts) return;
-  lp_cloudprovider *broken =
-      lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &loop,
-                                                      .scripts = operator_scripts,
-                                                      .cluster_id = "luaprov-sim",
-                                                      .endpoint = lp_sim_url(sim, "alibaba")});
+  lp_cloudprovider *broken = operator_cloudprovider(operator_scripts, 0);
   lp_cp_outcome o = {0};
   const char *code;
   lp_cp_get_instance_types(broken, nodeclass, lp_cp_outcome_store, &o);
@@ -379,9 +397,242 @@ static void test_contract_violation(void) {
   }
   lp_error_free(o.error);
   lp_cloudprovider_free(broken);
-  lp_script_host_close(operator_scripts, NULL, NULL);
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  CHECK(system(cmd) == 0);
+  operator_scripts_free(operator_scripts, dir);
+}
+
+/* ---- the create contract (docs/contracts.md#create) through a recording mapping ------------- */
+
+/* The default mapping with a create that records what the engine handed it (seen(name) answers the
+ * offerings of each call for the NodeClaim named name) and behaves by the NodeClaim's name: "ice-"
+ * reports the 1st and 3rd offerings out of stock on the first call, "none-" answers
+ * InsufficientCapacity without offerings, "quota-" another error, "stray-" returns an instance in a
+ * zone it was not handed; anything else launches through the default create. */
+static const char RECORDING_MAPPING[] =
+    "local default = require 'defaults.providers.alibaba'\n"
+    "local M = {}\n"
+    "for k, v in pairs(default) do M[k] = v end\n"
+    "local seen = {}\n"
+    "local function key(o) return { instance_type = o.instance_type, zone = o.zone, capacity_type = "
+    "o.capacity_type } end\n"
+    "function M.create(ctx, launch)\n"
+    "  local name = launch.nodeclaim.metadata.name\n"
+    "  seen[name] = seen[name] or {}\n"
+    "  local handed = {}\n"
+    "  for i, o in ipairs(launch.offerings) do\n"
+    "    handed[i] = { instance_type = o.instance_type, zone = o.zone, capacity_type = o.capacity_type,\n"
+    "      price = o.price, client_token = o.client_token, type_name = o.type and o.type.name }\n"
+    "  end\n"
+    "  table.insert(seen[name], handed)\n"
+    "  local mode = name:match('^(%a+)%-')\n"
+    "  local first = launch.offerings[1]\n"
+    "  if mode == 'ice' and #seen[name] == 1 then\n"
+    "    return nil, { code = 'InsufficientCapacity', message = 'sold out (recording mapping)',\n"
+    "      offerings = { key(first), key(launch.offerings[3]) } }\n"
+    "  elseif mode == 'none' then\n"
+    "    return nil, { code = 'InsufficientCapacity', message = 'no vSwitch anywhere (recording mapping)' }\n"
+    "  elseif mode == 'quota' then\n"
+    "    return nil, { code = 'QuotaExceed.ElasticQuota', message = 'quota (recording mapping)',\n"
+    "      offerings = { key(first) } }\n"
+    "  end\n"
+    "  local inst, err = default.create(ctx, launch)\n"
+    "  if inst and mode == 'stray' then inst.zone = 'cn-hangzhou-z' end\n"
+    "  return inst, err\n"
+    "end\n"
+    "function M.seen(name) return seen[name] or {} end\n"
+    "return M\n";
+
+#define THREE_TYPES_REQ                                                                                      \
+  "[{\"key\":\"karpenter.sh/capacity-type\",\"operator\":\"In\",\"values\":[\"on-demand\"]},"                \
+  "{\"key\":\"node.kubernetes.io/instance-type\",\"operator\":\"In\",\"values\":[\"ecs.g7.large\","          \
+  "\"ecs.c7.large\",\"ecs.g7.xlarge\"]}]"
+
+static lp_script_host *recording_scripts;
+static lp_cloudprovider *recording;
+enum { RECORDING_MAX_ATTEMPTS = 6 };
+
+/* The offerings of each create call the recording mapping saw for NodeClaim name; caller decrefs. */
+static json_t *recorded(const char *name) {
+  json_t *values = mapping_call(recording_scripts, "seen", json_pack("[s]", name));
+  json_t *calls = json_incref(json_array_get(values, 0));
+  json_decref(values);
+  if (json_is_object(calls)) { /* an empty Lua table */
+    json_decref(calls);
+    calls = json_array();
+  }
+  return calls;
+}
+
+/* "type|zone|capacity_type" of an offering as create was handed it. */
+static void handed_key(char *out, size_t cap, const json_t *item) {
+  snprintf(out, cap, "%s|%s|%s", json_string_value(json_object_get(item, "instance_type")),
+           json_string_value(json_object_get(item, "zone")),
+           json_string_value(json_object_get(item, "capacity_type")));
+}
+
+/* GetInstanceTypes through the recording provider, as a set "type|zone|capacity_type" -> available
+ * (true/false) of the on-demand offerings of the three types of THREE_TYPES_REQ. */
+static json_t *three_type_offerings(void) {
+  lp_cp_outcome o = {0};
+  const char *code;
+  lp_cp_get_instance_types(recording, nodeclass, lp_cp_outcome_store, &o);
+  json_t *types = wait_outcome(&o, &code);
+  json_t *out = json_object();
+  size_t i, k;
+  json_t *type, *offering;
+  json_array_foreach(types, i, type) {
+    const char *name = json_string_value(json_object_get(type, "name"));
+    if (strcmp(name, "ecs.g7.large") != 0 && strcmp(name, "ecs.c7.large") != 0 &&
+        strcmp(name, "ecs.g7.xlarge") != 0)
+      continue;
+    json_array_foreach(json_object_get(type, "offerings"), k, offering) {
+      if (strcmp(json_string_value(json_object_get(offering, "capacity_type")), "on-demand") != 0) continue;
+      char key[256];
+      snprintf(key, sizeof key, "%s|%s|on-demand", name,
+               json_string_value(json_object_get(offering, "zone")));
+      json_object_set(out, key, json_object_get(offering, "available"));
+    }
+  }
+  json_decref(types);
+  lp_error_free(o.error);
+  return out;
+}
+
+static size_t count_unavailable(const json_t *offerings) {
+  size_t n = 0;
+  const char *key;
+  json_t *v;
+  json_object_foreach((json_t *)offerings, key, v) n += json_is_false(v);
+  return n;
+}
+
+/* Create hands the allowed offerings only (the NodeClaim's types, on-demand, available), cheapest
+ * first, at most max_launch_attempts, each with its price, client token and type object. */
+static void test_create_hands_allowed_offerings_cheapest_first(void) {
+  json_t *claim = nodeclaim("order-a1", "uid-order-a1", THREE_TYPES_REQ, "{}");
+  lp_cp_outcome o = {0};
+  const char *code;
+  lp_cp_create(recording, claim, nodeclass, lp_cp_outcome_store, &o);
+  json_decref(wait_outcome(&o, &code));
+  CHECK(code == NULL);
+  json_t *calls = recorded("order-a1");
+  CHECK_INT(json_array_size(calls), 1);
+  json_t *handed = json_array_get(calls, 0);
+  json_t *offerings = three_type_offerings();
+  size_t available = json_object_size(offerings) - count_unavailable(offerings);
+  CHECK_INT(json_array_size(handed), available < RECORDING_MAX_ATTEMPTS ? available : RECORDING_MAX_ATTEMPTS);
+  double last = 0;
+  size_t i;
+  json_t *item;
+  json_array_foreach(handed, i, item) {
+    char key[256];
+    handed_key(key, sizeof key, item);
+    CHECK(json_is_true(json_object_get(offerings, key))); /* one of the three types, on-demand, available */
+    double price = json_number_value(json_object_get(item, "price"));
+    CHECK(json_is_number(json_object_get(item, "price")) && price >= last);
+    last = price;
+    CHECK_STR(json_string_value(json_object_get(item, "type_name")),
+              json_string_value(json_object_get(item, "instance_type")));
+    CHECK_INT(strlen(json_string_value(json_object_get(item, "client_token")) ?: ""), 48);
+  }
+  json_decref(offerings);
+  json_decref(calls);
+  lp_error_free(o.error);
+  json_decref(claim);
+}
+
+/* InsufficientCapacity naming two offerings: exactly those are marked unavailable, and create is
+ * called again with the offerings after the last of them. */
+static void test_create_out_of_stock_marks_and_retries(void) {
+  json_t *before = three_type_offerings();
+  json_t *claim = nodeclaim("ice-b1", "uid-ice-b1", THREE_TYPES_REQ, "{}");
+  lp_cp_outcome o = {0};
+  const char *code;
+  lp_cp_create(recording, claim, nodeclass, lp_cp_outcome_store, &o);
+  json_t *created = wait_outcome(&o, &code);
+  CHECK(code == NULL && created);
+  json_t *calls = recorded("ice-b1");
+  CHECK_INT(json_array_size(calls), 2);
+  json_t *first = json_array_get(calls, 0), *second = json_array_get(calls, 1);
+  CHECK(json_array_size(first) >= 4);
+  /* the second call starts after the 3rd offering of the first */
+  CHECK_INT(json_array_size(second), json_array_size(first) - 3);
+  for (size_t i = 3; i < json_array_size(first); i++) {
+    char want[256], got[256];
+    handed_key(want, sizeof want, json_array_get(first, i));
+    handed_key(got, sizeof got, json_array_get(second, i - 3));
+    CHECK_STR(got, want);
+  }
+  json_t *after = three_type_offerings();
+  CHECK_INT(count_unavailable(after), count_unavailable(before) + 2);
+  char k1[256], k2[256], k3[256];
+  handed_key(k1, sizeof k1, json_array_get(first, 0));
+  handed_key(k2, sizeof k2, json_array_get(first, 1));
+  handed_key(k3, sizeof k3, json_array_get(first, 2));
+  CHECK(json_is_false(json_object_get(after, k1)));
+  CHECK(json_is_true(json_object_get(after, k2))); /* not reported: not marked */
+  CHECK(json_is_false(json_object_get(after, k3)));
+  json_decref(before);
+  json_decref(after);
+  json_decref(calls);
+  json_decref(created);
+  lp_error_free(o.error);
+  json_decref(claim);
+}
+
+/* InsufficientCapacity without offerings: the mapping could launch none; create is not called again. */
+static void test_create_none_launchable(void) {
+  json_t *claim = nodeclaim("none-c1", "uid-none-c1", THREE_TYPES_REQ, "{}");
+  lp_cp_outcome o = {0};
+  const char *code;
+  lp_cp_create(recording, claim, nodeclass, lp_cp_outcome_store, &o);
+  wait_outcome(&o, &code);
+  CHECK(code && strcmp(code, "InsufficientCapacity") == 0);
+  if (o.error) CHECK_CONTAINS(o.error->message, "no vSwitch anywhere (recording mapping)");
+  json_t *calls = recorded("none-c1");
+  CHECK_INT(json_array_size(calls), 1);
+  json_decref(calls);
+  lp_error_free(o.error);
+  json_decref(claim);
+}
+
+/* Another error is a CreateError naming the NodeClaim, and marks nothing, even with offerings. */
+static void test_create_other_error(void) {
+  json_t *before = three_type_offerings();
+  json_t *claim = nodeclaim("quota-d1", "uid-quota-d1", THREE_TYPES_REQ, "{}");
+  lp_cp_outcome o = {0};
+  const char *code;
+  lp_cp_create(recording, claim, nodeclass, lp_cp_outcome_store, &o);
+  wait_outcome(&o, &code);
+  CHECK(code && strcmp(code, "CreateError") == 0);
+  if (o.error)
+    CHECK_STR(o.error->message,
+              "launching NodeClaim quota-d1 failed: QuotaExceed.ElasticQuota: quota (recording mapping)");
+  json_t *after = three_type_offerings();
+  CHECK_INT(count_unavailable(after), count_unavailable(before));
+  json_t *calls = recorded("quota-d1");
+  CHECK_INT(json_array_size(calls), 1);
+  json_decref(calls);
+  json_decref(before);
+  json_decref(after);
+  lp_error_free(o.error);
+  json_decref(claim);
+}
+
+/* An instance in an offering create was not handed is a Contract error naming the script and rule. */
+static void test_create_stray_instance(void) {
+  json_t *claim = nodeclaim("stray-e1", "uid-stray-e1", THREE_TYPES_REQ, "{}");
+  lp_cp_outcome o = {0};
+  const char *code;
+  lp_cp_create(recording, claim, nodeclass, lp_cp_outcome_store, &o);
+  wait_outcome(&o, &code);
+  CHECK(code && strcmp(code, "Contract") == 0);
+  if (o.error) {
+    CHECK_CONTAINS(o.error->message, "providers/alibaba/init.lua: create: instance i-");
+    CHECK_CONTAINS(o.error->message, "in cn-hangzhou-z (on-demand), which is not one of the");
+    CHECK_CONTAINS(o.error->message, "(rule CP9 in docs/contracts.md)");
+  }
+  lp_error_free(o.error);
+  json_decref(claim);
 }
 
 /* Instance types of every ECSNodeClass seen are refreshed in the background, with no caller. */
@@ -426,6 +677,18 @@ int main(void) {
   RUN(test_throttling_and_garbage);
   RUN(test_drift_and_repair);
   RUN(test_contract_violation);
+  char recording_dir[32];
+  recording_scripts = operator_scripts_new(recording_dir, RECORDING_MAPPING);
+  if (recording_scripts) {
+    recording = operator_cloudprovider(recording_scripts, RECORDING_MAX_ATTEMPTS);
+    RUN(test_create_hands_allowed_offerings_cheapest_first);
+    RUN(test_create_out_of_stock_marks_and_retries);
+    RUN(test_create_none_launchable);
+    RUN(test_create_other_error);
+    RUN(test_create_stray_instance);
+    lp_cloudprovider_free(recording);
+    operator_scripts_free(recording_scripts, recording_dir);
+  }
   RUN(test_background_refresh);
 
   json_decref(nodeclass);
