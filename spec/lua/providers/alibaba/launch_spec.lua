@@ -1,0 +1,240 @@
+-- The mapping's launch decision (providers/alibaba/launch.lua, docs/alibaba.md#launching-an-instance)
+-- against the Alibaba simulator over real HTTP: the vSwitch policy, the image by architecture, the
+-- system disk fall-through and its tokens, data disks and access, the spot strategy, offerings the
+-- class cannot launch in, out-of-stock reporting and the bootstrap error.
+local launch = require "providers.alibaba.launch"
+local bootstrap = require "providers.alibaba.bootstrap"
+local nodeclass = require "providers.alibaba.nodeclass"
+
+describe("alibaba launch against the simulator", function()
+  local simulator = dofile((os.getenv("LUAPROV_SOURCE_DIR") or ".") .. "/spec/fixtures/alibaba/simulator.lua")
+  local session = require "providers.alibaba.session"
+  local credentials = require "providers.alibaba.credentials"
+  local auth = require "sim.alibaba.auth"
+  local sim, ctx
+
+  local H, I, J = "cn-hangzhou-h", "cn-hangzhou-i", "cn-hangzhou-j"
+  local AMD64 = { { key = "kubernetes.io/arch", operator = "In", values = { "amd64" } } }
+  local ARM64 = { { key = "kubernetes.io/arch", operator = "In", values = { "arm64" } } }
+
+  setup(function()
+    sim = simulator.start()
+    ctx = { region = "cn-hangzhou", cluster_id = "c-spec", endpoint = sim.url }
+    local c = assert(session.client(ctx))
+    c.credentials = credentials.static { access_key_id = auth.DEFAULT_ACCESS_KEY_ID,
+      access_key_secret = auth.DEFAULT_ACCESS_KEY_SECRET }
+    c.backoff_base = 0.01
+  end)
+  teardown(function()
+    if sim then sim:stop() end
+    session.reset()
+  end)
+  before_each(function() sim:reset() end)
+
+  -- An ECSNodeClass over the simulated account's tagged resources, resolved now; spec fields from `spec`.
+  local function class(spec, annotations)
+    local nc = { metadata = { name = "default", annotations = annotations or {} }, spec = {
+      vSwitchSelectorTerms = { { tags = { ["karpenter.sh/discovery"] = "luaprov-sim" } } },
+      securityGroupSelectorTerms = { { tags = { ["karpenter.sh/discovery"] = "luaprov-sim" } } },
+      imageSelectorTerms = { { alias = "AlibabaCloudLinux3" } },
+    } }
+    for k, v in pairs(spec or {}) do nc.spec[k] = v end
+    nc.status = nodeclass.resolve(ctx, nc)
+    return nc
+  end
+
+  local function offering(instance_type, zone, capacity_type, token, reqs)
+    return { instance_type = instance_type, zone = zone, capacity_type = capacity_type or "on-demand",
+      client_token = token or ("tok-" .. instance_type .. "-" .. zone .. "-" .. (capacity_type or "od")), price = 0.1,
+      type = { name = instance_type, requirements = reqs or AMD64 } }
+  end
+
+  local function request(nc, offerings, name)
+    return { nodeclaim = { metadata = { name = name or "default-x1", uid = "uid-x1" } }, nodeclass = nc,
+      tags = { ["kubernetes.io/cluster/c-spec"] = "owned" }, offerings = offerings }
+  end
+
+  local function sim_instance(id)
+    for _, inst in ipairs(sim:state().instances) do
+      if inst.id == id then return inst end
+    end
+  end
+
+  local function three_zones(token_prefix)
+    local out = {}
+    for i, zone in ipairs { H, I, J } do out[i] = offering("ecs.g7.large", zone, nil, token_prefix .. "-" .. zone) end
+    return out
+  end
+
+  describe("vSwitch selection", function()
+    it("cheapest launches in the first offering's zone, in its vSwitch with the most free addresses", function()
+      -- Two vSwitches in zone h: the tagged /20 and a nearly full /24.
+      local nc = class { vSwitchSelectorTerms = { { id = "vsw-bp1simh0000002" }, { id = "vsw-bp1simh0000001" },
+        { id = "vsw-bp1simi0000001" } } }
+      local function fullest_first()
+        table.sort(nc.status.vSwitches, function(a, b) return a.availableIpAddressCount < b.availableIpAddressCount end)
+      end
+      for n = 1, 3 do
+        fullest_first() -- the choice is by the count, not by the status order
+        assert.equals("vsw-bp1simh0000002", nc.status.vSwitches[1].id)
+        local inst = assert(launch.create(ctx, request(nc, three_zones("cheap" .. n))))
+        assert.equals(H, inst.zone)
+        assert.equals("vsw-bp1simh0000001", inst.vswitch_id)
+        nc.status = nodeclass.resolve(ctx, nc)
+      end
+    end)
+
+    it("balanced launches in the zone whose vSwitch has the most free addresses", function()
+      local nc = class { vSwitchSelectionPolicy = "balanced" }
+      for _, v in ipairs(nc.status.vSwitches) do
+        v.availableIpAddressCount = ({ [H] = 10, [I] = 30, [J] = 20 })[v.zoneID] or 0
+      end
+      local inst = assert(launch.create(ctx, request(nc, three_zones("bal"))))
+      assert.equals(I, inst.zone)
+      -- cheapest ignores the counts across zones
+      nc.spec.vSwitchSelectionPolicy = "cheapest"
+      assert.equals(H, assert(launch.create(ctx, request(nc, three_zones("cheap")))).zone)
+    end)
+
+    it("balanced spreads launches across zones as their addresses are used", function()
+      local nc = class { vSwitchSelectionPolicy = "balanced" }
+      local zones = {}
+      for n = 1, 3 do
+        local inst = assert(launch.create(ctx, request(nc, three_zones("spread" .. n))))
+        zones[#zones + 1] = inst.zone
+        nc.status = nodeclass.resolve(ctx, nc) -- the status controller's next pass
+      end
+      -- all three zones start with the same count: ties go by offering order, then the used one is behind
+      assert.same({ H, I, J }, zones)
+    end)
+
+    it("skips an offering in a zone without a vSwitch, and says so when no offering can launch", function()
+      local nc = class { vSwitchSelectorTerms = { { id = "vsw-bp1simi0000001" } } }
+      local inst = assert(launch.create(ctx, request(nc, three_zones("skip"))))
+      assert.equals(I, inst.zone)
+      local none, err = launch.create(ctx, request(nc, { offering("ecs.g7.large", H), offering("ecs.g7.large", J) }))
+      assert.is_nil(none)
+      assert.equals("InsufficientCapacity", err.code)
+      assert.is_nil(err.offerings)
+      assert.matches("can launch none of the 2 offerings: ecs.g7.large in cn%-hangzhou%-h: no vSwitch", err.message)
+    end)
+  end)
+
+  it("launches an arm64 type from the arm64 image and an amd64 type from the amd64 one", function()
+    local nc = class()
+    local arm = assert(launch.create(ctx, request(nc, { offering("ecs.g8y.large", H, nil, "arm", ARM64) })))
+    assert.equals("aliyun_3_arm64_20G_alibase_20240819.vhd", arm.image_id)
+    local x86 = assert(launch.create(ctx, request(nc, { offering("ecs.g7.large", H, nil, "x86", AMD64) })))
+    assert.equals("aliyun_3_x64_20G_alibase_20240819.vhd", x86.image_id)
+  end)
+
+  it("skips an offering whose architecture has no image", function()
+    local nc = class { imageSelectorTerms = { { id = "aliyun_3_x64_20G_alibase_20240819.vhd" } } }
+    local inst = assert(launch.create(ctx, request(nc, { offering("ecs.g8y.large", H, nil, "a", ARM64),
+      offering("ecs.g7.large", I, nil, "b") })))
+    assert.equals("ecs.g7.large", inst.instance_type)
+  end)
+
+  it("falls through system disk categories the type refuses, with a token per category", function()
+    -- 8th-generation types take ESSD-class disks only: cloud_ssd is refused, cloud_essd launches.
+    local nc = class { systemDisk = { categories = { "cloud_ssd", "cloud_essd" }, volumeSize = "40Gi" } }
+    local req = request(nc, { offering("ecs.g8i.large", H, nil, "disk-token") })
+    local inst = assert(launch.create(ctx, req))
+    local state = sim:state()
+    assert.equals(2, state.calls.RunInstances)
+    local recorded = sim_instance(inst.id)
+    assert.same({ category = "cloud_essd", size = 40, performance_level = "PL1" }, recorded.system_disk)
+    assert.equals("disk-token-c2", recorded.client_token)
+    -- A repeated create (a lost answer) walks the same tokens and finds the same instance.
+    local again = assert(launch.create(ctx, req))
+    assert.equals(inst.id, again.id)
+    assert.equals(1, #sim:state().instances)
+  end)
+
+  it("sends data disks, the key pair, the password and the resource group", function()
+    local nc = class { dataDisks = { { volumeSize = "100Gi", device = "/dev/xvdb" }, { volumeSize = "5Gi" } },
+      dataDiskCategories = { "cloud_auto", "cloud_essd" }, keyPairName = "kp-nodes", password = "Sim-Passw0rd!",
+      resourceGroupId = "rg-nodes" }
+    local inst = assert(launch.create(ctx, request(nc, { offering("ecs.g7.large", H) })))
+    local recorded = sim_instance(inst.id)
+    assert.same({ { size = 100, category = "cloud_auto", device = "/dev/xvdb" },
+      { size = 20, category = "cloud_auto" } }, recorded.data_disks)
+    assert.equals("kp-nodes", recorded.key_pair)
+    assert.is_true(recorded.password_set)
+    assert.equals("rg-nodes", recorded.resource_group_id)
+    assert.same({ category = "cloud_essd", size = 20, performance_level = "PL1" }, recorded.system_disk)
+  end)
+
+  describe("spot", function()
+    it("is SpotAsPriceGo without the annotation, NoSpot on demand", function()
+      local nc = class()
+      local spot = assert(launch.create(ctx, request(nc, { offering("ecs.g7.large", H, "spot") })))
+      assert.equals("SpotAsPriceGo", sim_instance(spot.id).spot_strategy)
+      local od = assert(launch.create(ctx, request(nc, { offering("ecs.g7.large", H) })))
+      assert.equals("NoSpot", sim_instance(od.id).spot_strategy)
+    end)
+
+    it("is SpotWithPriceLimit at the annotation's price", function()
+      local nc = class(nil, { ["luaprov.io/spot-price-limit"] = "5.5" })
+      local inst = assert(launch.create(ctx, request(nc, { offering("ecs.g7.large", H, "spot") })))
+      local recorded = sim_instance(inst.id)
+      assert.equals("SpotWithPriceLimit", recorded.spot_strategy)
+      assert.equals(5.5, recorded.spot_price_limit)
+    end)
+
+    it("refuses a bad annotation, naming it, without calling RunInstances", function()
+      local nc = class(nil, { ["luaprov.io/spot-price-limit"] = "cheap" })
+      local inst, err = launch.create(ctx, request(nc, { offering("ecs.g7.large", H, "spot") }))
+      assert.is_nil(inst)
+      assert.equals("InvalidNodeClass", err.code)
+      assert.matches("luaprov.io/spot-price-limit", err.message, 1, true)
+      assert.is_nil(sim:state().calls.RunInstances)
+    end)
+  end)
+
+  describe("out of stock", function()
+    it("cheapest reports the offering it tried", function()
+      sim:fault { kind = "nostock", zone = H, instance_type = "ecs.g7.large" }
+      local inst, err = launch.create(ctx, request(class(), three_zones("ice")))
+      assert.is_nil(inst)
+      assert.equals("InsufficientCapacity", err.code)
+      assert.same({ { instance_type = "ecs.g7.large", zone = H, capacity_type = "on-demand" } }, err.offerings)
+    end)
+
+    it("balanced tries the type's other zones before reporting", function()
+      sim:fault { kind = "nostock", zone = H, instance_type = "ecs.g7.large" }
+      local nc = class { vSwitchSelectionPolicy = "balanced" }
+      local inst = assert(launch.create(ctx, request(nc, three_zones("ice-bal"))))
+      assert.equals(I, inst.zone)
+      sim:fault { kind = "nostock", instance_type = "ecs.g7.large" }
+      local none, err = launch.create(ctx, request(nc, three_zones("ice-bal2")))
+      assert.is_nil(none)
+      assert.equals(3, #err.offerings)
+    end)
+  end)
+
+  describe("user data", function()
+    local saved
+    before_each(function() saved = bootstrap.user_data end)
+    after_each(function() bootstrap.user_data = saved end)
+
+    it("passes the bootstrap error through unchanged, without launching", function()
+      local failure = { code = "BootstrapFailed", message = "no cluster token" }
+      bootstrap.user_data = function() return nil, failure end
+      local inst, err = launch.create(ctx, request(class(), { offering("ecs.g7.large", H) }))
+      assert.is_nil(inst)
+      assert.equals(failure, err)
+      assert.is_nil(sim:state().calls.RunInstances)
+    end)
+
+    it("asks bootstrap with the offering's capacity type", function()
+      local seen
+      bootstrap.user_data = function(_, claim, _, capacity_type)
+        seen = { claim.metadata.name, capacity_type }
+        return "#!/bin/sh\necho hi\n"
+      end
+      assert(launch.create(ctx, request(class(), { offering("ecs.g7.large", H, "spot") }, "default-u1")))
+      assert.same({ "default-u1", "spot" }, seen)
+    end)
+  end)
+end)
