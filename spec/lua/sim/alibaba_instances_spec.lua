@@ -116,6 +116,11 @@ describe("alibaba simulator: instances", function()
       { { SpotStrategy = "Sometimes" }, 400, "InvalidParameter" },
       { { Amount = "0" }, 400, "InvalidParameter" },
       { { DryRun = "true" }, 400, "DryRunOperation" },
+      { { ["DataDisk.1.Size"] = "10" }, 400, "InvalidParameter" },
+      { { ["DataDisk.1.Size"] = "100", ["DataDisk.1.Category"] = "floppy" }, 400,
+        "InvalidDataDiskCategory.ValueNotSupported" },
+      { { ["DataDisk.1.Category"] = "cloud_essd" }, 400, "MissingParameter" },
+      { { ["DataDisk.1.Size"] = "100", ["DataDisk.1.Device"] = "/dev/sda" }, 400, "InvalidDataDiskDevice.Malformed" },
     }
     for _, c in ipairs(cases) do
       local status, err = run(c[1])
@@ -123,6 +128,20 @@ describe("alibaba simulator: instances", function()
       assert.equals(c[2], status, c[3])
     end
     assert.equals(0, #s.state(sim).instances)
+  end)
+
+  it("keeps data disks in N order, the key pair and the resource group, and shows them in its state", function()
+    local id = launch({ ["DataDisk.2.Size"] = "20", ["DataDisk.1.Size"] = "200", ["DataDisk.1.Category"] = "cloud_auto",
+      ["DataDisk.1.Device"] = "/dev/xvdb", KeyPairName = "kp-1", ResourceGroupId = "rg-1", Password = "Pa55word!" })
+    local inst = s.state(sim).instances[1]
+    assert.equals(id, inst.id)
+    assert.same({ { size = 200, category = "cloud_auto", device = "/dev/xvdb" },
+      { size = 20, category = "cloud_efficiency" } }, inst.data_disks)
+    assert.equals("kp-1", inst.key_pair)
+    assert.is_true(inst.password_set)
+    local described = describe_ids({ id }).Instances.Instance[1]
+    assert.equals("kp-1", described.KeyPairName)
+    assert.equals("rg-1", described.ResourceGroupId)
   end)
 
   it("honours Amount, all or nothing", function()
