@@ -150,33 +150,25 @@ int main(void) {
 
   /* 3. List with 1,000 instances of this cluster */
   int launched = 1000;
-  /* the catalogue reset rebuilt the account: resolve the class again for its vSwitch and image ids */
+  /* the catalogue reset rebuilt the account: resolve the class again (the mapping's create chooses
+   * the vSwitch and image from its status) */
   json_object_set_new(nc, "status", mapping_sync("resolve_nodeclass", json_pack("[oO]", ctx(), nc)));
   json_t *status = json_object_get(nc, "status");
-  const char *vsw =
-      json_string_value(json_object_get(json_array_get(json_object_get(status, "vSwitches"), 0), "id"));
   const char *zone =
       json_string_value(json_object_get(json_array_get(json_object_get(status, "vSwitches"), 0), "zoneID"));
-  const char *image = NULL; /* ecs.g7.large is x86: the amd64 image */
-  size_t im;
-  json_t *img;
-  json_array_foreach(json_object_get(status, "images"), im, img) {
-    char *reqs = json_dumps(json_object_get(img, "requirements"), JSON_COMPACT);
-    if (!image && reqs && strstr(reqs, "\"amd64\"")) image = json_string_value(json_object_get(img, "id"));
-    free(reqs);
-  }
-  const char *sg =
-      json_string_value(json_object_get(json_array_get(json_object_get(status, "securityGroups"), 0), "id"));
   t0 = lp_clock_monotonic();
   for (int k = 0; k < launched; k++) {
-    char token[64];
+    char token[64], name[64];
     snprintf(token, sizeof token, "bench-%d", k);
-    json_t *req = json_pack("{s:{}, s:{}, s:s, s:s, s:s, s:s, s:s, s:[s], s:{s:s}, s:s}", "nodeclaim",
-                            "nodeclass", "instance_type", "ecs.g7.large", "zone", zone, "capacity_type",
-                            "on-demand", "vswitch_id", vsw, "image_id", image, "security_group_ids", sg,
-                            "tags", "kubernetes.io/cluster/luaprov-sim", "owned", "client_token", token);
+    snprintf(name, sizeof name, "bench-%d", k);
+    json_t *launch = json_pack(
+        "{s:{s:{s:s}}, s:O, s:{s:s}, s:[{s:s, s:s, s:s, s:s, s:{s:s, s:[{s:s, s:s, s:[s]}]}}]}", "nodeclaim",
+        "metadata", "name", name, "nodeclass", nc, "tags", "kubernetes.io/cluster/luaprov-sim", "owned",
+        "offerings", "instance_type", "ecs.g7.large", "zone", zone, "capacity_type", "on-demand",
+        "client_token", token, "type", "name", "ecs.g7.large", "requirements", "key", "kubernetes.io/arch",
+        "operator", "In", "values", "amd64");
     pending++;
-    lp_script_host_call(scripts, "providers.alibaba", "create", json_pack("[oo]", ctx(), req), count_done,
+    lp_script_host_call(scripts, "providers.alibaba", "create", json_pack("[oo]", ctx(), launch), count_done,
                         NULL);
     if (pending >= 64) uv_run(&loop, UV_RUN_ONCE);
   }
