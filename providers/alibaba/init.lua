@@ -1,6 +1,6 @@
 -- The Alibaba Cloud ECS mapping behind Karpenter's CloudProvider contract (docs/contracts.md#mappings;
 -- the table of what the engine passes and expects is in providers/alibaba/README.md). This file only
--- wires the contract names to the modules that do the work; the engine enforces rules CP1–CP8
+-- wires the contract names to the modules that do the work; the engine enforces rules CP1–CP9
 -- (docs/contracts.md#cloudprovider-rules) around every result.
 local bootstrap = require "providers.alibaba.bootstrap"
 local instances = require "providers.alibaba.instances"

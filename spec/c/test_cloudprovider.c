@@ -1,4 +1,4 @@
-/* The CloudProvider contract (rules CP1-CP8, docs/contracts.md) through the real mapping
+/* The CloudProvider contract (rules CP1-CP9, docs/contracts.md) through the real mapping
  * (providers/alibaba) against the Alibaba simulator over real HTTP, all on one loop: the engine's
  * script host calls the mapping, the mapping signs requests to the simulator's HTTP server, the
  * simulator's own script host answers. */

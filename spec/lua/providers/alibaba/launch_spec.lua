@@ -165,6 +165,15 @@ describe("alibaba launch against the simulator", function()
     assert.same({ category = "cloud_essd", size = 20, performance_level = "PL1" }, recorded.system_disk)
   end)
 
+  it("never puts the password into an error", function()
+    sim:fault { action = "RunInstances", code = "QuotaExceed.ElasticQuota" }
+    local nc = class { password = "Sim-Passw0rd!" }
+    local inst, err = launch.create(ctx, request(nc, { offering("ecs.g7.large", H) }))
+    assert.is_nil(inst)
+    assert.equals("QuotaExceed.ElasticQuota", err.code)
+    for _, v in pairs(err) do assert.is_nil(tostring(v):find("Sim-Passw0rd!", 1, true)) end
+  end)
+
   describe("spot", function()
     it("is SpotAsPriceGo without the annotation, NoSpot on demand", function()
       local nc = class()
