@@ -505,16 +505,26 @@ static size_t count_unavailable(const json_t *offerings) {
   return n;
 }
 
+/* Creates the NodeClaim name (THREE_TYPES_REQ) through the recording mapping and waits: o holds the
+ * outcome (the caller frees o->value and o->error), and the answer is the offerings of each create
+ * call the mapping saw (caller decrefs). */
+static json_t *recorded_create(const char *name, lp_cp_outcome *o) {
+  char uid[96];
+  snprintf(uid, sizeof uid, "uid-%s", name);
+  json_t *claim = nodeclaim(name, uid, THREE_TYPES_REQ, "{}");
+  const char *code;
+  lp_cp_create(recording, claim, nodeclass, lp_cp_outcome_store, o);
+  wait_outcome(o, &code);
+  json_decref(claim);
+  return recorded(name);
+}
+
 /* Create hands the allowed offerings only (the NodeClaim's types, on-demand, available), cheapest
  * first, at most max_launch_attempts, each with its price, client token and type object. */
 static void test_create_hands_allowed_offerings_cheapest_first(void) {
-  json_t *claim = nodeclaim("order-a1", "uid-order-a1", THREE_TYPES_REQ, "{}");
   lp_cp_outcome o = {0};
-  const char *code;
-  lp_cp_create(recording, claim, nodeclass, lp_cp_outcome_store, &o);
-  json_decref(wait_outcome(&o, &code));
-  CHECK(code == NULL);
-  json_t *calls = recorded("order-a1");
+  json_t *calls = recorded_create("order-a1", &o);
+  CHECK(o.error == NULL);
   CHECK_INT(json_array_size(calls), 1);
   json_t *handed = json_array_get(calls, 0);
   json_t *offerings = three_type_offerings();
@@ -536,21 +546,17 @@ static void test_create_hands_allowed_offerings_cheapest_first(void) {
   }
   json_decref(offerings);
   json_decref(calls);
+  json_decref(o.value);
   lp_error_free(o.error);
-  json_decref(claim);
 }
 
 /* InsufficientCapacity naming two offerings: exactly those are marked unavailable, and create is
  * called again with the offerings after the last of them. */
 static void test_create_out_of_stock_marks_and_retries(void) {
   json_t *before = three_type_offerings();
-  json_t *claim = nodeclaim("ice-b1", "uid-ice-b1", THREE_TYPES_REQ, "{}");
   lp_cp_outcome o = {0};
-  const char *code;
-  lp_cp_create(recording, claim, nodeclass, lp_cp_outcome_store, &o);
-  json_t *created = wait_outcome(&o, &code);
-  CHECK(code == NULL && created);
-  json_t *calls = recorded("ice-b1");
+  json_t *calls = recorded_create("ice-b1", &o);
+  CHECK(o.error == NULL && o.value);
   CHECK_INT(json_array_size(calls), 2);
   json_t *first = json_array_get(calls, 0), *second = json_array_get(calls, 1);
   CHECK(json_array_size(first) >= 4);
@@ -574,65 +580,50 @@ static void test_create_out_of_stock_marks_and_retries(void) {
   json_decref(before);
   json_decref(after);
   json_decref(calls);
-  json_decref(created);
+  json_decref(o.value);
   lp_error_free(o.error);
-  json_decref(claim);
 }
 
 /* InsufficientCapacity without offerings: the mapping could launch none; create is not called again. */
 static void test_create_none_launchable(void) {
-  json_t *claim = nodeclaim("none-c1", "uid-none-c1", THREE_TYPES_REQ, "{}");
   lp_cp_outcome o = {0};
-  const char *code;
-  lp_cp_create(recording, claim, nodeclass, lp_cp_outcome_store, &o);
-  wait_outcome(&o, &code);
-  CHECK(code && strcmp(code, "InsufficientCapacity") == 0);
+  json_t *calls = recorded_create("none-c1", &o);
+  CHECK(o.error && strcmp(o.error->code, "InsufficientCapacity") == 0);
   if (o.error) CHECK_CONTAINS(o.error->message, "no vSwitch anywhere (recording mapping)");
-  json_t *calls = recorded("none-c1");
   CHECK_INT(json_array_size(calls), 1);
   json_decref(calls);
   lp_error_free(o.error);
-  json_decref(claim);
 }
 
 /* Another error is a CreateError naming the NodeClaim, and marks nothing, even with offerings. */
 static void test_create_other_error(void) {
   json_t *before = three_type_offerings();
-  json_t *claim = nodeclaim("quota-d1", "uid-quota-d1", THREE_TYPES_REQ, "{}");
   lp_cp_outcome o = {0};
-  const char *code;
-  lp_cp_create(recording, claim, nodeclass, lp_cp_outcome_store, &o);
-  wait_outcome(&o, &code);
-  CHECK(code && strcmp(code, "CreateError") == 0);
+  json_t *calls = recorded_create("quota-d1", &o);
+  CHECK(o.error && strcmp(o.error->code, "CreateError") == 0);
   if (o.error)
     CHECK_STR(o.error->message,
               "launching NodeClaim quota-d1 failed: QuotaExceed.ElasticQuota: quota (recording mapping)");
   json_t *after = three_type_offerings();
   CHECK_INT(count_unavailable(after), count_unavailable(before));
-  json_t *calls = recorded("quota-d1");
   CHECK_INT(json_array_size(calls), 1);
   json_decref(calls);
   json_decref(before);
   json_decref(after);
   lp_error_free(o.error);
-  json_decref(claim);
 }
 
 /* An instance in an offering create was not handed is a Contract error naming the script and rule. */
 static void test_create_stray_instance(void) {
-  json_t *claim = nodeclaim("stray-e1", "uid-stray-e1", THREE_TYPES_REQ, "{}");
   lp_cp_outcome o = {0};
-  const char *code;
-  lp_cp_create(recording, claim, nodeclass, lp_cp_outcome_store, &o);
-  wait_outcome(&o, &code);
-  CHECK(code && strcmp(code, "Contract") == 0);
+  json_decref(recorded_create("stray-e1", &o));
+  CHECK(o.error && strcmp(o.error->code, "Contract") == 0);
   if (o.error) {
     CHECK_CONTAINS(o.error->message, "providers/alibaba/init.lua: create: instance i-");
     CHECK_CONTAINS(o.error->message, "in cn-hangzhou-z (on-demand), which is not one of the");
     CHECK_CONTAINS(o.error->message, "(rule CP9 in docs/contracts.md)");
   }
   lp_error_free(o.error);
-  json_decref(claim);
 }
 
 /* Instance types of every ECSNodeClass seen are refreshed in the background, with no caller. */

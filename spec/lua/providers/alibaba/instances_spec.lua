@@ -67,8 +67,6 @@ end)
 describe("alibaba instances against the simulator", function()
   local simulator = dofile((os.getenv("LUAPROV_SOURCE_DIR") or ".") .. "/spec/fixtures/alibaba/simulator.lua")
   local session = require "providers.alibaba.session"
-  local credentials = require "providers.alibaba.credentials"
-  local auth = require "sim.alibaba.auth"
   local sim, ctx, c
 
   local ZONE, VSWITCH = "cn-hangzhou-h", "vsw-bp1simh0000001"
@@ -76,12 +74,7 @@ describe("alibaba instances against the simulator", function()
 
   setup(function()
     sim = simulator.start()
-    ctx = { region = "cn-hangzhou", cluster_id = "c-spec", endpoint = sim.url }
-    -- The session's own client, given the simulator's keys (this process's environment has none).
-    c = assert(session.client(ctx))
-    c.credentials = credentials.static { access_key_id = auth.DEFAULT_ACCESS_KEY_ID,
-      access_key_secret = auth.DEFAULT_ACCESS_KEY_SECRET }
-    c.backoff_base = 0.01
+    ctx, c = sim:session("c-spec")
   end)
   teardown(function()
     if sim then sim:stop() end

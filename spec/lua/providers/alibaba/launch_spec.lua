@@ -9,8 +9,6 @@ local nodeclass = require "providers.alibaba.nodeclass"
 describe("alibaba launch against the simulator", function()
   local simulator = dofile((os.getenv("LUAPROV_SOURCE_DIR") or ".") .. "/spec/fixtures/alibaba/simulator.lua")
   local session = require "providers.alibaba.session"
-  local credentials = require "providers.alibaba.credentials"
-  local auth = require "sim.alibaba.auth"
   local sim, ctx
 
   local H, I, J = "cn-hangzhou-h", "cn-hangzhou-i", "cn-hangzhou-j"
@@ -19,11 +17,7 @@ describe("alibaba launch against the simulator", function()
 
   setup(function()
     sim = simulator.start()
-    ctx = { region = "cn-hangzhou", cluster_id = "c-spec", endpoint = sim.url }
-    local c = assert(session.client(ctx))
-    c.credentials = credentials.static { access_key_id = auth.DEFAULT_ACCESS_KEY_ID,
-      access_key_secret = auth.DEFAULT_ACCESS_KEY_SECRET }
-    c.backoff_base = 0.01
+    ctx = sim:session("c-spec")
   end)
   teardown(function()
     if sim then sim:stop() end
