@@ -34,7 +34,7 @@ typedef struct lp_cloudprovider_config {
   const char *cluster_id;       /* ctx.cluster_id: tags and the instances this cluster owns */
   const char *endpoint;         /* ctx.endpoint: one URL for every cloud API (the simulator); may be NULL */
   double unavailable_ttl_s;     /* how long an offering stays unavailable after a NoStock error; 0 = 180 */
-  unsigned max_launch_attempts; /* offerings tried per Create; 0 = 10 */
+  unsigned max_launch_attempts; /* at most this many offerings are handed to the mapping per Create; 0 = 10 */
   /* how often the instance types (prices, availability) of every ECSNodeClass seen are refreshed in
    * the background; 0 = every 20 minutes (the mapping caches prices 30 minutes), < 0 = never */
   double refresh_interval_s;
@@ -60,8 +60,11 @@ const char *lp_cloudprovider_name(lp_cloudprovider *cp);
 /* [{"group", "version", "kind"}] of the node classes this provider serves; caller decrefs. */
 json_t *lp_cloudprovider_supported_nodeclasses(const lp_cloudprovider *cp);
 
-/* Launches the NodeClaim (objects borrowed, not stolen). Value: the NodeClaim to persist, with the
- * labels of rule 2, the hash annotations, status.providerID, imageID, capacity and allocatable. */
+/* Launches the NodeClaim (objects borrowed, not stolen): the allowed offerings, cheapest first, are
+ * handed to the mapping's create, which launches one (docs/contracts.md#create, rule CP9). Value: the
+ * NodeClaim to persist, with the labels of rule 2, the hash annotations, status.providerID, imageID,
+ * capacity and allocatable. Errors: NodeClassNotReady, InsufficientCapacity, CreateError ("launching
+ * NodeClaim NAME failed: CODE: text"), Contract. */
 void lp_cp_create(lp_cloudprovider *cp, const json_t *nodeclaim, const json_t *nodeclass, lp_cp_done_fn done,
                   void *ud);
 /* Deletes the NodeClaim's instance. Value: json_true() once deletion is triggered. */

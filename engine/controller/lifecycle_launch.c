@@ -60,7 +60,7 @@ static char *truncated(const char *text) {
 }
 
 /* The condition reason of a CreateError: the API code its message carries after "failed: "
- * (contract/cloudprovider.h: "launching TYPE in ZONE failed: CODE: text"), kept to what a condition
+ * (docs/contracts.md#create: "launching NodeClaim NAME failed: CODE: text"), kept to what a condition
  * reason may hold, "QuotaExceed.ElasticQuota" -> "QuotaExceedElasticQuota"; "CreateError" without one. */
 static void create_error_reason(const char *message, char out[64]) {
   const char *p = strstr(message, " failed: ");
