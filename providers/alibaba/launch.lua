@@ -79,14 +79,14 @@ local function free_ips(vswitch)
   return tonumber(field(vswitch, "availableIpAddressCount")) or 0
 end
 
--- The zone's vSwitch with the most free addresses (ties: status order), or nil.
+-- The zone's first vSwitch in status.vSwitches, or nil. resolve_nodeclass lists them most free
+-- addresses first, so this is the zone's emptiest; a mapping that reorders the status (an operator's
+-- preference, examples/policies/mapping-vswitch) is followed.
 local function vswitch_in(status, zone)
-  local best
   for _, v in ipairs(field(status, "vSwitches") or {}) do
-    local usable = field(v, "zoneID") == zone and type(field(v, "id")) == "string"
-    if usable and (not best or free_ips(v) > free_ips(best)) then best = v end
+    if field(v, "zoneID") == zone and type(field(v, "id")) == "string" then return v end
   end
-  return best
+  return nil
 end
 
 -- Whether the type's requirements allow some value of each In requirement of an image (its

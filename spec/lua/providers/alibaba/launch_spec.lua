@@ -62,20 +62,20 @@ describe("alibaba launch against the simulator", function()
 
   describe("vSwitch selection", function()
     it("cheapest launches in the first offering's zone, in its vSwitch with the most free addresses", function()
-      -- Two vSwitches in zone h: the tagged /20 and a nearly full /24.
+      -- Two vSwitches in zone h: the tagged /20 and a nearly full /24; resolve lists the emptiest first.
       local nc = class { vSwitchSelectorTerms = { { id = "vsw-bp1simh0000002" }, { id = "vsw-bp1simh0000001" },
         { id = "vsw-bp1simi0000001" } } }
-      local function fullest_first()
-        table.sort(nc.status.vSwitches, function(a, b) return a.availableIpAddressCount < b.availableIpAddressCount end)
-      end
       for n = 1, 3 do
-        fullest_first() -- the choice is by the count, not by the status order
-        assert.equals("vsw-bp1simh0000002", nc.status.vSwitches[1].id)
         local inst = assert(launch.create(ctx, request(nc, three_zones("cheap" .. n))))
         assert.equals(H, inst.zone)
         assert.equals("vsw-bp1simh0000001", inst.vswitch_id)
         nc.status = nodeclass.resolve(ctx, nc)
       end
+      -- An operator's mapping that reorders status.vSwitches (examples/policies/mapping-vswitch) is followed.
+      table.sort(nc.status.vSwitches, function(a, b) return a.availableIpAddressCount < b.availableIpAddressCount end)
+      assert.equals("vsw-bp1simh0000002", nc.status.vSwitches[1].id)
+      local preferred = assert(launch.create(ctx, request(nc, three_zones("preferred"))))
+      assert.equals("vsw-bp1simh0000002", preferred.vswitch_id)
     end)
 
     it("balanced launches in the zone whose vSwitch has the most free addresses", function()
