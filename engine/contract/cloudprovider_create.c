@@ -163,12 +163,6 @@ static void provider_id_done(op *o, json_t *values, lp_error *err) {
   cp_finish(o, claim, NULL);
 }
 
-static void mark_unavailable(lp_cloudprovider *cp, const char *type, const json_t *offering) {
-  char key[512];
-  cp_offering_key(key, sizeof key, type, offering);
-  lp_cache_set(cp->unavailable, key, strlen(key), "1", 1, 0);
-}
-
 /* The index in o->candidates, at or after o->next_candidate, of the offering (type, zone, capacity
  * type), or -1 when create was not handed it. */
 static long handed_index(const op *o, const char *type, const char *zone, const char *capacity_type) {
@@ -233,7 +227,8 @@ static void out_of_stock(op *o, lp_error *err) {
             LPF_STR("zone", json_string_value(json_object_get(offering, "zone"))),
             LPF_STR("capacity_type", json_string_value(json_object_get(offering, "capacity_type"))),
             LPF_STR("error", err->message));
-    mark_unavailable(o->cp, type, offering);
+    lp_cp_mark_unavailable(o->cp, type, json_string_value(json_object_get(offering, "zone")),
+                           json_string_value(json_object_get(offering, "capacity_type")), "out of stock");
   }
   lp_error_free(err);
   o->next_candidate = (size_t)last + 1;
