@@ -9,6 +9,7 @@
 #include "cli/cli.h"
 #include "contract/cloudprovider.h"
 #include "contract/contracts.h"
+#include "contract/settings.h"
 #include "contract/shapes.h"
 #include "core/buf.h"
 #include "core/log.h"
@@ -19,14 +20,14 @@
 static const char usage[] =
     "usage: luaprov eval drift  --nodeclaim F --nodeclass F --instance F [--nodepool F] [--scripts DIR]\n"
     "       luaprov eval repair [--scripts DIR]\n"
-    "       luaprov eval tags   --nodeclaim F --nodeclass F [--cluster-id ID] [--region R] [--scripts DIR]\n"
-    "       luaprov eval instance-types --nodeclass F [--endpoint URL] [--region R] [--scripts DIR]\n"
+    "       luaprov eval tags   --nodeclaim F --nodeclass F [--cluster-id ID] [--SETTING VALUE] [--scripts DIR]\n"
+    "       luaprov eval instance-types --nodeclass F [--endpoint URL] [--SETTING VALUE] [--scripts DIR]\n"
     "       luaprov eval user-data --nodeclaim F --nodeclass F [--endpoint URL] [--cluster-id ID]\n"
-    "                              [--capacity-type spot|on-demand] [--region R] [--scripts DIR]\n"
+    "                              [--capacity-type spot|on-demand] [--SETTING VALUE] [--scripts DIR]\n"
     "\n"
     "Runs one policy or mapping function on objects read from files, with the scripts of DIR (files it\n"
     "does not hold come from the default tree), and prints one JSON document:\n"
-    "  drift           {\"reason\": \"ImageDrift\"} (\"\" when not drifted; when the policy cannot tell\n"
+    "  drift           {\"reason\": \"NodeClassDrift\"} (\"\" when not drifted; when the policy cannot tell\n"
     "                  yet, {\"reason\": \"\", \"undecided\": \"why\"}: the engine leaves Drifted as it is)\n"
     "  repair          [{\"condition_type\", \"condition_status\", \"toleration_seconds\"}]\n"
     "  tags            {\"tag-key\": \"value\", ...}\n"
@@ -35,13 +36,15 @@ static const char usage[] =
     "                  (plain text, not JSON; --capacity-type defaults to on-demand)\n"
     "Objects are JSON or YAML as `kubectl get -o json|yaml` prints them; the instance is JSON in the\n"
     "shape of docs/contracts.md#the-instance-shape. instance-types and user-data call the cloud API at\n"
-    "--endpoint (e.g. `luaprov sim`).\n"
+    "--endpoint (e.g. `luaprov sim`). --SETTING VALUE sets one of the mapping's settings (`luaprov run\n"
+    "--help` lists them), which default to their simulator values here.\n"
     "On failure prints {\"error\": \"...\"} and exits 1.\n";
 
 typedef struct eval_args {
   const char *what;
   const char *files[4]; /* nodeclaim, nodeclass, instance, nodepool */
-  const char *scripts, *cluster_id, *region, *endpoint, *capacity_type;
+  const char *scripts, *cluster_id, *endpoint, *capacity_type;
+  json_t *flags; /* --SETTING VALUE: the mapping's settings (contract/settings.h) */
 } eval_args;
 
 enum { F_NODECLAIM, F_NODECLASS, F_INSTANCE, F_NODEPOOL };
@@ -96,23 +99,26 @@ static void fixture_error(lp_error **err, const char *what, const char *path, co
   free(text);
 }
 
+/* The instance shape's neutral fields, then the mapping's own (its `instance_fields`). */
+#define INSTANCE_FIELDS_MAX 48
+static const char *const neutral_instance_fields[] = {
+    "id", "zone", "instance_type", "capacity_type", "image_id", "state", "private_ip", "tags", "launch_time", NULL};
+
 /* Fixtures are kubectl dumps (or the instance shape, docs/contracts.md#the-instance-shape): a misspelled
- * top-level field would otherwise read as absent and the policy answer quietly for the wrong object. */
-static int check_fixture(const json_t *doc, const char *what, const char *path, lp_error **err) {
+ * top-level field would otherwise read as absent and the policy answer quietly for the wrong object.
+ * mapping_fields: the fields the mapping adds to the instance shape (borrowed, may be NULL). */
+static int check_fixture(const json_t *doc, const char *what, const char *path, const json_t *mapping_fields,
+                         const char *nodeclass_kind, lp_error **err) {
   static const char *const k8s[] = {"apiVersion", "kind", "metadata", "spec", "status", NULL};
-  static const char *const instance[] = {"id",
-                                         "region",
-                                         "zone",
-                                         "instance_type",
-                                         "capacity_type",
-                                         "image_id",
-                                         "state",
-                                         "security_group_ids",
-                                         "vswitch_id",
-                                         "private_ip",
-                                         "tags",
-                                         "launch_time",
-                                         NULL};
+  const char *instance[INSTANCE_FIELDS_MAX + 1];
+  size_t n = 0, i;
+  for (; neutral_instance_fields[n]; n++) instance[n] = neutral_instance_fields[n];
+  const json_t *f;
+  json_array_foreach(mapping_fields, i, f) if (json_is_string(f) && n < INSTANCE_FIELDS_MAX) instance[n++] =
+      json_string_value(f);
+  instance[n] = NULL;
+  lp_buf listed = LP_BUF_INIT;
+  for (i = 0; i < n; i++) lp_buf_printf(&listed, "%s%s", i ? ", " : "", instance[i]);
   int is_instance = strcmp(what, "instance") == 0;
   const char *kind = json_string_value(json_object_get(doc, "kind"));
   if (!json_is_object(doc)) {
@@ -124,12 +130,13 @@ static int check_fixture(const json_t *doc, const char *what, const char *path, 
   if (is_instance && kind) {
     fixture_error(err, what, path, "kind",
                   "is a Kubernetes %s, not an instance; --instance takes the instance shape of "
-                  "docs/contracts.md#the-instance-shape (id, region, zone, instance_type, image_id, ...)%s",
+                  "docs/contracts.md#the-instance-shape (id, zone, instance_type, image_id, ...)%s",
                   kind, "");
+    lp_buf_free(&listed);
     return -1;
   }
   const char *expected = strcmp(what, "nodeclaim") == 0   ? "NodeClaim"
-                         : strcmp(what, "nodeclass") == 0 ? "ECSNodeClass"
+                         : strcmp(what, "nodeclass") == 0 ? nodeclass_kind
                          : strcmp(what, "nodepool") == 0  ? "NodePool"
                                                           : NULL;
   if (expected && kind && strcmp(kind, expected) != 0) {
@@ -151,14 +158,14 @@ static int check_fixture(const json_t *doc, const char *what, const char *path, 
     else
       fixture_error(err, what, path, key,
                     is_instance ? "unknown top-level field '%s'; the instance shape "
-                                  "(docs/contracts.md#the-instance-shape) has id, region, zone, "
-                                  "instance_type, capacity_type, image_id, state, security_group_ids, "
-                                  "vswitch_id, private_ip, tags, launch_time%s"
+                                  "(docs/contracts.md#the-instance-shape) has %s"
                                 : "unknown top-level field '%s'; a Kubernetes object has apiVersion, kind, "
                                   "metadata, spec and status%s",
-                    key, "");
+                    key, is_instance ? lp_buf_cstr(&listed) : "");
+    lp_buf_free(&listed);
     return -1;
   }
+  lp_buf_free(&listed);
   if (is_instance) {
     char *problem = lp_check_instance(doc);
     if (problem) {
@@ -171,7 +178,13 @@ static int check_fixture(const json_t *doc, const char *what, const char *path, 
   return 0;
 }
 
-static json_t *load(const char *path, const char *what, lp_error **err) {
+/* What the fixture checks need of the mapping: its instance fields and its node class's kind. */
+typedef struct mapping_view {
+  json_t *instance_fields;
+  json_t *nodeclass;
+} mapping_view;
+
+static json_t *load(const char *path, const char *what, const mapping_view *m, lp_error **err) {
   if (!path) {
     lp_error_set(err, "Usage", "--%s FILE is required", what);
     return NULL;
@@ -185,7 +198,8 @@ static json_t *load(const char *path, const char *what, lp_error **err) {
     lp_error_free(parse);
     return NULL;
   }
-  if (check_fixture(doc, what, path, err) != 0) {
+  const char *kind = json_string_value(json_object_get(m->nodeclass, "kind"));
+  if (check_fixture(doc, what, path, m->instance_fields, kind ? kind : "", err) != 0) {
     json_decref(doc);
     return NULL;
   }
@@ -265,14 +279,16 @@ static json_t *eval_drift(lp_script_host *h, json_t *ctx, json_t **objects, lp_e
   if (!r) {
     char *shown = json_dumps(reason, JSON_COMPACT | JSON_ENCODE_ANY);
     problem = lp_xasprintf("is_drifted returned %s %s, not a string; return a drift reason such as "
-                           "\"ImageDrift\", or \"\" when the node has not drifted",
+                           "\"NodeClassDrift\", or \"\" when the node has not drifted",
                            json_is_object(reason) || json_is_array(reason) ? "a table"
                            : json_is_boolean(reason)                       ? "a boolean"
                                                                            : "a number",
                            shown ? shown : "?");
     free(shown);
   } else {
-    problem = lp_drift_reason_problem(r);
+    json_t *reasons = lp_script_host_module_json(h, LUAPROV_CLOUDPROVIDER_MAPPING, "drift_reasons");
+    problem = lp_drift_reason_problem(r, reasons);
+    json_decref(reasons);
   }
   if (problem) {
     policy_error(h, "policies.drift", "is_drifted", problem, err);
@@ -342,12 +358,12 @@ static json_t *eval_tags(lp_script_host *h, json_t *ctx, json_t **objects, lp_er
   return tags;
 }
 
-static json_t *eval_instance_types(uv_loop_t *loop, lp_script_host *h, const eval_args *a, json_t **objects,
-                                   lp_error **err) {
+static json_t *eval_instance_types(uv_loop_t *loop, lp_script_host *h, const eval_args *a, json_t *ctx,
+                                   json_t **objects, lp_error **err) {
   lp_cloudprovider_config cfg = {
       .loop = loop,
       .scripts = h,
-      .region = a->region,
+      .settings = ctx,
       .cluster_id = a->cluster_id,
       .endpoint = a->endpoint,
   };
@@ -412,12 +428,12 @@ static int parse_args(int argc, char **argv, eval_args *a) {
       a->scripts = value;
     else if (strcmp(argv[i], "--cluster-id") == 0)
       a->cluster_id = value;
-    else if (strcmp(argv[i], "--region") == 0)
-      a->region = value;
     else if (strcmp(argv[i], "--endpoint") == 0)
       a->endpoint = value;
     else if (strcmp(argv[i], "--capacity-type") == 0)
       a->capacity_type = value;
+    else if (strncmp(argv[i], "--", 2) == 0 && argv[i][2]) /* a setting: checked once the mapping loads */
+      json_object_set_new(a->flags, argv[i] + 2, json_string(value));
     else
       return -1;
     i++;
@@ -427,7 +443,16 @@ static int parse_args(int argc, char **argv, eval_args *a) {
 
 static json_t *evaluate(uv_loop_t *loop, lp_script_host *h, const eval_args *a, json_t **objects,
                         lp_error **err) {
-  json_t *ctx = json_pack("{s:s, s:s}", "cluster_id", a->cluster_id, "region", a->region);
+  json_t *declared = lp_script_host_module_json(h, LUAPROV_CLOUDPROVIDER_MAPPING, "settings");
+  char *problem = NULL;
+  json_t *ctx = lp_settings_resolve(declared, a->flags, 1, &problem);
+  json_decref(declared);
+  if (!ctx) {
+    lp_error_set(err, "Usage", "%s", problem);
+    free(problem);
+    return NULL;
+  }
+  json_object_set_new(ctx, "cluster_id", json_string(a->cluster_id));
   if (a->endpoint) json_object_set_new(ctx, "endpoint", json_string(a->endpoint));
   json_t *out = NULL;
   if (strcmp(a->what, "drift") == 0)
@@ -439,7 +464,7 @@ static json_t *evaluate(uv_loop_t *loop, lp_script_host *h, const eval_args *a, 
   else if (strcmp(a->what, "user-data") == 0)
     out = eval_user_data(h, ctx, objects, a->capacity_type, err);
   else
-    out = eval_instance_types(loop, h, a, objects, err);
+    out = eval_instance_types(loop, h, a, ctx, objects, err);
   json_decref(ctx);
   return out;
 }
@@ -450,11 +475,12 @@ int lp_cmd_eval(int argc, char **argv) {
     fputs(usage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
-  eval_args a = {.cluster_id = "luaprov", .region = "cn-hangzhou", .capacity_type = "on-demand"};
+  eval_args a = {.cluster_id = "luaprov", .capacity_type = "on-demand", .flags = json_object()};
   int known = 0;
   for (const char *const *k = kinds; *k; k++) known |= strcmp(argv[1], *k) == 0;
   if (!known || parse_args(argc, argv, &a) != 0) {
     fprintf(stderr, "luaprov eval: bad arguments\n\n%s", usage);
+    json_decref(a.flags);
     return 2;
   }
   if (!getenv("LUAPROV_LOG_LEVEL"))
@@ -471,8 +497,6 @@ int lp_cmd_eval(int argc, char **argv) {
   static const char *const names[] = {"nodeclaim", "nodeclass", "instance", "nodepool"};
   json_t *objects[4] = {NULL};
   lp_error *err = NULL;
-  for (int f = 0; f < 4 && !err; f++)
-    if (needs[f] || a.files[f]) objects[f] = load(a.files[f], names[f], &err);
 
   uv_loop_t loop;
   uv_loop_init(&loop);
@@ -499,7 +523,16 @@ int lp_cmd_eval(int argc, char **argv) {
     }
     lp_problems_free(&problems);
   }
+  if (!err) {
+    mapping_view m = {lp_script_host_module_json(h, LUAPROV_CLOUDPROVIDER_MAPPING, "instance_fields"),
+                      lp_script_host_module_json(h, LUAPROV_CLOUDPROVIDER_MAPPING, "nodeclass")};
+    for (int f = 0; f < 4 && !err; f++)
+      if (needs[f] || a.files[f]) objects[f] = load(a.files[f], names[f], &m, &err);
+    json_decref(m.instance_fields);
+    json_decref(m.nodeclass);
+  }
   if (!err) out = evaluate(&loop, h, &a, objects, &err);
+  json_decref(a.flags);
   int status;
   if (err) {
     status = print_error(err->message);

@@ -6,10 +6,13 @@
 #include "cli/cli.h"
 #include "cli/engine.h"
 #include "cli/run_config.h"
+#include "cli/mapping_exports.h"
+#include "contract/settings.h"
+#include "core/buf.h"
 
 static const char usage[] =
     "usage: luaprov run [--sim] [--config FILE] [--kubeconfig FILE] [--leader-elect] [--cluster-id ID]\n"
-    "                   [--region REGION]\n"
+    "                   [--SETTING VALUE ...]\n"
     "                   [--scripts DIR] [--metrics-addr HOST:PORT] [--shutdown-timeout SECONDS]\n"
     "                   [--grpc-addr HOST:PORT [--grpc-cert FILE --grpc-key FILE --grpc-ca FILE]]\n"
     "                   [--bizfly-cluster UID] [--ca-file FILE] [--log-level LEVEL] [--log-format "
@@ -22,11 +25,11 @@ static const char usage[] =
     "SIGTERM or SIGINT shut down gracefully: script calls in flight get --shutdown-timeout (default 10)\n"
     "seconds to finish.\n"
     "\n"
-    "The in-cluster controller (ECSNodeClass status, NodeClaim launch/registration/initialization,\n"
+    "The in-cluster controller (node class status, NodeClaim launch/registration/initialization,\n"
     "termination, garbage collection) runs against the Kubernetes API named by --kubeconfig, or the\n"
     "service account's when KUBERNETES_SERVICE_HOST is set (in a Pod), or the simulator with --sim.\n"
-    "It needs the ACK cluster ID and the region: --cluster-id / $CLUSTER_ID, --region / $REGION_ID\n"
-    "(or $ALIBABA_CLOUD_REGION_ID).\n"
+    "It needs the cluster ID (--cluster-id / $CLUSTER_ID) and the settings the CloudProvider mapping\n"
+    "declares, listed below.\n"
     "--leader-elect campaigns for the Lease luaprov-leader-election in $POD_NAMESPACE (else the\n"
     "kubeconfig's namespace, else kube-system): only the holder reconciles, the others keep warm caches.\n"
     "/readyz turns 200 once every cache has listed. --config FILE (YAML) tunes the controllers'\n"
@@ -39,17 +42,64 @@ static const char usage[] =
     "(grpc_addr). The mapping reads the BIZFLYCLOUD_* variables; --bizfly-cluster (default\n"
     "$CLUSTER_NAME) is the BKE cluster UID whose worker pools are the node groups.\n"
     "\n"
-    "--sim starts the built-in simulators in-process (Kubernetes API, Alibaba ECS/VPC/STS, Bizfly\n"
-    "KaaS, as `luaprov sim` serves them), points the providers at them with the simulators'\n"
-    "credentials and runs every controller against the simulated Kubernetes API (cluster ID\n"
-    "luaprov-sim, region cn-hangzhou). The \"engine started\" line names the simulators' URLs (sim).\n";
+    "--sim starts the built-in simulators in-process (the Kubernetes API and each cloud's, as\n"
+    "`luaprov sim` serves them), points the providers at them with the simulators' credentials and\n"
+    "runs every controller against the simulated Kubernetes API (cluster ID luaprov-sim, each setting\n"
+    "its simulator value). The \"engine started\" line names the simulators' URLs (sim).\n";
+
+/* The usage, then the settings of the CloudProvider mapping in the tree. */
+static void print_usage(FILE *out, const char *scripts_dir) {
+  fputs(usage, out);
+  char *problem = NULL;
+  json_t *declared = lp_cli_mapping_settings(scripts_dir, &problem);
+  lp_buf lines = LP_BUF_INIT;
+  if (declared) lp_settings_usage(declared, &lines);
+  fprintf(out, "\nSettings of the CloudProvider mapping (--SETTING VALUE, else the environment):\n%s",
+          declared ? lp_buf_cstr(&lines) : problem);
+  lp_buf_free(&lines);
+  json_decref(declared);
+  free(problem);
+}
+
+/* The value of --scripts in argv, for the help (which lists the settings of that tree). */
+static const char *scripts_arg(int argc, char **argv) {
+  for (int i = 1; i + 1 < argc; i++)
+    if (strcmp(argv[i], "--scripts") == 0) return argv[i + 1];
+  return NULL;
+}
+
+/* NULL when every --SETTING of flags is one the mapping declares, else what is wrong (malloc'd). */
+static char *unknown_setting(const char *scripts_dir, const json_t *flags) {
+  if (json_object_size(flags) == 0) return NULL;
+  char *problem = NULL;
+  json_t *declared = lp_cli_mapping_settings(scripts_dir, &problem);
+  if (!declared) { /* the engine reports the tree that does not load, as without settings */
+    free(problem);
+    return NULL;
+  }
+  const char *name;
+  const json_t *value;
+  json_object_foreach((json_t *)flags, name, value) {
+    int found = 0;
+    size_t i;
+    const json_t *s;
+    json_array_foreach(declared, i, s) found |= strcmp(json_string_value(json_object_get(s, "name")), name) == 0;
+    if (!found) {
+      problem = lp_xasprintf("unknown option '--%s'", name);
+      break;
+    }
+  }
+  json_decref(declared);
+  return problem;
+}
 
 int lp_cmd_run(int argc, char **argv) {
   if (lp_cli_wants_help(argc, argv)) {
-    fputs(usage, stdout);
+    print_usage(stdout, scripts_arg(argc, argv));
     return 0;
   }
-  lp_engine_options opts = {.metrics_port = 8080};
+  json_t *flags = json_object(); /* --SETTING VALUE, checked against the mapping below */
+  lp_engine_options opts = {.metrics_port = 8080, .provider_flags = flags};
   const char *level = NULL, *format = NULL, *metrics_addr = NULL, *grpc_addr = NULL, *config = NULL;
   char *metrics_host = NULL, *grpc_host = NULL;
   for (int i = 1; i < argc; i++) {
@@ -83,20 +133,30 @@ int lp_cmd_run(int argc, char **argv) {
       opts.kubeconfig = value;
     else if (strcmp(arg, "--cluster-id") == 0 && value)
       opts.cluster_id = value;
-    else if (strcmp(arg, "--region") == 0 && value)
-      opts.region = value;
     else if (strcmp(arg, "--leader-elect") == 0) {
       opts.leader_elect = 1;
       continue; /* takes no value */
     } else if (strcmp(arg, "--sim") == 0) {
       opts.sim = 1;
       continue; /* takes no value */
+    } else if (strncmp(arg, "--", 2) == 0 && arg[2] && value) {
+      json_object_set_new(flags, arg + 2, json_string(value));
     } else {
-      fprintf(stderr, "luaprov run: %s '%s'\n\n%s",
-              value || arg[0] != '-' ? "unknown option" : "missing value for", arg, usage);
+      fprintf(stderr, "luaprov run: %s '%s'\n\n", value || arg[0] != '-' ? "unknown option" : "missing value for",
+              arg);
+      print_usage(stderr, opts.scripts_dir);
+      json_decref(flags);
       return 2;
     }
     i++;
+  }
+  char *unknown = unknown_setting(opts.scripts_dir, flags);
+  if (unknown) {
+    fprintf(stderr, "luaprov run: %s\n\n", unknown);
+    print_usage(stderr, opts.scripts_dir);
+    free(unknown);
+    json_decref(flags);
+    return 2;
   }
   if (lp_cli_configure_logging(level, format) != 0) return 2;
   if (config && lp_run_config_load(config, &opts.settings) != 0) return 2;
@@ -124,5 +184,6 @@ int lp_cmd_run(int argc, char **argv) {
   int status = lp_engine_run(&opts);
   free(metrics_host);
   free(grpc_host);
+  json_decref(flags);
   return status;
 }

@@ -31,6 +31,7 @@ typedef struct engine {
   lp_http_server *server;
   lp_script_host *scripts;
   lp_sim *sim;               /* --sim */
+  char *cloud_endpoint;      /* --sim: the URL of the simulator the CloudProvider mapping names */
   lp_grpc_server *grpc;      /* --grpc-addr */
   lp_nodegroups *nodegroups; /* the NodeGroup contract behind it */
   lp_externalgrpc *externalgrpc;
@@ -100,6 +101,8 @@ static void http_client_closed(void *ud) {
 static void sim_closed(void *ud) {
   engine *e = ud;
   e->sim = NULL;
+  free(e->cloud_endpoint);
+  e->cloud_endpoint = NULL;
   lp_http_client_close(e->http, http_client_closed, e);
 }
 
@@ -238,12 +241,7 @@ static int start_simulators(engine *e, const lp_engine_options *opts) {
     lp_error_free(err);
     return -1;
   }
-  const char *alibaba = lp_sim_url(e->sim, "alibaba"), *bizfly = lp_sim_url(e->sim, "bizfly");
-  if (alibaba) {
-    setenv("LUAPROV_ALIBABA_ENDPOINT", alibaba, 1);
-    setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", "LTAI5simulatoraccess", 1);
-    setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "simulator-secret-do-not-use", 1);
-  }
+  const char *bizfly = lp_sim_url(e->sim, "bizfly");
   if (bizfly) {
     setenv("LUAPROV_BIZFLY_ENDPOINT", bizfly, 1);
     setenv("BIZFLYCLOUD_AUTH_METHOD", "application_credential", 1);
@@ -256,6 +254,28 @@ static int start_simulators(engine *e, const lp_engine_options *opts) {
     }
   }
   return 0;
+}
+
+/* --sim, once the scripts are loaded: the CloudProvider mapping's `sim` table names the simulator that
+ * stands in for its cloud, the variable that points the mapping at a URL, and the simulator's own,
+ * published credentials (docs/contracts.md#mappings). */
+static void point_mapping_at_sim(engine *e) {
+  json_t *sim = lp_script_host_module_json(e->scripts, LUAPROV_CLOUDPROVIDER_MAPPING, "sim");
+  const char *url = lp_sim_url(e->sim, json_string_value(json_object_get(sim, "service")));
+  if (url) {
+    e->cloud_endpoint = lp_xstrdup(url);
+    const char *endpoint_env = json_string_value(json_object_get(sim, "endpoint_env"));
+    if (endpoint_env) setenv(endpoint_env, url, 1);
+    const char *name;
+    json_t *value;
+    json_object_foreach(json_object_get(sim, "env"), name, value) {
+      if (json_is_string(value)) setenv(name, json_string_value(value), 1);
+    }
+  } else {
+    lp_warn(LOGGER, "the CloudProvider mapping names no simulator that runs",
+            LPF_STR("fix", "set M.sim = {service = <a sim/ module>, ...} in the mapping"));
+  }
+  json_decref(sim);
 }
 
 /* --grpc-addr: the externalgrpc CloudProvider server over the NodeGroup mapping. */
@@ -303,8 +323,9 @@ static int start_controllers(engine *e, const lp_engine_options *opts) {
       .sim_server = e->sim ? lp_sim_url(e->sim, "kubernetes") : NULL,
       .leader_elect = opts->leader_elect,
       .cluster_id = opts->cluster_id ? opts->cluster_id : (e->sim ? "luaprov-sim" : NULL),
-      .region = opts->region ? opts->region : (e->sim ? "cn-hangzhou" : NULL),
-      .alibaba_endpoint = e->sim ? lp_sim_url(e->sim, "alibaba") : NULL,
+      .provider_flags = opts->provider_flags,
+      .sim = e->sim != NULL,
+      .cloud_endpoint = e->cloud_endpoint,
       .ca_file = opts->ca_file,
       .settings = opts->settings,
   };
@@ -368,6 +389,7 @@ int lp_engine_run(const lp_engine_options *opts) {
     lp_error_free(err);
     return 1;
   }
+  if (e.sim) point_mapping_at_sim(&e);
   if (opts->grpc_host && start_externalgrpc(&e, opts) != 0) return 1;
   if (start_controllers(&e, opts) != 0) return 1;
 

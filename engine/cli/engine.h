@@ -28,7 +28,9 @@ typedef struct lp_engine_options {
   const char *kubeconfig;
   int leader_elect;
   const char *cluster_id;    /* NULL = $CLUSTER_ID ("luaprov-sim" with --sim) */
-  const char *region;        /* NULL = $REGION_ID ("cn-hangzhou" with --sim) */
+  /* --<setting> VALUE for the CloudProvider mapping's settings (owned by the caller; NULL = none): the
+   * engine refuses to start the controllers when one names no setting or a required one has no value */
+  const json_t *provider_flags;
   lp_ctrl_settings settings; /* --config; zeros = defaults */
 } lp_engine_options;
 

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "contract/cloudprovider.h"
+#include "contract/settings.h"
 #include "core/log.h"
 #include "kube/client.h"
 #include "kube/config.h"
@@ -42,13 +43,18 @@ static void free_parts_when_closed(void *ud) {
 
 engine_kube *engine_kube_start(uv_loop_t *loop, lp_script_host *scripts, const engine_kube_options *opts) {
   const char *cluster_id = opts->cluster_id ? opts->cluster_id : getenv("CLUSTER_ID");
-  const char *region = opts->region ? opts->region : getenv("REGION_ID");
-  if (!region || !*region) region = getenv("ALIBABA_CLOUD_REGION_ID");
-  if (!cluster_id || !*cluster_id || !region || !*region) {
-    lp_errorlog(
-        LOGGER, "the controllers need the cluster ID and the region",
-        LPF_STR("fix",
-                "set CLUSTER_ID and REGION_ID or ALIBABA_CLOUD_REGION_ID (or --cluster-id and --region)"));
+  if (!cluster_id || !*cluster_id) {
+    lp_errorlog(LOGGER, "the controllers need the cluster ID", LPF_STR("fix", "set CLUSTER_ID or pass --cluster-id"));
+    return NULL;
+  }
+  json_t *declared = lp_script_host_module_json(scripts, LUAPROV_CLOUDPROVIDER_MAPPING, "settings");
+  char *problem = NULL;
+  json_t *settings = lp_settings_resolve(declared, opts->provider_flags, opts->sim, &problem);
+  json_decref(declared);
+  if (!settings) {
+    lp_errorlog(LOGGER, "the controllers need the settings of the CloudProvider mapping",
+                LPF_STR("error", problem), LPF_STR("help", "luaprov run --help lists them"));
+    free(problem);
     return NULL;
   }
   engine_kube *k = lp_xcalloc(1, sizeof *k);
@@ -59,6 +65,7 @@ engine_kube *engine_kube_start(uv_loop_t *loop, lp_script_host *scripts, const e
                 LPF_STR("error", err->message));
     lp_error_free(err);
     free(k);
+    json_decref(settings);
     return NULL;
   }
   /* below the leader's renew deadline, so a hung request cannot cost the lease on its own */
@@ -68,13 +75,14 @@ engine_kube *engine_kube_start(uv_loop_t *loop, lp_script_host *scripts, const e
     lp_errorlog(LOGGER, "cannot create the Kubernetes client", LPF_STR("error", err->message));
     lp_error_free(err);
     free_parts(k);
+    json_decref(settings);
     return NULL;
   }
   k->cloud = lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = loop,
                                                              .scripts = scripts,
-                                                             .region = region,
+                                                             .settings = settings,
                                                              .cluster_id = cluster_id,
-                                                             .endpoint = opts->alibaba_endpoint});
+                                                             .endpoint = opts->cloud_endpoint});
   const char *pod_name = getenv("POD_NAME");
   k->manager = lp_controllers_start(
       &(lp_controllers_config){.loop = loop,
@@ -91,11 +99,15 @@ engine_kube *engine_kube_start(uv_loop_t *loop, lp_script_host *scripts, const e
                 LPF_STR("error", err->message));
     lp_error_free(err);
     lp_kube_client_close(k->client, free_parts_when_closed, k);
+    json_decref(settings);
     return NULL;
   }
+  char *shown = json_dumps(settings, JSON_COMPACT | JSON_SORT_KEYS);
   lp_info(LOGGER, "controllers starting", LPF_STR("kubernetes", k->config->server),
           LPF_STR("config", k->config->source), LPF_BOOL("leader_elect", opts->leader_elect),
-          LPF_STR("cluster_id", cluster_id), LPF_STR("region", region));
+          LPF_STR("cluster_id", cluster_id), LPF_JSON("settings", shown));
+  free(shown);
+  json_decref(settings);
   return k;
 }
 

@@ -1,6 +1,6 @@
 /* The in-cluster controller part of `luaprov run`: where the Kubernetes API is (--kubeconfig, the
- * in-cluster service account, or the simulator of --sim), the CloudProvider over the Alibaba mapping,
- * and the controller manager. Loop thread only. */
+ * in-cluster service account, or the simulator of --sim), the CloudProvider over the mapping (with the
+ * values of its settings), and the controller manager. Loop thread only. */
 #ifndef LUAPROV_CLI_ENGINE_KUBE_H
 #define LUAPROV_CLI_ENGINE_KUBE_H
 
@@ -16,8 +16,9 @@ typedef struct engine_kube_options {
   const char *sim_server;       /* --sim: the simulator's URL (wins over the above) */
   int leader_elect;             /* --leader-elect */
   const char *cluster_id;       /* --cluster-id / $CLUSTER_ID */
-  const char *region;           /* --region / $REGION_ID / $ALIBABA_CLOUD_REGION_ID */
-  const char *alibaba_endpoint; /* one URL for every Alibaba API (the simulator); NULL = the real ones */
+  const json_t *provider_flags; /* --<setting> VALUE for the mapping's settings (contract/settings.h) */
+  int sim;                      /* --sim: settings default to their simulator values */
+  const char *cloud_endpoint;   /* one URL for every API of the cloud (the simulator); NULL = the real ones */
   const char *ca_file;          /* extra trust for the HTTP client, as the engine's */
   lp_ctrl_settings settings;    /* --config */
 } engine_kube_options;
@@ -27,7 +28,7 @@ int engine_kube_wanted(const engine_kube_options *opts);
 
 /* Starts the client, the CloudProvider and the manager on scripts (borrowed; must outlive the result
  * until engine_kube_stop completes). Returns NULL after logging why (unreadable kubeconfig, missing
- * cluster ID or region, invalid leader options). */
+ * cluster ID or a required setting of the mapping, invalid leader options). */
 engine_kube *engine_kube_start(uv_loop_t *loop, lp_script_host *scripts, const engine_kube_options *opts);
 
 /* Caches synced (readiness) and liveness of the leader election. */

@@ -6,7 +6,7 @@
  *     registrationTimeout: 15m       # Registered not True for this long -> deleted
  *     garbageCollectionInterval: 2m  # instances and NodeClaims compared this often
  *     leakedInstanceGrace: 1m        # an instance with no NodeClaim younger than this is left alone
- *     nodeClassResync: 5m            # a Ready ECSNodeClass is resolved again this often
+ *     nodeClassResync: 5m            # a Ready node class is resolved again this often
  *     drainRequeue: 1s               # while pods are being evicted
  *     terminateRequeue: 5s           # while an instance shuts down
  *     workers: 10                    # reconciles at once per controller

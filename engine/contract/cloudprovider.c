@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "contract/settings.h"
 #include "contract/shapes.h"
 #include "core/cache.h"
 #include "core/log.h"
@@ -61,7 +62,7 @@ void cp_fail_soon(op *o, lp_error *err) {
   uv_timer_start(o->defer, deferred_fire, 0, 0);
 }
 
-/* "providers/alibaba/init.lua: instance_types: <problem> (rule CP4 in docs/contracts.md)" */
+/* "<mapping file>: instance_types: <problem> (rule CP4 in docs/contracts.md)" */
 lp_error *cp_contract_error(op *o, const char *module, const char *function, char *problem,
                             const char *rule) {
   const char *file = lp_generation_module_file(lp_script_host_current(o->cp->scripts), module);
@@ -154,13 +155,45 @@ void cp_remember_class(lp_cloudprovider *cp, const json_t *nodeclass) {
     json_object_set_new(cp->known_classes, name, json_deep_copy(nodeclass));
 }
 
+/* What the mapping exports besides functions, read once: the node class descriptor (pinned, so a
+ * reload cannot change it), the drift reasons, and the settings that fill ctx when the caller passed
+ * no values. The script host validated them at load (contracts.c); a mapping loaded without that
+ * validation gets "" fields, and the error is logged here. */
+static void read_exports(lp_cloudprovider *cp, const lp_cloudprovider_config *cfg) {
+  cp->nodeclass_json = lp_script_host_module_json(cp->scripts, cp->mapping, "nodeclass");
+  char *problem = lp_nodeclass_desc_problem(cp->nodeclass_json);
+  if (problem) {
+    lp_errorlog(LOGGER, "the CloudProvider mapping exports no usable node class", LPF_STR("module", cp->mapping),
+                LPF_STR("error", problem), LPF_STR("rule", "docs/contracts.md#the-node-class-descriptor"));
+    free(problem);
+  }
+  if (!cp->nodeclass_json) cp->nodeclass_json = json_object();
+  lp_nodeclass_desc_from_json(cp->nodeclass_json, &cp->desc);
+  lp_nodeclass_desc_pin(cp->nodeclass_json);
+  cp->drift_reasons = lp_script_host_module_json(cp->scripts, cp->mapping, "drift_reasons");
+  if (!json_is_array(cp->drift_reasons)) {
+    json_decref(cp->drift_reasons);
+    cp->drift_reasons = json_array();
+  }
+  json_t *settings = NULL;
+  if (!cfg->settings) {
+    json_t *declared = lp_script_host_module_json(cp->scripts, cp->mapping, "settings");
+    settings = lp_settings_resolve(declared, NULL, 1, &problem);
+    free(problem);
+    json_decref(declared);
+  }
+  cp->ctx = json_deep_copy(cfg->settings ? cfg->settings : settings);
+  if (!cp->ctx) cp->ctx = json_object();
+  json_decref(settings);
+  json_object_set_new(cp->ctx, "cluster_id", json_string(cfg->cluster_id ? cfg->cluster_id : "luaprov"));
+}
+
 lp_cloudprovider *lp_cloudprovider_new(const lp_cloudprovider_config *cfg) {
   lp_cloudprovider *cp = lp_xcalloc(1, sizeof *cp);
   cp->loop = cfg->loop;
   cp->scripts = cfg->scripts;
-  cp->mapping = lp_xstrdup(cfg->mapping ? cfg->mapping : "providers.alibaba");
-  cp->ctx = json_pack("{s:s, s:s}", "region", cfg->region ? cfg->region : "cn-hangzhou", "cluster_id",
-                      cfg->cluster_id ? cfg->cluster_id : "luaprov");
+  cp->mapping = lp_xstrdup(cfg->mapping ? cfg->mapping : LUAPROV_CLOUDPROVIDER_MAPPING);
+  read_exports(cp, cfg);
   if (cfg->endpoint) json_object_set_new(cp->ctx, "endpoint", json_string(cfg->endpoint));
   cp->unavailable =
       lp_cache_new("unavailable-offerings", cfg->unavailable_ttl_s > 0 ? cfg->unavailable_ttl_s : 180, 100000,
@@ -186,6 +219,9 @@ static void destroy(lp_cloudprovider *cp) {
   free(cp->mapping);
   free(cp->name);
   json_decref(cp->ctx);
+  lp_nodeclass_desc_unpin(cp->nodeclass_json);
+  json_decref(cp->nodeclass_json);
+  json_decref(cp->drift_reasons);
   lp_cache_free(cp->unavailable);
   json_decref(cp->known_classes);
   free(cp);
@@ -221,8 +257,16 @@ const char *lp_cloudprovider_name(lp_cloudprovider *cp) {
 }
 
 json_t *lp_cloudprovider_supported_nodeclasses(const lp_cloudprovider *cp) {
-  return json_pack("[{s:s, s:s, s:s}]", "group", "karpenter.k8s.alibabacloud", "version", "v1alpha1", "kind",
-                   "ECSNodeClass");
+  return json_pack("[{s:s, s:s, s:s}]", "group", cp->desc.group, "version", cp->desc.version, "kind",
+                   cp->desc.kind);
+}
+
+const lp_nodeclass_desc *lp_cloudprovider_nodeclass(const lp_cloudprovider *cp) {
+  return &cp->desc;
+}
+
+const json_t *lp_cloudprovider_drift_reasons(const lp_cloudprovider *cp) {
+  return cp->drift_reasons;
 }
 
 void lp_cp_outcome_store(json_t *value, lp_error *err, void *ud) {
@@ -318,7 +362,7 @@ static void delete_done(op *o, json_t *values, lp_error *err) {
   cp_finish(o, err ? NULL : json_true(), err);
 }
 
-/* parse_provider_id(s) -> {region, instance_id}; then the operation's own call. */
+/* parse_provider_id(s) -> {instance_id, ...}; then the operation's own call. */
 void cp_parsed_for(op *o, json_t *values, lp_error *err, cp_with_id_fn then) {
   if (err) {
     cp_finish(o, NULL,
@@ -332,7 +376,7 @@ void cp_parsed_for(op *o, json_t *values, lp_error *err, cp_with_id_fn then) {
     json_decref(values);
     cp_finish(o, NULL,
               cp_contract_error(o, o->cp->mapping, "parse_provider_id",
-                                lp_xstrdup("did not return {region, instance_id}"),
+                                lp_xstrdup("did not return a table with an instance_id"),
                                 "docs/contracts.md#mappings"));
     return;
   }

@@ -1,17 +1,17 @@
 /* Karpenter's CloudProvider contract (docs/contracts.md#cloudprovider-rules), served by a Lua mapping
- * (providers/alibaba/init.lua) and enforced here: the engine does not trust what the mapping returns.
+ * (LUAPROV_CLOUDPROVIDER_MAPPING, set by the build) and enforced here: the engine does not trust what the mapping returns.
  * Every operation is asynchronous (the mapping awaits cloud APIs); done runs once on the loop thread
  * with either a value or an error, and owns both: the receiver json_decref()s the value and
  * lp_error_free()s the error.
  *
  * Error codes, as Karpenter's cloudprovider errors:
- *   NodeClassNotReady     the ECSNodeClass is not Ready (retry later)
+ *   NodeClassNotReady     the node class is not Ready (retry later)
  *   InsufficientCapacity  no offering compatible with the NodeClaim can launch now
  *   NodeClaimNotFound     the instance is gone (Delete, Get)
  *   CreateError           a structured launch failure (quota, unsupported configuration): the message
  *                         carries the reason (the API's code) and its text
  *   Contract              the mapping or a policy broke its contract: the message names the script file
- *                         and the rule ("providers/alibaba/init.lua: instance_types: ... (rule CP4 in
+ *                         and the rule ("<mapping>/init.lua: instance_types: ... (rule CP4 in
  *                         docs/contracts.md)")
  *   DriftUnknown          the drift policy could not decide yet (condition left as it is)
  *   anything else         passed through from the mapping (Throttled, Transport, Auth, ...)
@@ -21,6 +21,7 @@
 
 #include <jansson.h>
 
+#include "contract/nodeclass_desc.h"
 #include "core/error.h"
 #include "script/host.h"
 
@@ -29,13 +30,15 @@ typedef struct lp_cloudprovider lp_cloudprovider;
 typedef struct lp_cloudprovider_config {
   uv_loop_t *loop;
   lp_script_host *scripts;
-  const char *mapping;          /* entry module of the mapping; NULL = "providers.alibaba" */
-  const char *region;           /* passed to every call as ctx.region */
+  const char *mapping; /* entry module of the mapping; NULL = LUAPROV_CLOUDPROVIDER_MAPPING */
+  /* the values of the mapping's settings (lp_settings_resolve, contract/settings.h), merged into the
+   * ctx of every call (borrowed); NULL = resolved here as against the simulators (their `sim` values) */
+  const json_t *settings;
   const char *cluster_id;       /* ctx.cluster_id: tags and the instances this cluster owns */
   const char *endpoint;         /* ctx.endpoint: one URL for every cloud API (the simulator); may be NULL */
   double unavailable_ttl_s;     /* how long an offering stays unavailable after a NoStock error; 0 = 180 */
   unsigned max_launch_attempts; /* at most this many offerings are handed to the mapping per Create; 0 = 10 */
-  /* how often the instance types (prices, availability) of every ECSNodeClass seen are refreshed in
+  /* how often the instance types (prices, availability) of every node class seen are refreshed in
    * the background; 0 = every 20 minutes (the mapping caches prices 30 minutes), < 0 = never */
   double refresh_interval_s;
 } lp_cloudprovider_config;
@@ -55,10 +58,18 @@ void lp_cloudprovider_shutdown(lp_cloudprovider *cp);
 /* The script generation in service (it changes on every hot reload): what answers are cached against. */
 uint64_t lp_cloudprovider_script_generation(const lp_cloudprovider *cp);
 
-/* "alibabacloud" (the mapping's name), valid while the provider lives. */
+/* The mapping's `name` (the provider name Karpenter reports), valid while the provider lives. */
 const char *lp_cloudprovider_name(lp_cloudprovider *cp);
-/* [{"group", "version", "kind"}] of the node classes this provider serves; caller decrefs. */
+/* [{"group", "version", "kind"}] of the node classes this provider serves (its descriptor's); caller
+ * decrefs. */
 json_t *lp_cloudprovider_supported_nodeclasses(const lp_cloudprovider *cp);
+/* The node class descriptor the mapping exported when the provider started (nodeclass_desc.h): the
+ * resource the controllers watch, its finalizer and hash annotations. Valid while the provider lives;
+ * a reload cannot change it. */
+const lp_nodeclass_desc *lp_cloudprovider_nodeclass(const lp_cloudprovider *cp);
+/* The drift reasons the mapping declares (its `drift_reasons`, CamelCase words), besides the
+ * engine's own NodeClassDrift; borrowed, read when the provider started. */
+const json_t *lp_cloudprovider_drift_reasons(const lp_cloudprovider *cp);
 
 /* Launches the NodeClaim (objects borrowed, not stolen): the allowed offerings, cheapest first, are
  * handed to the mapping's create, which launches one (docs/contracts.md#create, rule CP9). Value: the
@@ -93,18 +104,18 @@ typedef struct lp_cp_outcome {
 void lp_cp_outcome_store(json_t *value, lp_error *err, void *outcome);
 void lp_cp_outcome_wait(uv_loop_t *loop, lp_cp_outcome *outcome);
 
-/* ---- ECSNodeClass status (cloudprovider_nodeclass.c) ------------------------------------- */
+/* ---- node class status (cloudprovider_nodeclass.c) ---------------------------------------- */
 
-/* Resolves the class's selector terms (object borrowed) through the mapping's
- * resolve_nodeclass(ctx, nodeclass). Value: the status to write, checked to be an object with the
- * arrays vSwitches, securityGroups, images and conditions (each {type, status True|False|Unknown,
- * reason?, message?}) plus whatever else the mapping adds; anything else is a Contract error naming
- * the script. The mapping reports cloud API failures as conditions (status Unknown), so an error here
+/* Resolves the class (object borrowed) through the mapping's resolve_nodeclass(ctx, nodeclass).
+ * Value: the status to write, checked to be an object with a conditions array (each {type, status
+ * True|False|Unknown, reason?, message?}) plus whatever the mapping resolves (its cloud's lists);
+ * the mapping says readiness with its Ready condition. Anything else is a Contract error naming the
+ * script. The mapping reports cloud API failures as conditions (status Unknown), so an error here
  * means the call itself failed (script error, budget, Contract). */
 void lp_cp_resolve_nodeclass(lp_cloudprovider *cp, const json_t *nodeclass, lp_cp_done_fn done, void *ud);
 
 /* Value: {"hash": "...", "version": "..."}, the mapping's nodeclass_hash(nodeclass) (object borrowed):
- * the values of the ecsnodeclass-hash and -hash-version annotations (shapes.h). No cloud call. */
+ * the values of the descriptor's hash_annotation and hash_version_annotation. No cloud call. */
 void lp_cp_nodeclass_hash(lp_cloudprovider *cp, const json_t *nodeclass, lp_cp_done_fn done, void *ud);
 
 /* ---- interruption and registration (cloudprovider_interruption.c) ------------------------ */

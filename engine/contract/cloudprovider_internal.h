@@ -14,19 +14,27 @@ struct lp_cloudprovider {
   lp_script_host *scripts;
   char *mapping;
   char *name;
-  json_t *ctx; /* {region, cluster_id, endpoint} passed to every mapping call */
+  json_t *ctx; /* {cluster_id, endpoint, <the mapping's settings>} passed to every mapping call */
+  json_t *nodeclass_json;   /* the mapping's `nodeclass` table, pinned (nodeclass_desc.h) */
+  lp_nodeclass_desc desc;   /* pointers into nodeclass_json */
+  json_t *drift_reasons;    /* the mapping's `drift_reasons`: an array of strings */
   lp_cache *unavailable;
   unsigned max_launch_attempts;
   lp_metric *launches;
   lp_metric *drift_evaluations; /* luaprov_drift_policy_evaluations_total{generation, result} */
-  /* background refresh: every ECSNodeClass seen, asked for its instance types again periodically so
+  /* background refresh: every node class seen, asked for its instance types again periodically so
    * expired prices and availability are fetched before a Create needs them */
-  json_t *known_classes; /* name -> ECSNodeClass */
+  json_t *known_classes; /* name -> node class */
   uv_timer_t *refresh_timer;
   unsigned refreshing; /* background GetInstanceTypes in flight */
   int freed;           /* lp_cloudprovider_free ran; the last background call frees the struct */
   int shut_down;       /* lp_cloudprovider_shutdown ran: no script call starts any more */
 };
+
+/* The node class's hash annotations, from the mapping's descriptor, for code with `op *o` in scope
+ * (cloudprovider_create.c copies them from the class to the NodeClaim). */
+#define LP_ANNOTATION_HASH         (o->cp->desc.hash_annotation)
+#define LP_ANNOTATION_HASH_VERSION (o->cp->desc.hash_version_annotation)
 
 /* Remembers the class for the background refresh (and starts it on first use). */
 void cp_remember_class(lp_cloudprovider *cp, const json_t *nodeclass);

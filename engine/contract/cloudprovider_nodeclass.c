@@ -1,13 +1,12 @@
-/* The ECSNodeClass side of the CloudProvider contract: the status the mapping resolves from the
- * selector terms, and the hash behind the ecsnodeclass-hash annotation. Both are checked here, as
- * every mapping answer is, so the status controller can write what it gets without re-checking. */
+/* The node class side of the CloudProvider contract: the status the mapping resolves from the class,
+ * and the hash behind the descriptor's hash annotation. Both are checked here, as every mapping
+ * answer is, so the status controller can write what it gets without re-checking. Only what is
+ * neutral is checked: a status object with a conditions list; what else the mapping resolves (its
+ * cloud's lists) and whether the class is Ready (its Ready condition) are the mapping's to say. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "contract/cloudprovider_internal.h"
-
-/* The status lists every ECSNodeClass carries (docs/alibaba.md), conditions last. */
-static const char *const STATUS_LISTS[] = {"vSwitches", "securityGroups", "images", "conditions", NULL};
 
 /* An empty Lua table arrives as {}: a list that is empty. */
 static void normalize_empty_list(json_t *status, const char *field) {
@@ -33,10 +32,8 @@ static char *check_condition(const json_t *c, size_t i) {
 /* NULL when status is the shape the controller writes, else what is wrong (malloc'd). */
 static char *check_status(json_t *status) {
   if (!json_is_object(status)) return lp_xstrdup("did not return a status table");
-  for (const char *const *f = STATUS_LISTS; *f; f++) {
-    normalize_empty_list(status, *f);
-    if (!json_is_array(json_object_get(status, *f))) return lp_xasprintf("status.%s is not a list", *f);
-  }
+  normalize_empty_list(status, "conditions");
+  if (!json_is_array(json_object_get(status, "conditions"))) return lp_xstrdup("status.conditions is not a list");
   size_t i;
   const json_t *c;
   json_array_foreach(json_object_get(status, "conditions"), i, c) {

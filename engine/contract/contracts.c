@@ -9,7 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "contract/nodeclass_desc.h"
+#include "contract/settings.h"
+#include "core/buf.h"
 #include "core/error.h"
+#include "json.h"
 #include "script/call.h"
 
 typedef struct field_rule {
@@ -71,25 +75,37 @@ int lp_contract_function_line(lp_generation *g, const char *module, const char *
   return line;
 }
 
-static const char *const builtin_drift_reasons[] = {"NodeClassDrift", "ImageDrift", "SecurityGroupDrift",
-                                                    "VSwitchDrift", NULL};
+#define MAX_DRIFT_REASONS 32
 
-char *lp_drift_reason_problem(const char *reason) {
+char *lp_drift_reason_problem(const char *reason, const json_t *mapping_reasons) {
+  const char *known[MAX_DRIFT_REASONS + 2] = {"NodeClassDrift"};
+  size_t n = 1, i;
+  const json_t *r;
+  lp_buf list = {0};
+  lp_buf_puts(&list, "NodeClassDrift");
+  json_array_foreach(mapping_reasons, i, r) {
+    if (!json_is_string(r) || n > MAX_DRIFT_REASONS) continue;
+    known[n++] = json_string_value(r);
+    lp_buf_printf(&list, ", %s", json_string_value(r));
+  }
+  known[n] = NULL;
   const char *s = reason;
   int camel = !*s || (*s >= 'A' && *s <= 'Z');
   for (; camel && *s; s++)
     camel = (*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9');
-  const char *near = lp_contract_closest(reason, builtin_drift_reasons);
+  const char *near = lp_contract_closest(reason, known);
+  char *problem = NULL;
   if (near)
-    return lp_xasprintf("is_drifted returned \"%s\", which is not a drift reason; did you mean \"%s\"? "
-                        "(the built-in reasons are NodeClassDrift, ImageDrift, SecurityGroupDrift and "
-                        "VSwitchDrift; a reason of your own must not be one typo away from them)",
-                        reason, near);
-  if (!camel)
-    return lp_xasprintf("is_drifted returned \"%s\"; a reason is \"\" or a CamelCase word like "
-                        "\"ImageDrift\" (it becomes a Kubernetes condition reason)",
-                        reason);
-  return NULL;
+    problem = lp_xasprintf("is_drifted returned \"%s\", which is not a drift reason; did you mean \"%s\"? "
+                           "(the known reasons are %s; a reason of your own must not be one typo away "
+                           "from them)",
+                           reason, near, lp_buf_cstr(&list));
+  else if (!camel)
+    problem = lp_xasprintf("is_drifted returned \"%s\"; a reason is \"\" or a CamelCase word like "
+                           "\"NodeClassDrift\" (it becomes a Kubernetes condition reason)",
+                           reason);
+  lp_buf_free(&list);
+  return problem;
 }
 
 /* The line of the module's last top-level `return`: where the exported table is handed back, so the
@@ -308,6 +324,75 @@ static void validate_repair(lua_State *L, int idx, const char *file, lp_problems
   }
 }
 
+/* The line that sets M.<name> in file, else the module's return. */
+static int assignment_line(const char *file, const char *name) {
+  FILE *f = fopen(file, "r");
+  if (!f) return 0;
+  char line[1024], want[64];
+  snprintf(want, sizeof want, "M.%s =", name);
+  int n = 0, found = 0;
+  while (!found && fgets(line, sizeof line, f)) {
+    n++;
+    if (strncmp(line, want, strlen(want)) == 0) found = n;
+  }
+  fclose(f);
+  return found ? found : return_line(file);
+}
+
+/* The module's field as JSON (new reference), NULL when absent or not encodable (*present says
+ * which, when not NULL). */
+static json_t *field_json(lua_State *L, int idx, const char *name, int *present) {
+  json_t *out = NULL;
+  int t = lua_getfield(L, idx, name);
+  if (present) *present = t != LUA_TNIL;
+  if (t != LUA_TNIL) {
+    lp_buf buf = {0};
+    lp_error *err = NULL;
+    if (lp_json_encode(L, -1, &buf, &err) == 0)
+      out = json_loadb(buf.data ? buf.data : "", buf.len, JSON_DECODE_ANY, NULL);
+    lp_error_free(err);
+    lp_buf_free(&buf);
+  }
+  lua_pop(L, 1);
+  return out;
+}
+
+/* What the engine reads from the mapping besides functions (docs/contracts.md#mappings): the node
+ * class descriptor (and that a reload does not change it), the settings, the drift reasons. */
+static void check_exports(lua_State *L, int idx, const char *file, lp_problems *problems) {
+  json_t *nodeclass = field_json(L, idx, "nodeclass", NULL);
+  char *problem = lp_nodeclass_desc_problem(nodeclass);
+  if (problem)
+    lp_problems_add(problems, file, assignment_line(file, "nodeclass"),
+                    "the CloudProvider mapping's node class descriptor: %s "
+                    "(docs/contracts.md#the-node-class-descriptor)",
+                    problem);
+  free(problem);
+  json_decref(nodeclass);
+  int present = 0;
+  json_t *settings = field_json(L, idx, "settings", &present);
+  problem = present && !settings ? lp_xstrdup("settings cannot be read as data (a function in it?)")
+                                 : lp_settings_problem(settings);
+  if (problem)
+    lp_problems_add(problems, file, assignment_line(file, "settings"),
+                    "the CloudProvider mapping's settings: %s (docs/contracts.md#settings)", problem);
+  free(problem);
+  json_decref(settings);
+  json_t *reasons = field_json(L, idx, "drift_reasons", NULL);
+  size_t i;
+  const json_t *r;
+  int bad = reasons && !json_is_array(reasons) && !(json_is_object(reasons) && json_object_size(reasons) == 0);
+  json_array_foreach(reasons, i, r) {
+    const char *s = json_string_value(r);
+    bad |= !s || !*s || !(*s >= 'A' && *s <= 'Z');
+  }
+  if (bad)
+    lp_problems_add(problems, file, assignment_line(file, "drift_reasons"),
+                    "the CloudProvider mapping's drift_reasons must be a list of CamelCase words like "
+                    "\"NodeClassDrift\" (docs/contracts.md#policies)");
+  json_decref(reasons);
+}
+
 static void validate_cloudprovider(lua_State *L, int idx, const char *file, lp_problems *problems) {
   static const field_rule rules[] = {
       {"name", LUA_TSTRING, 1, NULL},
@@ -323,7 +408,8 @@ static void validate_cloudprovider(lua_State *L, int idx, const char *file, lp_p
       {"interruption_conditions", LUA_TTABLE, 0, NULL}, /* optional: Node conditions of an interruption */
       {NULL, 0, 0, NULL},
   };
-  check_fields(L, idx, file, problems, "CloudProvider mapping", rules);
+  if (!check_fields(L, idx, file, problems, "CloudProvider mapping", rules)) return;
+  check_exports(L, idx, file, problems);
 }
 
 static void validate_nodegroup(lua_State *L, int idx, const char *file, lp_problems *problems) {
@@ -346,7 +432,7 @@ const lp_module_spec lp_contract_modules[] = {
     {"policies.drift", "drift policy", 0, validate_drift},
     {"policies.repair", "repair policy", 0, validate_repair},
     {"policies.tags", "tags policy", 0, validate_tags},
-    {"providers.alibaba", "CloudProvider mapping", 0, validate_cloudprovider},
+    {LUAPROV_CLOUDPROVIDER_MAPPING, "CloudProvider mapping", 0, validate_cloudprovider},
     {"providers.bizfly", "NodeGroup mapping", 0, validate_nodegroup},
     {NULL, NULL, 0, NULL},
 };

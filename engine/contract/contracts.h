@@ -6,11 +6,15 @@
 #ifndef LUAPROV_CONTRACT_CONTRACTS_H
 #define LUAPROV_CONTRACT_CONTRACTS_H
 
+#include <jansson.h>
+
 #include "script/generation.h"
 
 /* Entry modules of a script tree, terminated by {NULL}: policies.drift, policies.repair,
- * policies.tags, providers.alibaba (the CloudProvider mapping), providers.bizfly (the NodeGroup
- * mapping). None is required by the loader; the engine's controllers require the ones they use. */
+ * policies.tags, LUAPROV_CLOUDPROVIDER_MAPPING (the CloudProvider mapping the build ships; it also
+ * exports its node class descriptor, settings and drift reasons, checked here), providers.bizfly (the
+ * NodeGroup mapping). None is required by the loader; the engine's controllers require the ones they
+ * use. */
 extern const lp_module_spec lp_contract_modules[];
 
 /* The candidate at most two edits from word (case-insensitive) and not equal to it, for "did you
@@ -24,7 +28,8 @@ int lp_contract_function_line(lp_generation *g, const char *module, const char *
 
 /* NULL when reason may become a Drifted condition reason (docs/contracts.md#policies); otherwise a
  * malloc'd sentence starting "is_drifted returned ...", with a hint: a reason is "" or a CamelCase
- * word, and not a typo of a built-in reason ("ImagDrift"). */
-char *lp_drift_reason_problem(const char *reason);
+ * word, and not a typo of a known reason: NodeClassDrift or one of mapping_reasons (the mapping's
+ * `drift_reasons`, an array of strings, borrowed; NULL = none), e.g. "ImagDrift". */
+char *lp_drift_reason_problem(const char *reason, const json_t *mapping_reasons);
 
 #endif

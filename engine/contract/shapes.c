@@ -19,7 +19,7 @@ static int nonempty_string(const json_t *v) {
 char *lp_check_instance(const json_t *instance) {
   static const char *const states[] = {"pending", "running", "stopping", "stopped", "terminated", NULL};
   static const char *const capacity_types[] = {"on-demand", "spot", NULL};
-  static const char *const required[] = {"id", "region", "zone", "instance_type", "image_id", NULL};
+  static const char *const required[] = {"id", "zone", "instance_type", "image_id", NULL};
   if (!json_is_object(instance)) return lp_xstrdup("the instance is not an object");
   for (const char *const *f = required; *f; f++)
     if (!nonempty_string(json_object_get(instance, *f)))
@@ -32,8 +32,6 @@ char *lp_check_instance(const json_t *instance) {
   if (!one_of(ct, capacity_types))
     return lp_xasprintf("instance %s: capacity_type '%s' is not on-demand or spot",
                         json_string_value(json_object_get(instance, "id")), ct ? ct : "(none)");
-  const json_t *sgs = json_object_get(instance, "security_group_ids");
-  if (sgs && !json_is_array(sgs)) return lp_xstrdup("security_group_ids is not a list");
   const json_t *tags = json_object_get(instance, "tags");
   if (tags && !json_is_object(tags) && !(json_is_array(tags) && json_array_size(tags) == 0))
     return lp_xstrdup("tags is not a map");

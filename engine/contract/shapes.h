@@ -11,8 +11,6 @@
 #define LP_LABEL_CAPACITY_TYPE     "karpenter.sh/capacity-type"
 #define LP_LABEL_ARCH              "kubernetes.io/arch"
 #define LP_LABEL_OS                "kubernetes.io/os"
-#define LP_ANNOTATION_HASH         "karpenter.k8s.alibabacloud/ecsnodeclass-hash"
-#define LP_ANNOTATION_HASH_VERSION "karpenter.k8s.alibabacloud/ecsnodeclass-hash-version"
 
 /* The instance shape (docs/contracts.md#the-instance-shape). */
 char *lp_check_instance(const json_t *instance);

@@ -32,7 +32,7 @@ typedef enum {
   LP_KIND_NODECLAIM = 0, /* karpenter.sh/v1 nodeclaims */
   LP_KIND_NODE,          /* v1 nodes */
   LP_KIND_NODEPOOL,      /* karpenter.sh/v1 nodepools */
-  LP_KIND_NODECLASS,     /* karpenter.k8s.alibabacloud/v1alpha1 ecsnodeclasses */
+  LP_KIND_NODECLASS,     /* the mapping's node class (lp_env_nodeclass: group, version, resource) */
   LP_KIND_POD,           /* v1 pods, every namespace */
   LP_KIND_DAEMONSET,     /* apps/v1 daemonsets: their pod templates are every new node's overhead */
   LP_KIND_COUNT,
@@ -54,7 +54,7 @@ typedef struct lp_ctrl_settings {
   double registration_timeout_s; /* 900: Registered not True this long after Launched */
   double gc_interval_s;          /* 120: how often instances and NodeClaims are compared */
   double gc_leak_grace_s;        /* 60: an instance with no NodeClaim younger than this is left alone */
-  double nodeclass_resync_s;     /* 300: how often a Ready ECSNodeClass is resolved again */
+  double nodeclass_resync_s;     /* 300: how often a Ready node class is resolved again */
   double drain_requeue_s;        /* 1: while pods are being evicted */
   double terminate_requeue_s;    /* 5: while the instance is shutting down */
   unsigned workers;              /* 10: reconciles at once per controller */
@@ -124,11 +124,17 @@ double lp_env_monotonic(lp_ctrl_env *env);
  * moves time instead of waiting for it. Times already computed stay on the old clock. */
 void lp_env_set_clock(lp_ctrl_env *env, double (*now)(void *ud), void *ud);
 
-/* The resource of kind (group, version, plural; no namespace or name). Static storage. */
+/* The resource of kind (group, version, plural; no namespace or name). Static storage. Not for
+ * LP_KIND_NODECLASS, whose resource is the mapping's: use lp_env_ref. */
 const lp_kube_ref *lp_kind_ref(lp_kind kind);
 /* ref for the object of kind at key ("ns/name" or "name"); key must outlive the ref's use, and buf
- * (at least strlen(key) + 1 bytes) holds the split namespace. */
+ * (at least strlen(key) + 1 bytes) holds the split namespace. Not for LP_KIND_NODECLASS. */
 lp_kube_ref lp_kind_ref_for(lp_kind kind, const char *key, char *buf);
+/* The resource of any kind, LP_KIND_NODECLASS included (the strings of the mapping's descriptor, valid
+ * while the CloudProvider lives). */
+lp_kube_ref lp_env_ref(lp_ctrl_env *env, lp_kind kind);
+/* The CloudProvider mapping's node class descriptor (kind for messages, finalizer, hash annotations). */
+const lp_nodeclass_desc *lp_env_nodeclass(lp_ctrl_env *env);
 
 /* The cached object of kind at key, borrowed (valid until the cache changes that key; json_incref to
  * keep across an await), or NULL. */

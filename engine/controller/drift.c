@@ -11,8 +11,8 @@
  * is evaluated again after settings.nodeclass_resync_s (default 300 s, Karpenter's 5 min).
  *
  * What enqueues a NodeClaim besides its own changes: a change of its NodePool's spec or annotations
- * (every NodeClaim labelled with the pool), and any change of its ECSNodeClass (by
- * LP_INDEX_NODECLAIM_BY_NODECLASS), so a new image or a template edit is seen at once.
+ * (every NodeClaim labelled with the pool), and any change of its node class (by
+ * LP_INDEX_NODECLAIM_BY_NODECLASS), so a class edit or a template edit is seen at once.
  *
  * Metrics (lp_env_metrics):
  *   luaprov_drift_evaluations_total{result}   counter, per evaluation of a launched NodeClaim:

@@ -10,13 +10,13 @@
  *      -> RequirementsDrifted;
  *   3. instance type not found, for a NodeClaim older than DRIFT_MIN_AGE_FACTOR x resync (1 h): its
  *      node.kubernetes.io/instance-type label missing, the type not among GetInstanceTypes of its
- *      ECSNodeClass, or no offering of it compatible with its zone and capacity-type labels (offerings
+ *      node class, or no offering of it compatible with its zone and capacity-type labels (offerings
  *      out of stock count: they are the type's, only not buyable now) -> InstanceTypeNotFound;
- *      GetInstanceTypes is asked once per ECSNodeClass per DRIFT_TYPES_TTL_FACTOR x resync (30 min),
+ *      GetInstanceTypes is asked once per node class per DRIFT_TYPES_TTL_FACTOR x resync (30 min),
  *      concurrent reconciles sharing one call;
- *   4. provider: lp_cp_is_drifted, the Lua drift policy (NodeClassDrift, ImageDrift,
- *      SecurityGroupDrift, VSwitchDrift). Its answer is kept per NodeClaim uid for resync seconds
- *      (5 min) unless the ECSNodeClass changed since (its resourceVersion is part of the entry), so a
+ *   4. provider: lp_cp_is_drifted, the Lua drift policy (NodeClassDrift, or one of the reasons the
+ *      mapping declares in its drift_reasons). Its answer is kept per NodeClaim uid for resync seconds
+ *      (5 min) unless the node class changed since (its resourceVersion is part of the entry), so a
  *      node costs at most one instance lookup per period. DriftUnknown (the policy cannot tell yet)
  *      and NodeClaimNotFound (the instance is gone: garbage collection's business) leave the condition
  *      as it is. */
@@ -85,7 +85,7 @@ static int requirements_drift(drift_run *r) {
 
 /* ---- 3. instance type not found -------------------------------------------------------------- */
 
-/* The cached index of the ECSNodeClass's types (name -> [[zone, capacity type]...]), or NULL when
+/* The cached index of the node class's types (name -> [[zone, capacity type]...]), or NULL when
  * absent or stale. */
 static const json_t *types_cached(drift_state *st, const char *nodeclass) {
   const json_t *entry = json_object_get(st->types, nodeclass);
@@ -125,8 +125,8 @@ static void check_type(drift_run *r, const json_t *index) {
   if (!name) {
     snprintf(message, sizeof message, "the NodeClaim has no %s label", LP_LABEL_INSTANCE_TYPE);
   } else if (!offers) {
-    snprintf(message, sizeof message, "instance type %s is not among the instance types of ECSNodeClass %s",
-             name, lp_obj_name(r->nodeclass));
+    snprintf(message, sizeof message, "instance type %s is not among the instance types of %s %s", name,
+             lp_env_nodeclass(r->env)->kind, lp_obj_name(r->nodeclass));
   } else {
     size_t i;
     const json_t *o;
@@ -162,8 +162,8 @@ static void types_fetched(json_t *value, lp_error *err, void *ud) {
     drift_run *next = w->next_waiter;
     if (err)
       drift_verdict(w, DRIFT_UNKNOWN, NULL, NULL,
-                    lp_error_new(err->code, "drift: GetInstanceTypes of ECSNodeClass %s: %s", f->nodeclass,
-                                 err->message));
+                    lp_error_new(err->code, "drift: GetInstanceTypes of %s %s: %s",
+                                 lp_env_nodeclass(w->env)->kind, f->nodeclass, err->message));
     else
       check_type(w, index);
     w = next;
@@ -204,7 +204,7 @@ static void instance_type_check(drift_run *r) {
 
 /* ---- 4. the provider's drift policy ---------------------------------------------------------- */
 
-/* "<ECSNodeClass resourceVersion>\n<script generation>\n": the prefix a cached answer must have to be
+/* "<node class resourceVersion>\n<script generation>\n": the prefix a cached answer must have to be
  * used, so a changed class or a reloaded policy is asked again. */
 static char *policy_prefix(const drift_run *r) {
   const char *rv = lp_obj_resource_version(r->nodeclass);
@@ -218,8 +218,8 @@ static void policy_verdict(drift_run *r, const char *reason) {
     return;
   }
   char message[256];
-  snprintf(message, sizeof message, "the drift policy reports %s against ECSNodeClass %s", reason,
-           lp_obj_name(r->nodeclass));
+  snprintf(message, sizeof message, "the drift policy reports %s against %s %s", reason,
+           lp_env_nodeclass(r->env)->kind, lp_obj_name(r->nodeclass));
   drift_verdict(r, DRIFT_FOUND, reason, message, NULL);
 }
 

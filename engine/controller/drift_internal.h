@@ -18,19 +18,19 @@
 #define DRIFT_LABEL_POOL "karpenter.sh/nodepool"
 /* Karpenter's drift timings are 5 min (re-evaluation, IsDrifted cache), 30 min (instance types) and
  * 1 h (minimum age for InstanceTypeNotFound); here they scale with settings.nodeclass_resync_s
- * (default 300 s = 5 min), the period at which an ECSNodeClass, the main cause of drift, is resolved
+ * (default 300 s = 5 min), the period at which a node class, the main cause of drift, is resolved
  * again: checking more often than the class can change gains nothing. */
 #define DRIFT_TYPES_TTL_FACTOR 6.0
 #define DRIFT_MIN_AGE_FACTOR   12.0
 
-/* An instance-type fetch in flight for one ECSNodeClass, and the runs waiting for it. */
+/* An instance-type fetch in flight for one node class, and the runs waiting for it. */
 typedef struct drift_fetch drift_fetch;
 
 /* The controller's state (state_new). */
 typedef struct drift_state {
-  lp_cache *policy;     /* NodeClaim uid -> "<ECSNodeClass rv>\n<script generation>\n<reason>", TTL resync */
-  json_t *types;        /* ECSNodeClass name -> {"at": monotonic, "types": {name: {"zone|ct": true}}} */
-  drift_fetch *fetches; /* GetInstanceTypes calls in flight, one per ECSNodeClass */
+  lp_cache *policy;     /* NodeClaim uid -> "<node class rv>\n<script generation>\n<reason>", TTL resync */
+  json_t *types;        /* node class name -> {"at": monotonic, "types": {name: {"zone|ct": true}}} */
+  drift_fetch *fetches; /* GetInstanceTypes calls in flight, one per node class */
   json_t *nodeclasses;  /* lp_cloudprovider_supported_nodeclasses: what "managed" means */
   json_t *drifted;      /* NodeClaim name -> NodePool, for every cached Drifted=True NodeClaim */
   json_t *drifted_per_pool; /* NodePool -> count of the above */
@@ -53,7 +53,7 @@ struct drift_run {
   const char *key;
   json_t *claim;     /* the cached NodeClaim (own reference) */
   json_t *nodepool;  /* its NodePool (own reference) */
-  json_t *nodeclass; /* its ECSNodeClass (own reference), or NULL when it is not cached */
+  json_t *nodeclass; /* its node class (own reference), or NULL when it is not cached */
   drift_step next;   /* where an instance-type fetch continues */
   drift_run *next_waiter;
   double now; /* wall time the reconcile started */

@@ -35,9 +35,7 @@ static const lp_kube_ref kind_refs[LP_KIND_COUNT] = {
     [LP_KIND_NODECLAIM] = {.group = "karpenter.sh", .version = "v1", .resource = "nodeclaims"},
     [LP_KIND_NODE] = {.version = "v1", .resource = "nodes"},
     [LP_KIND_NODEPOOL] = {.group = "karpenter.sh", .version = "v1", .resource = "nodepools"},
-    [LP_KIND_NODECLASS] = {.group = "karpenter.k8s.alibabacloud",
-                           .version = "v1alpha1",
-                           .resource = "ecsnodeclasses"},
+    /* LP_KIND_NODECLASS: the mapping's descriptor says which (lp_env_ref) */
     [LP_KIND_POD] = {.version = "v1", .resource = "pods"},
     [LP_KIND_DAEMONSET] = {.group = "apps", .version = "v1", .resource = "daemonsets"},
 };
@@ -46,8 +44,18 @@ const lp_kube_ref *lp_kind_ref(lp_kind kind) {
   return &kind_refs[kind];
 }
 
-lp_kube_ref lp_kind_ref_for(lp_kind kind, const char *key, char *buf) {
-  lp_kube_ref ref = kind_refs[kind];
+lp_kube_ref lp_env_ref(lp_ctrl_env *env, lp_kind kind) {
+  if (kind != LP_KIND_NODECLASS) return kind_refs[kind];
+  const lp_nodeclass_desc *d = lp_env_nodeclass(env);
+  return (lp_kube_ref){.group = d->group, .version = d->version, .resource = d->resource};
+}
+
+const lp_nodeclass_desc *lp_env_nodeclass(lp_ctrl_env *env) {
+  static const lp_nodeclass_desc none = {"", "", "", "", "", "", ""}; /* a manager with no CloudProvider */
+  return env->cloud ? lp_cloudprovider_nodeclass(env->cloud) : &none;
+}
+
+static lp_kube_ref split_key(lp_kube_ref ref, const char *key, char *buf) {
   const char *slash = strchr(key, '/');
   if (slash) {
     memcpy(buf, key, (size_t)(slash - key));
@@ -58,6 +66,10 @@ lp_kube_ref lp_kind_ref_for(lp_kind kind, const char *key, char *buf) {
     ref.name = key;
   }
   return ref;
+}
+
+lp_kube_ref lp_kind_ref_for(lp_kind kind, const char *key, char *buf) {
+  return split_key(kind_refs[kind], key, buf);
 }
 
 uv_loop_t *lp_env_loop(lp_ctrl_env *env) {
@@ -244,7 +256,7 @@ void lp_env_patch(lp_ctrl_env *env, lp_kind kind, const char *key, const char *r
   if (!meta) json_object_set_new(patch, "metadata", meta = json_object());
   json_object_set_new(meta, "resourceVersion", json_string(resource_version ? resource_version : ""));
   char *buf = lp_xmalloc(strlen(key) + 1); /* the namespace of a namespaced key */
-  lp_kube_ref ref = lp_kind_ref_for(kind, key, buf);
+  lp_kube_ref ref = split_key(lp_env_ref(env, kind), key, buf);
   lp_kube_merge_patch(env->kube, &ref, subresource, patch, done, ud);
   free(buf);
   json_decref(patch);

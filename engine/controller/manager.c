@@ -257,8 +257,9 @@ lp_controllers *lp_controllers_start(const lp_controllers_config *cfg, lp_error 
   for (int k = 0; k < LP_KIND_COUNT; k++) {
     m->informer_uds[k] = (informer_ud){m, (lp_kind)k};
     h.ud = &m->informer_uds[k];
-    m->env.informers[k] = lp_informer_start(cfg->kube, lp_kind_ref((lp_kind)k),
-                                            &(lp_informer_opts){.metrics = m->env.metrics}, &h);
+    lp_kube_ref ref = lp_env_ref(&m->env, (lp_kind)k);
+    m->env.informers[k] =
+        lp_informer_start(cfg->kube, &ref, &(lp_informer_opts){.metrics = m->env.metrics}, &h);
   }
   return m;
 }

@@ -1,16 +1,16 @@
-/* The ECSNodeClass status controller ("nodeclass"): resolves each class's selector terms through the
- * mapping (lp_cp_resolve_nodeclass) into status.vSwitches, securityGroups, images and the conditions
- * VSwitchesReady, SecurityGroupsReady, ImagesReady and Ready, stamps the hash annotations that static
- * drift compares, and holds a deleted class (finalizer karpenter.k8s.alibabacloud/termination) until
- * no NodeClaim references it. As the upstream Alibaba and AWS providers' nodeclass controllers do.
+/* The node class status controller ("nodeclass"): resolves each class (the resource of the mapping's
+ * node class descriptor, lp_cloudprovider_nodeclass) through the mapping (lp_cp_resolve_nodeclass)
+ * into its status (whatever the mapping resolves, and its conditions), stamps the descriptor's hash
+ * annotations that static drift compares, and holds a deleted class (the descriptor's finalizer) until
+ * no NodeClaim references it. As the upstream providers' nodeclass controllers do.
  *
  * Ready is the engine's roll-up of the conditions the mapping reports (conditions.h: the first False
- * one gives its reason and message, so "vSwitchesNotFound: VSwitchSelector did not match any
- * VSwitches" reaches the NodePool's NodeClassReady), the mapping's own Ready when it reports no other
- * condition, and a check of the lists when it reports none at all. A cloud API failure is a condition
- * Unknown (the mapping keeps the lists resolved before); a failure of the call itself (script error,
- * budget, Contract) sets Ready Unknown (transient) or False with the error code as reason. Both are
- * retried with the workqueue's backoff.
+ * one gives its reason and message, so the mapping's "nothing matched the selector" reaches the
+ * NodePool's NodeClassReady), or the mapping's own Ready when it reports no other condition; a mapping
+ * that reports none leaves Ready Unknown (ReadyNotReported): readiness is the mapping's to say. A
+ * cloud API failure is a condition Unknown (the mapping keeps what it resolved before); a failure of
+ * the call itself (script error, budget, Contract) sets Ready Unknown (transient) or False with the
+ * error code as reason. Both are retried with the workqueue's backoff.
  *
  * A class resolved at its current generation less than settings.nodeclass_resync_s ago and Ready is
  * not resolved again when only its status or a NodeClaim changed, so our own status write does not
@@ -27,15 +27,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "contract/shapes.h"
 #include "controller/conditions.h"
 #include "controller/defs.h"
 #include "core/clock.h"
 #include "core/log.h"
 
-#define FINALIZER "karpenter.k8s.alibabacloud/termination"
-/* A class that is not Ready is looked at again this often (upstream: 15 s for an empty vSwitch or
- * security-group result), so fixing the cloud side (tagging a vSwitch) is noticed without a spec edit. */
+/* A class that is not Ready is looked at again this often (upstream: 15 s for an empty selector
+ * result), so fixing the cloud side (tagging a resource) is noticed without a spec edit. */
 #define NOT_READY_REQUEUE_S 30.0
 /* NodeClaims named in the WaitingOnNodeClaimTermination event, then "and N other(s)" (Karpenter's). */
 #define NAMES_SHOWN 5
@@ -49,10 +47,10 @@ static void *state_new(lp_controller *c) {
   nc_state *s = lp_xcalloc(1, sizeof *s);
   lp_metrics *m = lp_env_metrics(lp_controller_env(c));
   s->resolved = json_object();
-  s->ready = lp_metrics_gauge(m, "luaprov_nodeclass_ready", "1 while the ECSNodeClass is Ready=True, else 0.",
+  s->ready = lp_metrics_gauge(m, "luaprov_nodeclass_ready", "1 while the node class is Ready=True, else 0.",
                               LP_LABELS("nodeclass"));
   s->resolutions = lp_metrics_counter(m, "luaprov_nodeclass_resolutions_total",
-                                      "ECSNodeClass selector resolutions by result (success, error).",
+                                      "Node class resolutions by result (success, error).",
                                       LP_LABELS("result"));
   return s;
 }
@@ -109,24 +107,8 @@ static void set_condition(json_t *obj, const char *type, const char *status, con
   lp_condition_set(obj, type, status, reason, message, now);
 }
 
-/* Ready from the lists alone, for a mapping that reports no conditions. */
-static void ready_from_lists(json_t *obj, double now) {
-  static const struct {
-    const char *field, *reason, *message;
-  } lists[] = {
-      {"vSwitches", "VSwitchesNotFound", "no vSwitch matched spec.vSwitchSelectorTerms"},
-      {"securityGroups", "SecurityGroupsNotFound",
-       "no security group matched spec.securityGroupSelectorTerms"},
-      {"images", "ImagesNotFound", "no image matched spec.imageSelectorTerms"},
-  };
-  const json_t *status = json_object_get(obj, "status");
-  for (size_t i = 0; i < sizeof lists / sizeof lists[0]; i++) {
-    if (json_array_size(json_object_get(status, lists[i].field)) == 0) {
-      lp_condition_set(obj, "Ready", "False", lists[i].reason, lists[i].message, now);
-      return;
-    }
-  }
-  lp_condition_set(obj, "Ready", "True", "Ready", NULL, now);
+static const lp_nodeclass_desc *desc_of(lp_controller *c) {
+  return lp_env_nodeclass(lp_controller_env(c));
 }
 
 /* Writes the mapping's status into p->desired; notes a condition left Unknown by a cloud API failure
@@ -157,7 +139,7 @@ static void apply_status(pass *p, json_t *status, double now) {
     deps[ndeps++] = type;
     set_condition(p->desired, type, st, json_string_value(json_object_get(cond, "reason")), message, now);
     if (strcmp(st, "Unknown") == 0 && !p->failure)
-      p->failure = lp_error_new("NodeClassNotResolved", "ECSNodeClass %s: %s: %s", p->key, type,
+      p->failure = lp_error_new("NodeClassNotResolved", "%s %s: %s: %s", desc_of(p->c)->kind, p->key, type,
                                 message ? message : "(no message)");
   }
   if (ndeps > 0)
@@ -167,7 +149,10 @@ static void apply_status(pass *p, json_t *status, double now) {
                   json_string_value(json_object_get(mapping_ready, "reason")),
                   json_string_value(json_object_get(mapping_ready, "message")), now);
   else
-    ready_from_lists(p->desired, now);
+    lp_condition_set(p->desired, "Ready", "Unknown", "ReadyNotReported",
+                     "the mapping's resolve_nodeclass reported no conditions, so readiness is not known "
+                     "(docs/contracts.md#mappings)",
+                     now);
   free(deps);
 }
 
@@ -191,7 +176,7 @@ static void apply_failure(pass *p, lp_error *err, double now) {
     reason[n++] = ok ? *s : '_';
   }
   reason[n] = '\0';
-  char *message = lp_xasprintf("resolving ECSNodeClass %s: %s", p->key, err->message);
+  char *message = lp_xasprintf("resolving %s %s: %s", desc_of(p->c)->kind, p->key, err->message);
   set_condition(p->desired, "Ready", transient(err->code) ? "Unknown" : "False", n ? reason : "Error",
                 message, now);
   p->failure = lp_error_new(err->code, "%s", message);
@@ -239,7 +224,7 @@ static void finish(pass *p, lp_error *write_err) {
   pass_end(p, NULL, (ready || resync < NOT_READY_REQUEUE_S) ? resync : NOT_READY_REQUEUE_S);
 }
 
-/* Ends the pass without an error when the write's answer is a 404: the ECSNodeClass was deleted
+/* Ends the pass without an error when the write's answer is a 404: the node class was deleted
  * meanwhile, so nothing is left to resolve (its deletion is reconciled on its own). */
 static int class_gone(pass *p, const lp_kube_reply *reply, const char *action) {
   if (!lp_controller_gone(p->c, p->key, reply, action)) return 0;
@@ -277,15 +262,16 @@ static void metadata_written(const lp_kube_reply *reply, void *ud) {
 
 /* The finalizer and the hash annotations, when the cached object lacks them. */
 static void write_metadata(pass *p) {
+  const lp_nodeclass_desc *d = desc_of(p->c);
   json_t *md = json_object();
-  if (!lp_obj_has_finalizer(p->cached, FINALIZER))
-    json_object_set_new(md, "finalizers", lp_obj_finalizers_with(p->cached, FINALIZER, 1));
-  const char *hash = lp_obj_annotation(p->cached, LP_ANNOTATION_HASH);
-  const char *version = lp_obj_annotation(p->cached, LP_ANNOTATION_HASH_VERSION);
+  if (!lp_obj_has_finalizer(p->cached, d->finalizer))
+    json_object_set_new(md, "finalizers", lp_obj_finalizers_with(p->cached, d->finalizer, 1));
+  const char *hash = lp_obj_annotation(p->cached, d->hash_annotation);
+  const char *version = lp_obj_annotation(p->cached, d->hash_version_annotation);
   if (!hash || strcmp(hash, p->hash) != 0 || !version || strcmp(version, p->hash_version) != 0)
-    json_object_set_new(
-        md, "annotations",
-        json_pack("{s:s, s:s}", LP_ANNOTATION_HASH, p->hash, LP_ANNOTATION_HASH_VERSION, p->hash_version));
+    json_object_set_new(md, "annotations",
+                        json_pack("{s:s, s:s}", d->hash_annotation, p->hash, d->hash_version_annotation,
+                                  p->hash_version));
   if (json_object_size(md) == 0) {
     json_decref(md);
     write_status(p);
@@ -305,10 +291,7 @@ static void resolved(json_t *value, lp_error *err, void *ud) {
   lp_counter_inc(state_of(p)->resolutions, LP_LABELS(p->failure ? "error" : "success"));
   if (!err)
     lp_debug(lp_controller_logger(p->c), "resolved nodeclass", LPF_STR("nodeclass", p->key),
-             LPF_INT("vswitches", json_array_size(json_object_get(value, "vSwitches"))),
-             LPF_INT("security_groups", json_array_size(json_object_get(value, "securityGroups"))),
-             LPF_INT("images", json_array_size(json_object_get(value, "images"))),
-             LPF_STR("ready", ready_status(p->desired)));
+             LPF_INT("status_fields", json_object_size(value)), LPF_STR("ready", ready_status(p->desired)));
   json_decref(value);
   lp_error_free(err);
   write_metadata(p);
@@ -331,8 +314,9 @@ static void hashed(json_t *value, lp_error *err, void *ud) {
 static int recently_resolved(lp_controller *c, const char *key, const json_t *obj, double *remaining) {
   const json_t *last = json_object_get(((nc_state *)lp_controller_state(c))->resolved, key);
   const json_t *md = json_object_get(obj, "metadata");
-  if (!last || !lp_obj_has_finalizer(obj, FINALIZER) || !lp_condition_is(obj, "Ready", "True") ||
-      !json_object_get(json_object_get(md, "annotations"), LP_ANNOTATION_HASH))
+  const lp_nodeclass_desc *d = desc_of(c);
+  if (!last || !lp_obj_has_finalizer(obj, d->finalizer) || !lp_condition_is(obj, "Ready", "True") ||
+      !json_object_get(json_object_get(md, "annotations"), d->hash_annotation))
     return 0;
   const char *uid = json_string_value(json_object_get(last, "uid")), *obj_uid = lp_obj_uid(obj);
   if (!uid || !obj_uid || strcmp(uid, obj_uid) != 0 ||
@@ -396,8 +380,9 @@ static void finalizer_removed(const lp_kube_reply *reply, void *ud) {
 
 static void finalize(lp_controller *c, const char *key, const json_t *obj) {
   lp_ctrl_env *env = lp_controller_env(c);
+  const char *finalizer = desc_of(c)->finalizer;
   json_object_del(((nc_state *)lp_controller_state(c))->resolved, key);
-  if (!lp_obj_has_finalizer(obj, FINALIZER)) {
+  if (!lp_obj_has_finalizer(obj, finalizer)) {
     lp_controller_done(c, key, NULL, 0);
     return;
   }
@@ -419,7 +404,7 @@ static void finalize(lp_controller *c, const char *key, const json_t *obj) {
   r->c = c;
   r->key = key;
   lp_env_patch(env, LP_KIND_NODECLASS, key, lp_obj_resource_version(obj), NULL,
-               json_pack("{s:{s:o}}", "metadata", "finalizers", lp_obj_finalizers_with(obj, FINALIZER, 0)),
+               json_pack("{s:{s:o}}", "metadata", "finalizers", lp_obj_finalizers_with(obj, finalizer, 0)),
                finalizer_removed, r);
 }
 

@@ -6,7 +6,7 @@
  *                         ephemeral-storage always, "0" when none; any other resource the nodes have)
  *                         plus "nodes", their count
  *   status.nodes          the same count, as an integer (the scale subresource and `kubectl get` read it)
- *   status.nodeClassObservedGeneration  the generation of the referenced ECSNodeClass last looked at
+ *   status.nodeClassObservedGeneration  the generation of the referenced node class last looked at
  *   conditions            ValidationSucceeded (lp_nodepool_validate; False NodePoolValidationFailed
  *                         with every problem), NodeClassReady (False NodeClassNotFound,
  *                         NodeClassTerminating, NodeClassReadinessUnknown, or the class's own Ready
@@ -23,7 +23,7 @@
  * The status is written only when it differs from the cached one, with a merge patch carrying the
  * cached resourceVersion (a 409 means the cache was behind: retried). Every NodePool change enqueues the
  * pool; so does a change of one of its NodeClaims or Nodes (by label, before and after) or of the
- * ECSNodeClass it references. The manager runs controllers only on synced caches, so a restart never
+ * node class it references. The manager runs controllers only on synced caches, so a restart never
  * writes a count made from a half-listed cache.
  *
  * Logs (logger controller.nodepool.status): "nodepool ready" (info) and "nodepool not ready" (warn,

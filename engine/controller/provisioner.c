@@ -8,7 +8,7 @@
  * must be able to move its end later. While provisionable pods are pending, capacity going away or
  * arriving also triggers a batch: a NodeClaim or Node deleted (InsufficientCapacity deletes the
  * NodeClaim: its pods need a new plan) or starting to delete, a NodeClaim initialized, a Node's
- * Ready changed, a NodePool added or changed, an ECSNodeClass's Ready changed. A pass that leaves
+ * Ready changed, a NodePool added or changed, a node class's Ready changed. A pass that leaves
  * pods unschedulable runs again after UNSCHEDULABLE_RETRY_S (offerings come back in stock). The
  * manager enqueues the key once at start, so pods pending across a restart are planned at once.
  *
@@ -16,7 +16,7 @@
  * still on its way, biggest first; those that fit existing capacity (provisioner_capacity.c: Ready
  * nodes, and NodeClaims not initialized yet) are left to the scheduler, or nominated for the
  * in-flight NodeClaim; the rest are packed into new NodeClaims (provisioner_schedule.c) over the
- * NodePools with a Ready ECSNodeClass and the instance types of that class (lp_cp_get_instance_types,
+ * NodePools with a Ready node class and the instance types of that class (lp_cp_get_instance_types,
  * cached by the provider), and the NodeClaims created (provisioner_create.c) under names of our own.
  * Nominations live in memory: a pod stays nominated while its NodeClaim exists (in the cache, or on its
  * way: provisioner_inflight.c), is not deleting and is not initialized; after that the scheduler binds
@@ -308,11 +308,11 @@ static void types_fetched(json_t *value, lp_error *err, void *ud) {
     for (size_t i = 0; i < p->npools; i++) {
       pv_pool *pool = &p->pools[i];
       if (!pool->skip_why && pool->nodeclass && strcmp(pool->nodeclass, f->nodeclass) == 0)
-        pool->skip_why = lp_xasprintf("listing the instance types of ECSNodeClass %s failed: %s",
-                                      f->nodeclass, err->message);
+        pool->skip_why = lp_xasprintf("listing the instance types of %s %s failed: %s",
+                                      lp_env_nodeclass(p->env)->kind, f->nodeclass, err->message);
     }
-    lp_error_keep_first(&p->err, lp_error_new(err->code, "instance types of ECSNodeClass %s: %s",
-                                              f->nodeclass, err->message));
+    lp_error_keep_first(&p->err, lp_error_new(err->code, "instance types of %s %s: %s",
+                                              lp_env_nodeclass(p->env)->kind, f->nodeclass, err->message));
     lp_error_free(err);
   } else {
     json_object_set_new(p->types, f->nodeclass, value);

@@ -238,22 +238,27 @@ typedef struct pool_scan {
   size_t n;
 } pool_scan;
 
-/* Why the pool cannot provision at all (debug-logged), or NULL. */
-static const char *unusable(pv_pass *p, const json_t *supported, const json_t *pool) {
+/* Why the pool cannot provision at all (debug-logged; "its node class (<Kind>) is not Ready"), written
+ * into buf, or NULL. */
+static const char *unusable(pv_pass *p, const json_t *supported, const json_t *pool, char *buf, size_t cap) {
   if (lp_obj_deleting(pool)) return "the nodepool is being deleted";
   if (!lp_nodeclass_ref_supported(supported, lp_obj_get(pool, "spec.template.spec.nodeClassRef")))
     return "its nodeClassRef is not a node class this provider serves";
   const char *class_name = lp_obj_str(pool, "spec.template.spec.nodeClassRef.name");
   const json_t *nc = class_name ? lp_env_get(p->env, LP_KIND_NODECLASS, class_name) : NULL;
-  if (!nc) return "its ECSNodeClass was not found";
-  if (lp_obj_deleting(nc)) return "its ECSNodeClass is being deleted";
-  if (!lp_condition_is(nc, "Ready", "True")) return "its ECSNodeClass is not Ready";
-  return NULL;
+  const char *problem = !nc                                      ? "was not found"
+                        : lp_obj_deleting(nc)                    ? "is being deleted"
+                        : !lp_condition_is(nc, "Ready", "True") ? "is not Ready"
+                                                                 : NULL;
+  if (!problem) return NULL;
+  snprintf(buf, cap, "its node class (%s) %s", lp_env_nodeclass(p->env)->kind, problem);
+  return buf;
 }
 
 static void scan_pool(const char *key, json_t *pool, void *ud) {
   pool_scan *s = ud;
-  const char *why = unusable(s->p, s->supported, pool);
+  char buf[160];
+  const char *why = unusable(s->p, s->supported, pool, buf, sizeof buf);
   if (why) {
     lp_debug(lp_controller_logger(s->p->c), "skipping nodepool", LPF_STR("nodepool", key),
              LPF_STR("reason", why));
@@ -390,8 +395,8 @@ void pv_pool_set_types(pv_pass *p, pv_pool *pool, const json_t *types) {
       if (t->capacity.v[k] == 0) t->allocatable.v[k] = 0;
   }
   if (pool->ntypes == 0 && !pool->skip_why) {
-    pool->skip_why = lp_xasprintf("no instance type of ECSNodeClass %s is compatible with its requirements",
-                                  pool->nodeclass ? pool->nodeclass : "?");
+    pool->skip_why = lp_xasprintf("no instance type of %s %s is compatible with its requirements",
+                                  lp_env_nodeclass(p->env)->kind, pool->nodeclass ? pool->nodeclass : "?");
     lp_env_event(p->env, pool->obj, "Warning", "NoCompatibleInstanceTypes",
                  "NodePool requirements filtered out all compatible available instance types");
   }

@@ -225,7 +225,7 @@ void pv_schedule(pv_pass *p) {
       if (k) lp_buf_puts(&why, "; ");
       pod->placed = open_claim(p, &p->pools[k], i, &why);
     }
-    if (!pod->placed && p->npools == 0) lp_buf_puts(&why, "no NodePool with a Ready ECSNodeClass");
+    if (!pod->placed && p->npools == 0) lp_buf_puts(&why, "no NodePool with a Ready node class");
     if (pod->placed)
       lp_buf_free(&why);
     else

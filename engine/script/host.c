@@ -4,8 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/buf.h"
 #include "core/clock.h"
 #include "core/log.h"
+#include "json.h"
 #include "script/host_internal.h"
 #include "script/tree.h"
 
@@ -194,8 +196,8 @@ lp_script_host *lp_script_host_new(const lp_script_host_config *cfg, lp_problems
   return h;
 }
 
-/* Reading one field of an entry module of the generation in service: fn runs with the field's value on
- * top of the stack (any type) and fills out. */
+/* Reading one field of an entry module of generation g: fn runs with the field's value on top of the
+ * stack (any type) and fills out. */
 typedef struct module_field_args {
   lp_generation *g;
   const char *module;
@@ -214,11 +216,11 @@ static int read_module_field(lua_State *L) {
   return 0;
 }
 
-static void module_field(lp_script_host *h, const char *module, const char *field,
+static void module_field(lp_generation *g, const char *module, const char *field,
                          void (*fn)(lua_State *L, void *out), void *out) {
-  module_field_args a = {h->current, module, field, fn, out};
+  module_field_args a = {g, module, field, fn, out};
   lp_error *err = NULL;
-  if (lp_script_cpcall(lp_generation_state(h->current), read_module_field, &a, &err) != 0) lp_error_free(err);
+  if (lp_script_cpcall(lp_generation_state(g), read_module_field, &a, &err) != 0) lp_error_free(err);
 }
 
 static void string_of(lua_State *L, void *out) {
@@ -227,7 +229,7 @@ static void string_of(lua_State *L, void *out) {
 
 char *lp_script_host_module_string(lp_script_host *h, const char *module, const char *field) {
   char *out = NULL;
-  module_field(h, module, field, string_of, &out);
+  module_field(h->current, module, field, string_of, &out);
   return out;
 }
 
@@ -246,8 +248,29 @@ static void strings_of(lua_State *L, void *out) {
 
 json_t *lp_script_host_module_strings(lp_script_host *h, const char *module, const char *field) {
   json_t *out = NULL;
-  module_field(h, module, field, strings_of, &out);
+  module_field(h->current, module, field, strings_of, &out);
   return out;
+}
+
+/* Any value the JSON encoding takes (bindings/json.h); nil and what it refuses leave out NULL. */
+static void json_of(lua_State *L, void *out) {
+  if (lua_isnil(L, -1)) return;
+  lp_buf buf = {0};
+  lp_error *err = NULL;
+  if (lp_json_encode(L, -1, &buf, &err) == 0)
+    *(json_t **)out = json_loadb(buf.data ? buf.data : "", buf.len, JSON_DECODE_ANY, NULL);
+  lp_error_free(err);
+  lp_buf_free(&buf);
+}
+
+json_t *lp_generation_module_json(lp_generation *g, const char *module, const char *field) {
+  json_t *out = NULL;
+  module_field(g, module, field, json_of, &out);
+  return out;
+}
+
+json_t *lp_script_host_module_json(lp_script_host *h, const char *module, const char *field) {
+  return lp_generation_module_json(h->current, module, field);
 }
 
 lp_generation *lp_script_host_current(lp_script_host *h) {

@@ -86,6 +86,12 @@ char *lp_script_host_module_string(lp_script_host *h, const char *module, const 
  * `interruption_conditions`), as a new JSON array (caller decrefs; entries that are not strings are
  * left out), or NULL when the module or the field is absent or not a table. */
 json_t *lp_script_host_module_strings(lp_script_host *h, const char *module, const char *field);
+/* Any field of an entry module of the generation in service (e.g. the mapping's `nodeclass` table) as
+ * JSON (the encoding of bindings/json.h), new reference; NULL when the module or the field is absent
+ * or cannot be encoded (a function, a sparse array). */
+json_t *lp_script_host_module_json(lp_script_host *h, const char *module, const char *field);
+/* The same for any loaded generation (`luaprov run --help` reads the tree without a host). */
+json_t *lp_generation_module_json(lp_generation *g, const char *module, const char *field);
 
 lp_generation *lp_script_host_current(lp_script_host *h);
 uint64_t lp_script_host_generation_id(const lp_script_host *h);

@@ -8,8 +8,8 @@
 #include <stdint.h>
 
 typedef struct lp_script_file {
-  char *path;   /* "<root>/providers/alibaba/init.lua" */
-  char *module; /* "providers.alibaba" */
+  char *path;   /* "<root>/policies/drift.lua" */
+  char *module; /* "policies.drift" */
 } lp_script_file;
 
 typedef struct lp_script_files {

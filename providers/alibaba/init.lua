@@ -12,6 +12,58 @@ local M = {}
 
 M.name = "alibabacloud"
 
+-- The node class this mapping resolves and launches from: the engine watches `resource` in
+-- `group/version`, answers GetSupportedNodeClasses with it, holds a deleted class with `finalizer`
+-- and stamps the hash annotations static drift compares. Read once when the engine starts; a reload
+-- that changes it is refused (docs/contracts.md#the-node-class-descriptor).
+M.nodeclass = {
+  group = "karpenter.k8s.alibabacloud",
+  version = "v1alpha1",
+  kind = "ECSNodeClass",
+  resource = "ecsnodeclasses",
+  finalizer = "karpenter.k8s.alibabacloud/termination",
+  hash_annotation = "karpenter.k8s.alibabacloud/ecsnodeclass-hash",
+  hash_version_annotation = "karpenter.k8s.alibabacloud/ecsnodeclass-hash-version",
+}
+
+-- The provider settings `luaprov run` takes as `--<name> VALUE` or from the first environment
+-- variable set, passed to every call as ctx[name with "-" -> "_"] (docs/contracts.md#settings).
+-- `sim` is the value used under --sim when none is given.
+M.settings = {
+  {
+    name = "region",
+    env = { "REGION_ID", "ALIBABA_CLOUD_REGION_ID" },
+    required = true,
+    sim = "cn-hangzhou",
+    help = "the Alibaba Cloud region of the cluster, e.g. cn-hangzhou",
+  },
+  {
+    name = "cluster-type",
+    env = { "CLUSTER_TYPE" },
+    default = "ACKManaged",
+    help = "the ACK cluster type (ACKManaged, ACKDedicated)",
+  },
+}
+
+-- Under `luaprov run --sim`: the simulator standing in for Alibaba Cloud (sim/alibaba), the variable
+-- that sends every product to its URL, and the simulator's own, published credentials (docs/sim.md).
+M.sim = {
+  service = "alibaba",
+  endpoint_env = "LUAPROV_ALIBABA_ENDPOINT",
+  env = {
+    ALIBABA_CLOUD_ACCESS_KEY_ID = "LTAI5simulatoraccess",
+    ALIBABA_CLOUD_ACCESS_KEY_SECRET = "simulator-secret-do-not-use",
+  },
+}
+
+-- The instance fields this mapping adds to the neutral instance shape (docs/contracts.md#the-instance-
+-- shape): `luaprov eval --instance` accepts them besides the neutral ones.
+M.instance_fields = { "region", "security_group_ids", "vswitch_id" }
+
+-- The drift reasons policies/drift.lua may return besides the engine's own NodeClassDrift
+-- (rule CP5): `luaprov check` and every IsDrifted answer are checked against them.
+M.drift_reasons = { "ImageDrift", "SecurityGroupDrift", "VSwitchDrift" }
+
 M.resolve_nodeclass = nodeclass.resolve
 M.nodeclass_hash = nodeclass.hash
 M.instance_types = instancetypes.list

@@ -229,7 +229,6 @@ static inline lp_cloudprovider *bench_cloudprovider(uv_loop_t *loop, lp_http_cli
       &problems);
   return lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = loop,
                                                          .scripts = *scripts,
-                                                         .region = "cn-hangzhou",
                                                          .cluster_id = cluster_id,
                                                          .endpoint = endpoint,
                                                          .refresh_interval_s = -1});

@@ -76,7 +76,6 @@ static inline void ctrl_fixture_start(ctrl_fixture *f, const lp_controller_def *
   if (sim_fixture_start(&f->loop, "kubernetes", &f->sim, &f->http, &f->scripts) != 0) abort();
   f->cloud = lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &f->loop,
                                                              .scripts = f->scripts,
-                                                             .region = "cn-hangzhou",
                                                              .cluster_id = "luaprov-sim",
                                                              .endpoint = lp_sim_url(f->sim, "alibaba"),
                                                              .refresh_interval_s = -1});

@@ -16,6 +16,13 @@
 #include <string.h>
 
 #include "contract/shapes.h"
+
+/* The hash annotations of the default mapping's node class descriptor (providers/alibaba/init.lua;
+ * test_cloudprovider checks the descriptor says so). */
+#ifndef LP_ANNOTATION_HASH
+#define LP_ANNOTATION_HASH         "karpenter.k8s.alibabacloud/ecsnodeclass-hash"
+#define LP_ANNOTATION_HASH_VERSION "karpenter.k8s.alibabacloud/ecsnodeclass-hash-version"
+#endif
 #include "script/host.h"
 #include "sim/sim.h"
 

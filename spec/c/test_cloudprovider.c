@@ -656,7 +656,6 @@ int main(void) {
   if (sim_fixture_start(&loop, "alibaba", &sim, &http, &scripts) != 0) return 1;
   cp = lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &loop,
                                                        .scripts = scripts,
-                                                       .region = "cn-hangzhou",
                                                        .cluster_id = "luaprov-sim",
                                                        .endpoint = lp_sim_url(sim, "alibaba")});
   nodeclass = mapping_resolved_nodeclass(scripts, sim); /* Ready */

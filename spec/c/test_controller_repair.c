@@ -74,7 +74,6 @@ static void start(void) {
   fx.scripts = sim_tree_scripts(&fx.loop, fx.http, tree);
   fx.cloud = lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &fx.loop,
                                                              .scripts = fx.scripts,
-                                                             .region = "cn-hangzhou",
                                                              .cluster_id = "luaprov-sim",
                                                              .endpoint = lp_sim_url(fx.sim, "alibaba"),
                                                              .refresh_interval_s = -1});

@@ -146,16 +146,24 @@ static void test_instance_shape(void) {
   CHECK_STR(p, "the instance has no string 'image_id'");
   free(p);
   json_decref(inst);
-  /* drift reasons: "" or CamelCase (a condition reason), and not one typo from a built-in one */
-  CHECK(lp_drift_reason_problem("") == NULL);
-  CHECK(lp_drift_reason_problem("ImageDrift") == NULL);
-  CHECK(lp_drift_reason_problem("RetiredTeamDrift") == NULL);
-  p = lp_drift_reason_problem("stale image");
+  /* drift reasons: "" or CamelCase (a condition reason), and not one typo from a known one: the
+   * engine's NodeClassDrift or one the mapping declares */
+  json_t *declared = json_pack("[s]", "ImageDrift");
+  CHECK(lp_drift_reason_problem("", declared) == NULL);
+  CHECK(lp_drift_reason_problem("ImageDrift", declared) == NULL);
+  CHECK(lp_drift_reason_problem("RetiredTeamDrift", declared) == NULL);
+  p = lp_drift_reason_problem("stale image", declared);
   CHECK_CONTAINS(p, "a CamelCase word");
   free(p);
-  p = lp_drift_reason_problem("ImagDrift");
+  p = lp_drift_reason_problem("ImagDrift", declared);
   CHECK_CONTAINS(p, "did you mean \"ImageDrift\"?");
+  CHECK_CONTAINS(p, "the known reasons are NodeClassDrift, ImageDrift");
   free(p);
+  p = lp_drift_reason_problem("NodeClasDrift", NULL);
+  CHECK_CONTAINS(p, "did you mean \"NodeClassDrift\"?");
+  free(p);
+  CHECK(lp_drift_reason_problem("ImagDrift", NULL) == NULL); /* not declared: a reason of its own */
+  json_decref(declared);
 }
 
 static void test_yaml(void) {

@@ -99,7 +99,6 @@ static char *launch_instance_as(const char *claim_name, const char *capacity_typ
   lp_cloudprovider *cp =
       lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &loop,
                                                       .scripts = scripts,
-                                                      .region = "cn-hangzhou",
                                                       .cluster_id = "luaprov-sim",
                                                       .endpoint = lp_sim_url(clouds, "alibaba"),
                                                       .refresh_interval_s = -1});

@@ -87,7 +87,7 @@ function M.is_drifted(nodeclaim, nodeclass, instance, ctx)
 end
 return M
 LUA
-drift_with 'drift_number/policies/drift.lua:2: is_drifted returned a number 42, not a string; return a drift reason such as \"ImageDrift\", or \"\" when the node has not drifted' drift_number
+drift_with 'drift_number/policies/drift.lua:2: is_drifted returned a number 42, not a string; return a drift reason such as \"NodeClassDrift\", or \"\" when the node has not drifted' drift_number
 
 tree drift_table drift.lua <<'LUA'
 local M = {}
@@ -97,7 +97,7 @@ function M.is_drifted(nodeclaim, nodeclass, instance, ctx)
 end
 return M
 LUA
-drift_with 'drift_table/policies/drift.lua:3: is_drifted returned a table {\"reason\":\"ImageDrift\"}, not a string; return a drift reason such as \"ImageDrift\", or \"\" when the node has not drifted' drift_table
+drift_with 'drift_table/policies/drift.lua:3: is_drifted returned a table {\"reason\":\"ImageDrift\"}, not a string; return a drift reason such as \"NodeClassDrift\", or \"\" when the node has not drifted' drift_table
 
 tree drift_typo drift.lua <<'LUA'
 local M = {}
@@ -107,7 +107,7 @@ end
 return M
 LUA
 "$LUAPROV" check drift_typo >/dev/null || fail "check drift_typo: a typo in a returned reason is not visible at load"
-drift_with 'drift_typo/policies/drift.lua:2: is_drifted returned \"ImagDrift\", which is not a drift reason; did you mean \"ImageDrift\"? (the built-in reasons are NodeClassDrift, ImageDrift, SecurityGroupDrift and VSwitchDrift; a reason of your own must not be one typo away from them)' drift_typo
+drift_with 'drift_typo/policies/drift.lua:2: is_drifted returned \"ImagDrift\", which is not a drift reason; did you mean \"ImageDrift\"? (the known reasons are NodeClassDrift, ImageDrift, SecurityGroupDrift, VSwitchDrift; a reason of your own must not be one typo away from them)' drift_typo
 
 # repair policy: policies({}) is called at load, so check sees the entries
 tree repair_misspelled repair.lua <<'LUA'

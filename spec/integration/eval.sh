@@ -123,7 +123,7 @@ fixture_says "--instance imageid.json:7: unknown top-level field 'imageid'; did 
 printf 'apiVersion: v1\nkind: Node\nmetadata:\n  name: n1\n' > node.yaml
 fixture_says "--nodeclaim node.yaml:2: kind is Node, expected NodeClaim; pass the object of that kind (kubectl get ... -o yaml)" \
   drift --nodeclaim node.yaml --nodeclass class.json --instance instance.json
-fixture_says "--instance claim.yaml:3: is a Kubernetes NodeClaim, not an instance; --instance takes the instance shape of docs/contracts.md#the-instance-shape (id, region, zone, instance_type, image_id, ...)" \
+fixture_says "--instance claim.yaml:3: is a Kubernetes NodeClaim, not an instance; --instance takes the instance shape of docs/contracts.md#the-instance-shape (id, zone, instance_type, image_id, ...)" \
   drift --nodeclaim claim.yaml --nodeclass class.json --instance claim.yaml
 fixture_says "--nodeclaim bad.yaml: did not find expected ',' or ']' at line 3, column 1; the file must be one JSON or YAML object as kubectl get -o json|yaml prints it" \
   tags --nodeclaim bad.yaml --nodeclass class.json

@@ -1,0 +1,40 @@
+/* The node class descriptor: which Kubernetes resource a CloudProvider mapping resolves and launches
+ * from, exported as the mapping's `nodeclass` table (docs/contracts.md#the-node-class-descriptor).
+ * The engine's controllers watch that resource, answer GetSupportedNodeClasses with it, put its
+ * finalizer on classes and stamp its hash annotations; nothing in the engine names a cloud's class.
+ *
+ * The descriptor is read once when the CloudProvider starts and pinned for the process: a hot reload
+ * whose mapping exports a different one is refused like a broken script (the controllers' watches
+ * and the annotations on existing objects cannot change under them); a restart takes the new one. */
+#ifndef LUAPROV_CONTRACT_NODECLASS_DESC_H
+#define LUAPROV_CONTRACT_NODECLASS_DESC_H
+
+#include <jansson.h>
+
+typedef struct lp_nodeclass_desc {
+  const char *group;                   /* API group, e.g. "karpenter.k8s.example.com" */
+  const char *version;                 /* "v1alpha1" */
+  const char *kind;                    /* the Kind, used in messages ("ExampleNodeClass ... is not Ready") */
+  const char *resource;                /* the plural resource the controllers watch */
+  const char *finalizer;               /* held on a class until no NodeClaim references it */
+  const char *hash_annotation;         /* the class hash static drift compares */
+  const char *hash_version_annotation; /* the version of the hash algorithm */
+} lp_nodeclass_desc;
+
+/* NULL when t (the mapping's `nodeclass`, borrowed; NULL = absent) has every field as a non-empty
+ * string, else a malloc'd sentence naming the first missing one ("nodeclass.finalizer is missing or
+ * not a non-empty string"). When a descriptor is pinned, one that differs from it is a problem too
+ * ("nodeclass.kind changed from X to Y since the engine started: restart luaprov to change the node
+ * class"). */
+char *lp_nodeclass_desc_problem(const json_t *t);
+
+/* Fills out with pointers into t (which must outlive out) after lp_nodeclass_desc_problem(t) found
+ * nothing; fields missing in t are "". */
+void lp_nodeclass_desc_from_json(const json_t *t, lp_nodeclass_desc *out);
+
+/* Pins t (a reference is kept) as the process's descriptor, checked on every later load; a second pin
+ * replaces the first. lp_nodeclass_desc_unpin(t) drops the pin when t is the pinned value. */
+void lp_nodeclass_desc_pin(json_t *t);
+void lp_nodeclass_desc_unpin(const json_t *t);
+
+#endif
