@@ -17,10 +17,10 @@ static const char usage[] =
     "usage: luaprov demo [--speed N] [--keep]\n"
     "\n"
     "Tells the engine's story against the built-in simulators, with no cluster and no cloud account: a\n"
-    "`luaprov run --sim` child serves the simulated Kubernetes API, Alibaba Cloud and Bizfly Cloud, the\n"
-    "controllers and the externalgrpc server, and this command acts as the operator and the Cluster\n"
-    "Autoscaler. Steps: an ECSNodeClass and a NodePool are applied; pending pods get NodeClaims that\n"
-    "launch, register and take the pods; an image change drifts the nodes, which are replaced within\n"
+    "`luaprov run --sim` child serves the simulated Kubernetes API and clouds, the controllers and the\n"
+    "externalgrpc server, and this command acts as the operator and the Cluster Autoscaler. Steps: the\n"
+    "mapping's node class and a NodePool are applied; pending pods get NodeClaims that launch,\n"
+    "register and take the pods; an edit of the node class drifts the nodes, which are replaced within\n"
     "the NodePool's disruption budget; the repair policy is hot-reloaded and a node that stops being\n"
     "Ready is repaired; a Bizfly pool is scaled up over gRPC. Each step is checked and printed with its\n"
     "progress, then a summary. Exit status 0 only when every step checked out.\n"
@@ -112,6 +112,11 @@ int lp_cmd_demo(int argc, char **argv) {
     fprintf(stderr, "luaprov demo: cannot prepare a scratch folder under /tmp\n");
     return 1;
   }
+  if (demo_read_mapping(&d) != 0) {
+    nftw(d.workdir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+    json_decref(d.mapping);
+    return 1;
+  }
   d.started = lp_clock_monotonic();
   printf("luaprov demo: provisioning, drift, repair and hot reload against the built-in simulators "
          "(simulated time x%g)\n",
@@ -122,7 +127,7 @@ int lp_cmd_demo(int argc, char **argv) {
       demo_wait(&d, "the controllers", 20, ready, NULL) == 0) {
     char body[64];
     snprintf(body, sizeof body, "{\"speed\": %g}", d.speed);
-    json_decref(demo_admin(&d, d.alibaba, "POST", "/_sim/clock", body));
+    json_decref(demo_admin(&d, d.cloud, "POST", "/_sim/clock", body));
     demo_ok(&d, "metrics on %s, gRPC on %s, Kubernetes API at %s", d.metrics, d.grpc, d.kubernetes);
     rc = demo_story(&d);
   }
@@ -134,5 +139,6 @@ int lp_cmd_demo(int argc, char **argv) {
     printf("the engine's log, config and scripts: %s\n", d.workdir);
   else
     nftw(d.workdir, remove_entry, 8, FTW_DEPTH | FTW_PHYS);
+  json_decref(d.mapping);
   return rc == 0 && !d.failed ? 0 : 1;
 }

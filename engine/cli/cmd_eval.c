@@ -20,7 +20,8 @@
 static const char usage[] =
     "usage: luaprov eval drift  --nodeclaim F --nodeclass F --instance F [--nodepool F] [--scripts DIR]\n"
     "       luaprov eval repair [--scripts DIR]\n"
-    "       luaprov eval tags   --nodeclaim F --nodeclass F [--cluster-id ID] [--SETTING VALUE] [--scripts DIR]\n"
+    "       luaprov eval tags   --nodeclaim F --nodeclass F [--cluster-id ID] [--SETTING VALUE] [--scripts "
+    "DIR]\n"
     "       luaprov eval instance-types --nodeclass F [--endpoint URL] [--SETTING VALUE] [--scripts DIR]\n"
     "       luaprov eval user-data --nodeclaim F --nodeclass F [--endpoint URL] [--cluster-id ID]\n"
     "                              [--capacity-type spot|on-demand] [--SETTING VALUE] [--scripts DIR]\n"
@@ -102,7 +103,8 @@ static void fixture_error(lp_error **err, const char *what, const char *path, co
 /* The instance shape's neutral fields, then the mapping's own (its `instance_fields`). */
 #define INSTANCE_FIELDS_MAX 48
 static const char *const neutral_instance_fields[] = {
-    "id", "zone", "instance_type", "capacity_type", "image_id", "state", "private_ip", "tags", "launch_time", NULL};
+    "id",    "zone",       "instance_type", "capacity_type", "image_id",
+    "state", "private_ip", "tags",          "launch_time",   NULL};
 
 /* Fixtures are kubectl dumps (or the instance shape, docs/contracts.md#the-instance-shape): a misspelled
  * top-level field would otherwise read as absent and the policy answer quietly for the wrong object.

@@ -83,7 +83,8 @@ static char *unknown_setting(const char *scripts_dir, const json_t *flags) {
     int found = 0;
     size_t i;
     const json_t *s;
-    json_array_foreach(declared, i, s) found |= strcmp(json_string_value(json_object_get(s, "name")), name) == 0;
+    json_array_foreach(declared, i, s) found |=
+        strcmp(json_string_value(json_object_get(s, "name")), name) == 0;
     if (!found) {
       problem = lp_xasprintf("unknown option '--%s'", name);
       break;
@@ -142,8 +143,8 @@ int lp_cmd_run(int argc, char **argv) {
     } else if (strncmp(arg, "--", 2) == 0 && arg[2] && value) {
       json_object_set_new(flags, arg + 2, json_string(value));
     } else {
-      fprintf(stderr, "luaprov run: %s '%s'\n\n", value || arg[0] != '-' ? "unknown option" : "missing value for",
-              arg);
+      fprintf(stderr, "luaprov run: %s '%s'\n\n",
+              value || arg[0] != '-' ? "unknown option" : "missing value for", arg);
       print_usage(stderr, opts.scripts_dir);
       json_decref(flags);
       return 2;

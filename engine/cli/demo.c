@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli/mapping_exports.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "http/client.h"
@@ -192,13 +193,33 @@ static int read_start_line(demo *d) {
     json_t *urls = sim ? json_loads(sim + 6, JSON_DISABLE_EOF_CHECK, NULL) : NULL;
     snprintf(d->kubernetes, sizeof d->kubernetes, "%s",
              json_string_value(json_object_get(urls, "kubernetes")));
-    snprintf(d->alibaba, sizeof d->alibaba, "%s", json_string_value(json_object_get(urls, "alibaba")));
+    const char *service = json_string_value(json_object_get(json_object_get(d->mapping, "sim"), "service"));
+    const char *cloud = service ? json_string_value(json_object_get(urls, service)) : NULL;
+    snprintf(d->cloud, sizeof d->cloud, "%s", cloud ? cloud : "");
     snprintf(d->bizfly, sizeof d->bizfly, "%s", json_string_value(json_object_get(urls, "bizfly")));
     found = found && urls != NULL;
     json_decref(urls);
   }
   fclose(log);
   return found;
+}
+
+int demo_read_mapping(demo *d) {
+  static const char *const fields[] = {"nodeclass", "sim", "demo", NULL};
+  char scripts[300], *problem = NULL;
+  snprintf(scripts, sizeof scripts, "%s/scripts", d->workdir);
+  d->mapping = lp_cli_mapping_exports(scripts, fields, &problem);
+  if (!d->mapping) {
+    fprintf(stderr, "luaprov demo: %s\n", problem);
+    free(problem);
+    return -1;
+  }
+  if (!json_is_object(json_object_get(d->mapping, "demo"))) {
+    fprintf(stderr, "luaprov demo: the CloudProvider mapping exports no `demo` table (what the demo applies "
+                    "and edits; docs/contracts.md#mappings)\n");
+    return -1;
+  }
+  return 0;
 }
 
 int demo_start_engine(demo *d, const char *self) {

@@ -14,7 +14,8 @@ typedef struct demo {
   char log_path[300]; /* the engine's JSON log */
   pid_t engine;       /* the `luaprov run --sim` child */
   char metrics[128], grpc[128];
-  char kubernetes[160], alibaba[160], bizfly[160];
+  char kubernetes[160], cloud[160], bizfly[160]; /* cloud: the simulator the mapping's `sim` names */
+  json_t *mapping; /* the CloudProvider mapping's exports: nodeclass (descriptor), sim, demo */
   void *curl;
   int step, failed;
   double started;
@@ -23,6 +24,9 @@ typedef struct demo {
   long long generation;
 } demo;
 
+/* Reads the CloudProvider mapping's exports of the tree under workdir into d->mapping. Returns 0, or
+ * -1 after printing why. */
+int demo_read_mapping(demo *d);
 /* Starts the engine child with the simulators, the externalgrpc server and the operator's scripts
  * under workdir; waits for its start line. Returns 0, or -1 after printing why. */
 int demo_start_engine(demo *d, const char *self);
@@ -32,7 +36,7 @@ int demo_stop_engine(demo *d);
 /* A request to the simulated Kubernetes API (path from /api or /apis; body JSON or NULL; PATCH is a
  * merge patch). Returns the decoded answer (caller decrefs) or NULL; *status gets the HTTP status. */
 json_t *demo_kube(demo *d, const char *method, const char *path, const char *body, long *status);
-/* The same for an admin path of a simulator (base URL d->alibaba, d->kubernetes, d->bizfly). */
+/* The same for an admin path of a simulator (base URL d->cloud, d->kubernetes, d->bizfly). */
 json_t *demo_admin(demo *d, const char *base, const char *method, const char *path, const char *body);
 /* One sample of the engine's /metrics ("name" or "name{labels}"), summed over every series whose name
  * and labels start with prefix; 0 when absent. */

@@ -1,8 +1,10 @@
-/* The story `luaprov demo` tells: an ECSNodeClass and a NodePool are applied, pending pods
- * get nodes that launch, register and take the pods; an image change drifts those nodes and they are
- * replaced; the repair policy is hot-reloaded and a node that goes NotReady is repaired; the Cluster
- * Autoscaler scales a Bizfly pool through the externalgrpc server. Each step checks its outcome
- * against the API, as an operator would with kubectl. */
+/* The story `luaprov demo` tells: the mapping's node class and a NodePool are applied, pending pods
+ * get nodes that launch, register and take the pods; an edit of the node class drifts those nodes and
+ * they are replaced; the repair policy is hot-reloaded and a node that goes NotReady is repaired; the
+ * Cluster Autoscaler scales a Bizfly pool through the externalgrpc server. Each step checks its outcome
+ * against the API, as an operator would with kubectl. The cloud's part (the class's spec, how its
+ * status is summed up, the edit that drifts it) is the mapping's `demo` table, its resource the
+ * mapping's node class descriptor (d->mapping). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +15,6 @@
 #include "controller/controller.h"
 
 #define NC    "/apis/karpenter.sh/v1/nodeclaims"
-#define CLASS "/apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses"
 #define PODS  "/api/v1/namespaces/default/pods"
 #define NPODS 6
 
@@ -69,6 +70,42 @@ static void names_of(demo *d, json_t *set) {
   json_decref(list);
 }
 
+/* ---- the mapping's part ------------------------------------------------------------------- */
+
+static const char *descriptor(demo *d, const char *field) {
+  const char *v = json_string_value(json_object_get(json_object_get(d->mapping, "nodeclass"), field));
+  return v ? v : "";
+}
+
+static const json_t *demo_part(demo *d, const char *section) {
+  return json_object_get(json_object_get(d->mapping, "demo"), section);
+}
+
+/* "/apis/<group>/<version>/<resource>[/default]" of the node class. */
+static void class_path(demo *d, char *out, size_t cap, int named) {
+  snprintf(out, cap, "/apis/%s/%s/%s%s", descriptor(d, "group"), descriptor(d, "version"),
+           descriptor(d, "resource"), named ? "/default" : "");
+}
+
+/* "2 vSwitches, 1 security groups, image m-1", as the mapping's demo.resolved says. */
+static void resolved_summary(demo *d, const json_t *status, char *out, size_t cap) {
+  size_t i, n = 0;
+  const json_t *entry;
+  out[0] = '\0';
+  json_array_foreach(demo_part(d, "resolved"), i, entry) {
+    const char *label = json_string_value(json_object_get(entry, "label"));
+    const json_t *list = json_object_get(status, json_string_value(json_object_get(entry, "field")));
+    const char *show = json_string_value(json_object_get(entry, "show"));
+    if (show)
+      n += snprintf(out + n, n < cap ? cap - n : 0, "%s%s %s", n ? ", " : "", label ? label : "",
+                    json_string_value(json_object_get(json_array_get(list, 0), show)) ?: "(none)");
+    else
+      n += snprintf(out + n, n < cap ? cap - n : 0, "%s%zu %s", n ? ", " : "", json_array_size(list),
+                    label ? label : "");
+    if (n >= cap) break;
+  }
+}
+
 /* ---- steps -------------------------------------------------------------------------------- */
 
 static int post(demo *d, const char *path, const char *body, const char *what) {
@@ -80,45 +117,65 @@ static int post(demo *d, const char *path, const char *body, const char *what) {
 
 static int class_ready(demo *d, void *ud, char *line, size_t cap) {
   (void)ud;
-  json_t *c = demo_kube(d, "GET", CLASS "/default", NULL, NULL);
+  char path[300];
+  class_path(d, path, sizeof path, 1);
+  json_t *c = demo_kube(d, "GET", path, NULL, NULL);
   json_t *ready = lp_condition_get(c, "Ready");
-  snprintf(line, cap, "ECSNodeClass default: Ready=%s %s",
-           json_string_value(json_object_get(ready, "status")),
+  snprintf(line, cap, "%s default: Ready=%s %s", descriptor(d, "kind"),
+           json_string_value(json_object_get(ready, "status")) ?: "(none)",
            ready ? json_string_value(json_object_get(ready, "reason")) : "(not resolved yet)");
   int ok = lp_condition_is(c, "Ready", "True");
   json_decref(c);
   return ok;
 }
 
+/* The node class "default": the mapping's demo spec under the descriptor's apiVersion and kind. */
+static char *class_manifest(demo *d) {
+  char api_version[200];
+  snprintf(api_version, sizeof api_version, "%s/%s", descriptor(d, "group"), descriptor(d, "version"));
+  json_t *spec = json_object_get(demo_part(d, "nodeclass"), "spec");
+  json_t *manifest =
+      json_pack("{s:s, s:s, s:{s:s}, s:O}", "apiVersion", api_version, "kind", descriptor(d, "kind"),
+                "metadata", "name", "default", "spec", spec ? spec : json_object());
+  char *text = json_dumps(manifest, JSON_COMPACT);
+  json_decref(manifest);
+  return text;
+}
+
 static int apply_classes(demo *d) {
-  demo_step(d, "apply an ECSNodeClass (vSwitches, security groups, image by selector) and a NodePool");
-  if (post(d, CLASS,
-           "{\"apiVersion\":\"karpenter.k8s.alibabacloud/"
-           "v1alpha1\",\"kind\":\"ECSNodeClass\",\"metadata\":{\"name\":"
-           "\"default\"},\"spec\":{\"vSwitchSelectorTerms\":[{\"tags\":{\"karpenter.sh/"
-           "discovery\":\"luaprov-sim\"}}],"
-           "\"securityGroupSelectorTerms\":[{\"tags\":{\"karpenter.sh/discovery\":\"luaprov-sim\"}}],"
-           "\"imageSelectorTerms\":[{\"alias\":\"AlibabaCloudLinux3\"}]}}",
-           "the ECSNodeClass") != 0)
-    return -1;
-  if (post(
-          d, "/apis/karpenter.sh/v1/nodepools",
-          "{\"apiVersion\":\"karpenter.sh/v1\",\"kind\":\"NodePool\",\"metadata\":{\"name\":\"default\"},"
-          "\"spec\":{\"template\":{\"metadata\":{\"labels\":{\"team\":\"demo\"}},\"spec\":{\"nodeClassRef\":{"
-          "\"group\":\"karpenter.k8s.alibabacloud\",\"kind\":\"ECSNodeClass\",\"name\":\"default\"},"
-          "\"requirements\":[{\"key\":\"karpenter.sh/"
-          "capacity-type\",\"operator\":\"In\",\"values\":[\"on-demand\"]},"
-          "{\"key\":\"kubernetes.io/arch\",\"operator\":\"In\",\"values\":[\"amd64\"]}]}},"
-          "\"disruption\":{\"budgets\":[{\"nodes\":\"1\"}]},\"limits\":{\"cpu\":\"64\"}}}",
-          "the NodePool") != 0)
-    return -1;
-  if (demo_wait(d, "the ECSNodeClass to resolve", 20, class_ready, NULL) != 0) return -1;
-  json_t *c = demo_kube(d, "GET", CLASS "/default", NULL, NULL);
-  demo_ok(d, "resolved: %zu vSwitches, %zu security groups, image %s",
-          json_array_size(json_object_get(json_object_get(c, "status"), "vSwitches")),
-          json_array_size(json_object_get(json_object_get(c, "status"), "securityGroups")),
-          json_string_value(json_object_get(
-              json_array_get(json_object_get(json_object_get(c, "status"), "images"), 0), "id")));
+  const char *kind = descriptor(d, "kind");
+  const char *describes = json_string_value(json_object_get(demo_part(d, "nodeclass"), "describes"));
+  demo_step(d, "apply the node class (%s: %s) and a NodePool", kind, describes ? describes : "its spec");
+  char path[300], what[160];
+  class_path(d, path, sizeof path, 0);
+  snprintf(what, sizeof what, "the %s", kind);
+  char *manifest = class_manifest(d);
+  int rc = post(d, path, manifest, what);
+  free(manifest);
+  if (rc != 0) return -1;
+  json_t *pool = json_loads(
+      "{\"apiVersion\":\"karpenter.sh/v1\",\"kind\":\"NodePool\",\"metadata\":{\"name\":\"default\"},"
+      "\"spec\":{\"template\":{\"metadata\":{\"labels\":{\"team\":\"demo\"}},\"spec\":{"
+      "\"requirements\":[{\"key\":\"karpenter.sh/"
+      "capacity-type\",\"operator\":\"In\",\"values\":[\"on-demand\"]},"
+      "{\"key\":\"kubernetes.io/arch\",\"operator\":\"In\",\"values\":[\"amd64\"]}]}},"
+      "\"disruption\":{\"budgets\":[{\"nodes\":\"1\"}]},\"limits\":{\"cpu\":\"64\"}}}",
+      0, NULL);
+  json_object_set_new(
+      json_object_get(json_object_get(json_object_get(pool, "spec"), "template"), "spec"), "nodeClassRef",
+      json_pack("{s:s, s:s, s:s}", "group", descriptor(d, "group"), "kind", kind, "name", "default"));
+  char *pool_text = json_dumps(pool, JSON_COMPACT);
+  json_decref(pool);
+  rc = post(d, "/apis/karpenter.sh/v1/nodepools", pool_text, "the NodePool");
+  free(pool_text);
+  if (rc != 0) return -1;
+  snprintf(what, sizeof what, "the %s to resolve", kind);
+  if (demo_wait(d, what, 20, class_ready, NULL) != 0) return -1;
+  class_path(d, path, sizeof path, 1);
+  json_t *c = demo_kube(d, "GET", path, NULL, NULL);
+  char summary[300];
+  resolved_summary(d, json_object_get(c, "status"), summary, sizeof summary);
+  demo_ok(d, "resolved: %s", summary);
   json_decref(c);
   return 0;
 }
@@ -201,16 +258,24 @@ static int replaced(demo *d, void *ud, char *line, size_t cap) {
 }
 
 static int drift(demo *d) {
-  demo_step(d, "change the ECSNodeClass image: the drift policy reports ImageDrift, nodes are replaced one "
-               "at a time (budget: 1)");
+  const json_t *edit = demo_part(d, "drift");
+  const char *describes = json_string_value(json_object_get(edit, "describes"));
+  const char *reason = json_string_value(json_object_get(edit, "reason"));
+  demo_step(d, "%s: the drift policy reports %s, nodes are replaced one at a time (budget: 1)",
+            describes ? describes : "edit the node class", reason ? reason : "drift");
   demo_note(d, "the demo plays the pods' ReplicaSet: an evicted pod is created again");
   replacing r = {.old = json_object()};
   names_of(d, r.old);
   long status = 0;
-  json_decref(demo_kube(
-      d, "PATCH", CLASS "/default",
-      "{\"spec\":{\"imageSelectorTerms\":[{\"id\":\"aliyun_3_x64_20G_alibase_20230727.vhd\"}]}}", &status));
-  if (status != 200) return demo_fail(d, "patching the ECSNodeClass: HTTP %ld", status);
+  char path[300];
+  class_path(d, path, sizeof path, 1);
+  char *patch = json_dumps(json_object_get(edit, "patch"), JSON_COMPACT);
+  json_decref(demo_kube(d, "PATCH", path, patch ? patch : "{}", &status));
+  free(patch);
+  if (status != 200) {
+    json_decref(r.old);
+    return demo_fail(d, "patching the %s: HTTP %ld", descriptor(d, "kind"), status);
+  }
   int rc = demo_wait(d, "every drifted node to be replaced", 120, replaced, &r);
   if (rc == 0) {
     d->nodes_drifted = (int)demo_metric(d, "luaprov_nodeclaims_disrupted_total{reason=\"drifted\"");

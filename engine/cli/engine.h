@@ -27,7 +27,7 @@ typedef struct lp_engine_options {
    * KUBERNETES_SERVICE_HOST is set, or the simulator with --sim; none of them = no controllers. */
   const char *kubeconfig;
   int leader_elect;
-  const char *cluster_id;    /* NULL = $CLUSTER_ID ("luaprov-sim" with --sim) */
+  const char *cluster_id; /* NULL = $CLUSTER_ID ("luaprov-sim" with --sim) */
   /* --<setting> VALUE for the CloudProvider mapping's settings (owned by the caller; NULL = none): the
    * engine refuses to start the controllers when one names no setting or a required one has no value */
   const json_t *provider_flags;

@@ -44,7 +44,8 @@ static void free_parts_when_closed(void *ud) {
 engine_kube *engine_kube_start(uv_loop_t *loop, lp_script_host *scripts, const engine_kube_options *opts) {
   const char *cluster_id = opts->cluster_id ? opts->cluster_id : getenv("CLUSTER_ID");
   if (!cluster_id || !*cluster_id) {
-    lp_errorlog(LOGGER, "the controllers need the cluster ID", LPF_STR("fix", "set CLUSTER_ID or pass --cluster-id"));
+    lp_errorlog(LOGGER, "the controllers need the cluster ID",
+                LPF_STR("fix", "set CLUSTER_ID or pass --cluster-id"));
     return NULL;
   }
   json_t *declared = lp_script_host_module_json(scripts, LUAPROV_CLOUDPROVIDER_MAPPING, "settings");

@@ -163,8 +163,9 @@ static void read_exports(lp_cloudprovider *cp, const lp_cloudprovider_config *cf
   cp->nodeclass_json = lp_script_host_module_json(cp->scripts, cp->mapping, "nodeclass");
   char *problem = lp_nodeclass_desc_problem(cp->nodeclass_json);
   if (problem) {
-    lp_errorlog(LOGGER, "the CloudProvider mapping exports no usable node class", LPF_STR("module", cp->mapping),
-                LPF_STR("error", problem), LPF_STR("rule", "docs/contracts.md#the-node-class-descriptor"));
+    lp_errorlog(LOGGER, "the CloudProvider mapping exports no usable node class",
+                LPF_STR("module", cp->mapping), LPF_STR("error", problem),
+                LPF_STR("rule", "docs/contracts.md#the-node-class-descriptor"));
     free(problem);
   }
   if (!cp->nodeclass_json) cp->nodeclass_json = json_object();

@@ -1,7 +1,7 @@
 /* Karpenter's CloudProvider contract (docs/contracts.md#cloudprovider-rules), served by a Lua mapping
- * (LUAPROV_CLOUDPROVIDER_MAPPING, set by the build) and enforced here: the engine does not trust what the mapping returns.
- * Every operation is asynchronous (the mapping awaits cloud APIs); done runs once on the loop thread
- * with either a value or an error, and owns both: the receiver json_decref()s the value and
+ * (LUAPROV_CLOUDPROVIDER_MAPPING, set by the build) and enforced here: the engine does not trust what the
+ * mapping returns. Every operation is asynchronous (the mapping awaits cloud APIs); done runs once on the
+ * loop thread with either a value or an error, and owns both: the receiver json_decref()s the value and
  * lp_error_free()s the error.
  *
  * Error codes, as Karpenter's cloudprovider errors:

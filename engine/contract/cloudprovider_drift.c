@@ -55,8 +55,8 @@ static void drift_done(op *o, json_t *values, lp_error *err) {
   json_t *reason = json_array_get(values, 0);
   const char *r = json_is_null(reason) || !reason ? "" : json_string_value(reason);
   /* the same rule `luaprov eval` applies: "" or CamelCase, and not one typo from a built-in reason */
-  char *problem =
-      r ? lp_drift_reason_problem(r, o->cp->drift_reasons) : lp_xstrdup("is_drifted returned a value that is not a string");
+  char *problem = r ? lp_drift_reason_problem(r, o->cp->drift_reasons)
+                    : lp_xstrdup("is_drifted returned a value that is not a string");
   if (problem) {
     json_decref(values);
     drift_answered(o, "error", NULL, NULL);

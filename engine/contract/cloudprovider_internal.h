@@ -14,10 +14,10 @@ struct lp_cloudprovider {
   lp_script_host *scripts;
   char *mapping;
   char *name;
-  json_t *ctx; /* {cluster_id, endpoint, <the mapping's settings>} passed to every mapping call */
-  json_t *nodeclass_json;   /* the mapping's `nodeclass` table, pinned (nodeclass_desc.h) */
-  lp_nodeclass_desc desc;   /* pointers into nodeclass_json */
-  json_t *drift_reasons;    /* the mapping's `drift_reasons`: an array of strings */
+  json_t *ctx;            /* {cluster_id, endpoint, <the mapping's settings>} passed to every mapping call */
+  json_t *nodeclass_json; /* the mapping's `nodeclass` table, pinned (nodeclass_desc.h) */
+  lp_nodeclass_desc desc; /* pointers into nodeclass_json */
+  json_t *drift_reasons;  /* the mapping's `drift_reasons`: an array of strings */
   lp_cache *unavailable;
   unsigned max_launch_attempts;
   lp_metric *launches;

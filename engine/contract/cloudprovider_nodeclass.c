@@ -33,7 +33,8 @@ static char *check_condition(const json_t *c, size_t i) {
 static char *check_status(json_t *status) {
   if (!json_is_object(status)) return lp_xstrdup("did not return a status table");
   normalize_empty_list(status, "conditions");
-  if (!json_is_array(json_object_get(status, "conditions"))) return lp_xstrdup("status.conditions is not a list");
+  if (!json_is_array(json_object_get(status, "conditions")))
+    return lp_xstrdup("status.conditions is not a list");
   size_t i;
   const json_t *c;
   json_array_foreach(json_object_get(status, "conditions"), i, c) {

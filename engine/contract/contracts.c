@@ -381,7 +381,8 @@ static void check_exports(lua_State *L, int idx, const char *file, lp_problems *
   json_t *reasons = field_json(L, idx, "drift_reasons", NULL);
   size_t i;
   const json_t *r;
-  int bad = reasons && !json_is_array(reasons) && !(json_is_object(reasons) && json_object_size(reasons) == 0);
+  int bad =
+      reasons && !json_is_array(reasons) && !(json_is_object(reasons) && json_object_size(reasons) == 0);
   json_array_foreach(reasons, i, r) {
     const char *s = json_string_value(r);
     bad |= !s || !*s || !(*s >= 'A' && *s <= 'Z');

@@ -6,8 +6,8 @@
 
 #include "core/error.h"
 
-static const char *const FIELDS[] = {"group",     "version",         "kind", "resource",
-                                     "finalizer", "hash_annotation", "hash_version_annotation", NULL};
+static const char *const FIELDS[] = {
+    "group", "version", "kind", "resource", "finalizer", "hash_annotation", "hash_version_annotation", NULL};
 
 static json_t *pinned;
 
@@ -32,8 +32,13 @@ char *lp_nodeclass_desc_problem(const json_t *t) {
 }
 
 void lp_nodeclass_desc_from_json(const json_t *t, lp_nodeclass_desc *out) {
-  const char **slots[] = {&out->group,     &out->version,         &out->kind, &out->resource,
-                          &out->finalizer, &out->hash_annotation, &out->hash_version_annotation};
+  const char **slots[] = {&out->group,
+                          &out->version,
+                          &out->kind,
+                          &out->resource,
+                          &out->finalizer,
+                          &out->hash_annotation,
+                          &out->hash_version_annotation};
   for (size_t i = 0; FIELDS[i]; i++) {
     const char *v = field(t, FIELDS[i]);
     *slots[i] = v ? v : "";

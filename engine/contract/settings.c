@@ -34,7 +34,8 @@ static char *entry_problem(const json_t *s, size_t i) {
   static const char *const strings[] = {"default", "sim", "help", NULL};
   for (const char *const *f = strings; *f; f++) {
     const json_t *v = json_object_get(s, *f);
-    if (v && !json_is_string(v)) return lp_xasprintf("settings[%zu] (%s): %s is not a string", i + 1, name, *f);
+    if (v && !json_is_string(v))
+      return lp_xasprintf("settings[%zu] (%s): %s is not a string", i + 1, name, *f);
   }
   const json_t *required = json_object_get(s, "required");
   if (required && !json_is_boolean(required))
@@ -91,7 +92,8 @@ static char *missing(const char *name, const json_t *env) {
 static const json_t *declared_named(const json_t *declared, const char *name) {
   size_t i;
   const json_t *s;
-  json_array_foreach(declared, i, s) if (strcmp(json_string_value(json_object_get(s, "name")), name) == 0) return s;
+  json_array_foreach(declared, i,
+                     s) if (strcmp(json_string_value(json_object_get(s, "name")), name) == 0) return s;
   return NULL;
 }
 
@@ -99,8 +101,8 @@ json_t *lp_settings_resolve(const json_t *declared, const json_t *flags, int sim
   *problem = NULL;
   const char *flag;
   const json_t *given;
-  json_object_foreach((json_t *)flags, flag, given) if (!json_is_array(declared) ||
-                                                       !declared_named(declared, flag)) {
+  json_object_foreach((json_t *)flags, flag,
+                      given) if (!json_is_array(declared) || !declared_named(declared, flag)) {
     *problem = lp_xasprintf("unknown option --%s", flag);
     return NULL;
   }
@@ -133,8 +135,8 @@ void lp_settings_usage(const json_t *declared, lp_buf *out) {
   json_array_foreach(declared, i, s) {
     const char *name = json_string_value(json_object_get(s, "name"));
     const char *help = json_string_value(json_object_get(s, "help"));
-    lp_buf_printf(out, "  --%s VALUE%*s%s (", name, (int)(name && strlen(name) < 16 ? 16 - strlen(name) : 1), "",
-                  help ? help : "");
+    lp_buf_printf(out, "  --%s VALUE%*s%s (", name, (int)(name && strlen(name) < 16 ? 16 - strlen(name) : 1),
+                  "", help ? help : "");
     const json_t *env = json_object_get(s, "env");
     size_t k;
     const json_t *var;

@@ -6,11 +6,11 @@
 
 #include <jansson.h>
 
-#define LP_LABEL_ZONE              "topology.kubernetes.io/zone"
-#define LP_LABEL_INSTANCE_TYPE     "node.kubernetes.io/instance-type"
-#define LP_LABEL_CAPACITY_TYPE     "karpenter.sh/capacity-type"
-#define LP_LABEL_ARCH              "kubernetes.io/arch"
-#define LP_LABEL_OS                "kubernetes.io/os"
+#define LP_LABEL_ZONE          "topology.kubernetes.io/zone"
+#define LP_LABEL_INSTANCE_TYPE "node.kubernetes.io/instance-type"
+#define LP_LABEL_CAPACITY_TYPE "karpenter.sh/capacity-type"
+#define LP_LABEL_ARCH          "kubernetes.io/arch"
+#define LP_LABEL_OS            "kubernetes.io/os"
 
 /* The instance shape (docs/contracts.md#the-instance-shape). */
 char *lp_check_instance(const json_t *instance);

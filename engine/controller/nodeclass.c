@@ -49,9 +49,9 @@ static void *state_new(lp_controller *c) {
   s->resolved = json_object();
   s->ready = lp_metrics_gauge(m, "luaprov_nodeclass_ready", "1 while the node class is Ready=True, else 0.",
                               LP_LABELS("nodeclass"));
-  s->resolutions = lp_metrics_counter(m, "luaprov_nodeclass_resolutions_total",
-                                      "Node class resolutions by result (success, error).",
-                                      LP_LABELS("result"));
+  s->resolutions =
+      lp_metrics_counter(m, "luaprov_nodeclass_resolutions_total",
+                         "Node class resolutions by result (success, error).", LP_LABELS("result"));
   return s;
 }
 
@@ -269,9 +269,9 @@ static void write_metadata(pass *p) {
   const char *hash = lp_obj_annotation(p->cached, d->hash_annotation);
   const char *version = lp_obj_annotation(p->cached, d->hash_version_annotation);
   if (!hash || strcmp(hash, p->hash) != 0 || !version || strcmp(version, p->hash_version) != 0)
-    json_object_set_new(md, "annotations",
-                        json_pack("{s:s, s:s}", d->hash_annotation, p->hash, d->hash_version_annotation,
-                                  p->hash_version));
+    json_object_set_new(
+        md, "annotations",
+        json_pack("{s:s, s:s}", d->hash_annotation, p->hash, d->hash_version_annotation, p->hash_version));
   if (json_object_size(md) == 0) {
     json_decref(md);
     write_status(p);

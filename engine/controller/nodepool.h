@@ -26,7 +26,8 @@ void lp_nodepool_hash(const json_t *nodepool, char out[17]);
 const char *lp_label_normalized(const char *key);
 
 /* Non-zero for Karpenter's WellKnownLabels: nodepool, topology zone and its parent domain, instance
- * type, arch, os, capacity type, windows build. A pod may require them of a NodePool that does not mention them. */
+ * type, arch, os, capacity type, windows build. A pod may require them of a NodePool that does not mention
+ * them. */
 int lp_label_well_known(const char *key);
 
 /* Non-zero when key is a label Karpenter keeps to itself: one in the karpenter.sh domain (or a

@@ -246,10 +246,10 @@ static const char *unusable(pv_pass *p, const json_t *supported, const json_t *p
     return "its nodeClassRef is not a node class this provider serves";
   const char *class_name = lp_obj_str(pool, "spec.template.spec.nodeClassRef.name");
   const json_t *nc = class_name ? lp_env_get(p->env, LP_KIND_NODECLASS, class_name) : NULL;
-  const char *problem = !nc                                      ? "was not found"
-                        : lp_obj_deleting(nc)                    ? "is being deleted"
+  const char *problem = !nc                                     ? "was not found"
+                        : lp_obj_deleting(nc)                   ? "is being deleted"
                         : !lp_condition_is(nc, "Ready", "True") ? "is not Ready"
-                                                                 : NULL;
+                                                                : NULL;
   if (!problem) return NULL;
   snprintf(buf, cap, "its node class (%s) %s", lp_env_nodeclass(p->env)->kind, problem);
   return buf;

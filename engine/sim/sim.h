@@ -1,9 +1,9 @@
 /* The built-in simulators, served in-process: each simulated service (the Kubernetes API and each
  * cloud's APIs) is a Lua module sim/<service>/init.lua with a handle(request) function (see
  * script/handler.h), answered by its own HTTP server on the loop. Every such directory of the tree is
- * a service; nothing here names a cloud. The simulators run in a script host of their own, apart from the engine's
- * policies, and are never hot-reloaded (a reload would lose their state).
- * Used by `luaprov sim`, later by `luaprov run --sim` and the demo, and by the tests. Loop thread only. */
+ * a service; nothing here names a cloud. The simulators run in a script host of their own, apart from the
+ * engine's policies, and are never hot-reloaded (a reload would lose their state). Used by `luaprov sim`,
+ * later by `luaprov run --sim` and the demo, and by the tests. Loop thread only. */
 #ifndef LUAPROV_SIM_H
 #define LUAPROV_SIM_H
 
@@ -15,7 +15,7 @@ typedef struct lp_sim lp_sim;
 
 typedef struct lp_sim_options {
   const char *host;        /* NULL = 127.0.0.1 */
-  int port; /* the Kubernetes API's port, the other services' follow by name; 0 = free ports */
+  int port;                /* the Kubernetes API's port, the other services' follow by name; 0 = free ports */
   const char *scripts_dir; /* the tree holding sim/; NULL = the default script tree */
 } lp_sim_options;
 

@@ -7,6 +7,7 @@ local instances = require "providers.alibaba.instances"
 local launch = require "providers.alibaba.launch"
 local instancetypes = require "providers.alibaba.instancetypes"
 local nodeclass = require "providers.alibaba.nodeclass"
+local demo = require "providers.alibaba.demo"
 
 local M = {}
 
@@ -55,6 +56,9 @@ M.sim = {
     ALIBABA_CLOUD_ACCESS_KEY_SECRET = "simulator-secret-do-not-use",
   },
 }
+
+-- What `luaprov demo` applies and edits for this cloud (providers/alibaba/demo.lua).
+M.demo = demo
 
 -- The instance fields this mapping adds to the neutral instance shape (docs/contracts.md#the-instance-
 -- shape): `luaprov eval --instance` accepts them besides the neutral ones.

@@ -126,12 +126,11 @@ int main(void) {
   const char *hash_key = lp_cloudprovider_nodeclass(cp)->hash_annotation;
   const char *version_key = lp_cloudprovider_nodeclass(cp)->hash_version_annotation;
   json_t *claim = json_pack("{s:{s:s, s:{s:s, s:s}}, s:{s:s}}", "metadata", "name", "n", "annotations",
-                            hash_key, "h1", version_key, "lp1", "status",
-                            "providerID", "cn-hangzhou.i-1");
-  json_t *klass = json_pack(
-      "{s:{s:s, s:{s:s, s:s}}, s:{s:[{s:s}], s:[{s:s}], s:[{s:s, s:s}]}}", "metadata", "name", "default",
-      "annotations", hash_key, "h1", version_key, "lp1", "status", "images", "id",
-      "m-1", "securityGroups", "id", "sg-1", "vSwitches", "id", "vsw-1", "zoneID", "cn-hangzhou-h");
+                            hash_key, "h1", version_key, "lp1", "status", "providerID", "cn-hangzhou.i-1");
+  json_t *klass =
+      json_pack("{s:{s:s, s:{s:s, s:s}}, s:{s:[{s:s}], s:[{s:s}], s:[{s:s, s:s}]}}", "metadata", "name",
+                "default", "annotations", hash_key, "h1", version_key, "lp1", "status", "images", "id", "m-1",
+                "securityGroups", "id", "sg-1", "vSwitches", "id", "vsw-1", "zoneID", "cn-hangzhou-h");
   json_t *inst = json_pack("{s:s, s:s, s:[s], s:s}", "id", "i-1", "image_id", "m-1", "security_group_ids",
                            "sg-1", "vswitch_id", "vsw-1");
   int n = 10000;
