@@ -87,7 +87,7 @@ static void class_path(demo *d, char *out, size_t cap, int named) {
            descriptor(d, "resource"), named ? "/default" : "");
 }
 
-/* "2 vSwitches, 1 security groups, image m-1", as the mapping's demo.resolved says. */
+/* "4 <things>, 2 <others>, <label> <id>": what the mapping's demo.resolved asks for of the status. */
 static void resolved_summary(demo *d, const json_t *status, char *out, size_t cap) {
   size_t i, n = 0;
   const json_t *entry;

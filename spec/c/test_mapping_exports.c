@@ -1,0 +1,268 @@
+/* What a CloudProvider mapping exports besides functions and the engine reads once: the node class
+ * descriptor (its checks, the pin a reload cannot change), the settings (shape, values, help) and
+ * the drift reasons, through lp_cloudprovider_* and `luaprov check`'s validation. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <uv.h>
+
+#include "check.h"
+#include "contract/cloudprovider.h"
+#include "contract/contracts.h"
+#include "contract/nodeclass_desc.h"
+#include "contract/settings.h"
+
+static uv_loop_t loop;
+
+/* ---- settings ------------------------------------------------------------------------------ */
+
+static json_t *declared(void) {
+  return json_loads(
+      "[{\"name\": \"zone\", \"env\": [\"ZONE_ID\", \"CLOUD_ZONE\"], \"required\": true,"
+      "  \"sim\": \"z-sim\", \"help\": \"where the cluster is\"},"
+      " {\"name\": \"cluster-type\", \"env\": [\"KIND_OF_CLUSTER\"], \"default\": \"managed\"}]",
+      0, NULL);
+}
+
+static void test_settings_values(void) {
+  json_t *d = declared();
+  CHECK(lp_settings_problem(d) == NULL);
+  unsetenv("ZONE_ID"), unsetenv("CLOUD_ZONE"), unsetenv("KIND_OF_CLUSTER");
+  char *problem = NULL;
+
+  /* a required setting with no value names the flag and every variable */
+  CHECK(lp_settings_resolve(d, NULL, 0, &problem) == NULL);
+  CHECK_STR(problem, "the zone is not set: pass --zone VALUE or set ZONE_ID or set CLOUD_ZONE");
+  free(problem);
+
+  /* the second variable when the first is unset or empty; the default; ctx keys with '_' */
+  setenv("ZONE_ID", "", 1);
+  setenv("CLOUD_ZONE", "z-env2", 1);
+  json_t *v = lp_settings_resolve(d, NULL, 0, &problem);
+  CHECK(problem == NULL);
+  CHECK_STR(json_string_value(json_object_get(v, "zone")), "z-env2");
+  CHECK_STR(json_string_value(json_object_get(v, "cluster_type")), "managed");
+  json_decref(v);
+
+  /* the first variable wins over the second; the flag over both */
+  setenv("ZONE_ID", "z-env1", 1);
+  v = lp_settings_resolve(d, NULL, 0, &problem);
+  CHECK_STR(json_string_value(json_object_get(v, "zone")), "z-env1");
+  json_decref(v);
+  json_t *flags = json_pack("{s:s, s:s}", "zone", "z-flag", "cluster-type", "dedicated");
+  v = lp_settings_resolve(d, flags, 1, &problem);
+  CHECK_STR(json_string_value(json_object_get(v, "zone")), "z-flag");
+  CHECK_STR(json_string_value(json_object_get(v, "cluster_type")), "dedicated");
+  json_decref(v);
+  json_decref(flags);
+
+  /* under the simulators the sim value wins over the environment (as --sim always did) */
+  v = lp_settings_resolve(d, NULL, 1, &problem);
+  CHECK_STR(json_string_value(json_object_get(v, "zone")), "z-sim");
+  json_decref(v);
+
+  /* a flag that names no setting */
+  flags = json_pack("{s:s}", "colour", "blue");
+  CHECK(lp_settings_resolve(d, flags, 0, &problem) == NULL);
+  CHECK_STR(problem, "unknown option --colour");
+  free(problem);
+  json_decref(flags);
+  unsetenv("ZONE_ID"), unsetenv("CLOUD_ZONE");
+
+  /* the help lines */
+  lp_buf out = LP_BUF_INIT;
+  lp_settings_usage(d, &out);
+  CHECK_CONTAINS(lp_buf_cstr(&out), "  --zone VALUE");
+  CHECK_CONTAINS(lp_buf_cstr(&out), "where the cluster is (env $ZONE_ID, $CLOUD_ZONE; required)");
+  CHECK_CONTAINS(lp_buf_cstr(&out), "--cluster-type VALUE");
+  CHECK_CONTAINS(lp_buf_cstr(&out), "(env $KIND_OF_CLUSTER; default managed)");
+  lp_buf_free(&out);
+  json_decref(d);
+}
+
+static void test_settings_shape(void) {
+  static const struct {
+    const char *json, *problem;
+  } bad[] = {
+      {"{\"name\": \"zone\"}", "settings is not a list"},
+      {"[{\"name\": \"Zone\"}]", "settings[1].name is not a lower-case option name like \"cluster-type\""},
+      {"[{\"name\": \"cluster-id\"}]", "settings[1].name \"cluster-id\" is an option of the engine itself"},
+      {"[{\"name\": \"zone\", \"env\": \"ZONE\"}]",
+       "settings[1] (zone): env is not a list of variable names"},
+      {"[{\"name\": \"zone\", \"env\": [1]}]", "settings[1] (zone): env[1] is not a variable name"},
+      {"[{\"name\": \"zone\", \"default\": 3}]", "settings[1] (zone): default is not a string"},
+      {"[{\"name\": \"zone\", \"required\": \"yes\"}]", "settings[1] (zone): required is not a boolean"},
+      {"[{\"name\": \"zone\"}, {\"name\": \"zone\"}]", "settings[2]: \"zone\" is declared twice"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    json_t *d = json_loads(bad[i].json, JSON_DECODE_ANY, NULL);
+    char *problem = lp_settings_problem(d);
+    CHECK_STR(problem, bad[i].problem);
+    free(problem);
+    json_decref(d);
+  }
+  CHECK(lp_settings_problem(NULL) == NULL); /* none declared */
+}
+
+/* ---- the node class descriptor ------------------------------------------------------------- */
+
+static json_t *descriptor(const char *kind) {
+  return json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "group", "karpenter.k8s.example.com", "version",
+                   "v1", "kind", kind, "resource", "examplenodeclasses", "finalizer",
+                   "example.com/termination", "hash_annotation", "example.com/hash",
+                   "hash_version_annotation", "example.com/hash-version");
+}
+
+static void test_descriptor_checks(void) {
+  json_t *d = descriptor("ExampleNodeClass");
+  CHECK(lp_nodeclass_desc_problem(d) == NULL);
+  lp_nodeclass_desc out;
+  lp_nodeclass_desc_from_json(d, &out);
+  CHECK_STR(out.resource, "examplenodeclasses");
+  CHECK_STR(out.hash_version_annotation, "example.com/hash-version");
+  json_object_del(d, "finalizer");
+  char *problem = lp_nodeclass_desc_problem(d);
+  CHECK_STR(problem, "nodeclass.finalizer is missing or not a non-empty string");
+  free(problem);
+  problem = lp_nodeclass_desc_problem(NULL);
+  CHECK_CONTAINS(problem, "nodeclass is missing or not a table");
+  free(problem);
+  json_decref(d);
+
+  /* pinned: another kind is a problem naming both; the same values are not; unpinned: anything goes */
+  json_t *pinned = descriptor("ExampleNodeClass"), *other = descriptor("OtherNodeClass");
+  lp_nodeclass_desc_pin(pinned);
+  problem = lp_nodeclass_desc_problem(other);
+  CHECK_CONTAINS(problem, "nodeclass.kind changed from \"ExampleNodeClass\" to \"OtherNodeClass\" since the "
+                          "engine started");
+  CHECK_CONTAINS(problem, "restart luaprov to change the node class");
+  free(problem);
+  json_t *same = descriptor("ExampleNodeClass");
+  CHECK(lp_nodeclass_desc_problem(same) == NULL);
+  lp_nodeclass_desc_unpin(pinned);
+  CHECK(lp_nodeclass_desc_problem(other) == NULL);
+  json_decref(pinned), json_decref(other), json_decref(same);
+}
+
+/* ---- through the script host ------------------------------------------------------------- */
+
+static char tree[] = "/tmp/luaprov-exports-XXXXXX";
+
+/* The default mapping with `edit` (Lua statements on M) applied, as the operator's init.lua. */
+static void write_mapping(const char *edit) {
+  char path[256];
+  snprintf(path, sizeof path, "%s/providers/alibaba/init.lua", tree);
+  FILE *f = fopen(path, "w");
+  fprintf(f,
+          "local default = require 'defaults.providers.alibaba'\n"
+          "local M = {}\n"
+          "for k, v in pairs(default) do M[k] = v end\n"
+          "M.nodeclass = {}\n"
+          "for k, v in pairs(default.nodeclass) do M.nodeclass[k] = v end\n"
+          "%s\n"
+          "return M\n",
+          edit);
+  fclose(f);
+}
+
+static lp_script_host *host_of(lp_problems *problems) {
+  lp_script_host_config cfg = {
+      .loop = &loop, .scripts_dir = tree, .defaults_dir = LUAPROV_SOURCE_DIR, .modules = lp_contract_modules};
+  return lp_script_host_new(&cfg, problems);
+}
+
+static void test_provider_reads_exports(void) {
+  write_mapping("");
+  lp_problems problems = {0};
+  lp_script_host *h = host_of(&problems);
+  CHECK(h != NULL);
+  lp_problems_free(&problems);
+  if (!h) return;
+  lp_cloudprovider *cp =
+      lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &loop, .scripts = h, .refresh_interval_s = -1});
+  const lp_nodeclass_desc *d = lp_cloudprovider_nodeclass(cp);
+  CHECK_STR(d->group, "karpenter.k8s.alibabacloud");
+  CHECK_STR(d->kind, "ECSNodeClass");
+  CHECK_STR(d->resource, "ecsnodeclasses");
+  CHECK_STR(d->finalizer, "karpenter.k8s.alibabacloud/termination");
+  CHECK_STR(d->hash_annotation, "karpenter.k8s.alibabacloud/ecsnodeclass-hash");
+  json_t *supported = lp_cloudprovider_supported_nodeclasses(cp);
+  char *text = json_dumps(supported, JSON_COMPACT | JSON_SORT_KEYS);
+  CHECK_STR(
+      text,
+      "[{\"group\":\"karpenter.k8s.alibabacloud\",\"kind\":\"ECSNodeClass\",\"version\":\"v1alpha1\"}]");
+  free(text);
+  json_decref(supported);
+  text = json_dumps(lp_cloudprovider_drift_reasons(cp), JSON_COMPACT);
+  CHECK_STR(text, "[\"ImageDrift\",\"SecurityGroupDrift\",\"VSwitchDrift\"]");
+  free(text);
+
+  /* a reload that changes the descriptor is refused and the old generation keeps serving */
+  uint64_t before = lp_script_host_generation_id(h);
+  write_mapping("M.nodeclass.kind = 'OtherNodeClass'");
+  CHECK_INT(lp_script_host_reload(h, "test", 1, &problems), -1);
+  text = lp_problems_render(&problems);
+  CHECK_CONTAINS(text, "providers/alibaba/init.lua:");
+  CHECK_CONTAINS(text, "nodeclass.kind changed from \"ECSNodeClass\" to \"OtherNodeClass\"");
+  free(text);
+  lp_problems_free(&problems);
+  CHECK_INT(lp_script_host_generation_id(h), before);
+  CHECK_STR(lp_cloudprovider_nodeclass(cp)->kind, "ECSNodeClass");
+
+  /* other changes still reload */
+  write_mapping("M.name = 'alibabacloud'");
+  CHECK_INT(lp_script_host_reload(h, "test", 1, NULL), 1);
+  CHECK(lp_script_host_generation_id(h) > before);
+  lp_cloudprovider_free(cp);
+
+  /* once no provider holds the pin, a new descriptor loads (a restart) */
+  write_mapping("M.nodeclass.kind = 'OtherNodeClass'");
+  CHECK_INT(lp_script_host_reload(h, "test", 1, NULL), 1);
+  lp_script_host_close(h, NULL, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+}
+
+static void test_load_refuses_broken_exports(void) {
+  static const struct {
+    const char *edit, *problem;
+  } cases[] = {
+      {"M.nodeclass.finalizer = nil", "node class descriptor: nodeclass.finalizer is missing"},
+      {"M.nodeclass = nil", "nodeclass is missing or not a table"},
+      {"M.settings = { { name = 'Region' } }", "settings: settings[1].name is not a lower-case option name"},
+      {"M.drift_reasons = { 'imageDrift' }", "drift_reasons must be a list of CamelCase words"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    write_mapping(cases[i].edit);
+    lp_problems problems = {0};
+    lp_script_host *h = host_of(&problems);
+    CHECK(h == NULL);
+    char *text = lp_problems_render(&problems);
+    CHECK_CONTAINS(text, "providers/alibaba/init.lua:");
+    CHECK_CONTAINS(text, cases[i].problem);
+    free(text);
+    lp_problems_free(&problems);
+    if (h) lp_script_host_close(h, NULL, NULL);
+  }
+}
+
+int main(void) {
+  uv_loop_init(&loop);
+  if (!mkdtemp(tree)) return 1;
+  char path[256];
+  snprintf(path, sizeof path, "%s/providers", tree);
+  mkdir(path, 0700);
+  snprintf(path, sizeof path, "%s/providers/alibaba", tree);
+  mkdir(path, 0700);
+  RUN(test_settings_values);
+  RUN(test_settings_shape);
+  RUN(test_descriptor_checks);
+  RUN(test_provider_reads_exports);
+  RUN(test_load_refuses_broken_exports);
+  char cmd[300];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", tree);
+  if (system(cmd) != 0) return 1;
+  uv_run(&loop, UV_RUN_DEFAULT);
+  uv_loop_close(&loop);
+  return check_summary();
+}
