@@ -57,6 +57,19 @@ for pair in '"kubernetes.io/cluster/demo":"owned"' '"karpenter.sh/nodepool":"def
   [[ "$got" == *"$pair"* ]] || fail "tags lack $pair: $got"
 done
 
+# The mapping's settings reach ctx: --region as a flag, else its simulator value; an option that names
+# no setting is refused.
+mkdir -p "$WORK/ctx/policies"
+printf 'return { build_instance_tags = function(_, _, ctx) return { region = ctx.region, type = ctx.cluster_type } end }\n' \
+  > "$WORK/ctx/policies/tags.lua"
+got="$("$LUAPROV" eval tags --scripts "$WORK/ctx" --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json" --region cn-beijing)"
+[[ "$got" == '{"region":"cn-beijing","type":"ACKManaged"}' ]] || fail "--region in ctx: $got"
+got="$("$LUAPROV" eval tags --scripts "$WORK/ctx" --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json")"
+[[ "$got" == '{"region":"cn-hangzhou","type":"ACKManaged"}' ]] || fail "the simulator's region by default: $got"
+got="$("$LUAPROV" eval tags --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json" --colour blue)" \
+  && fail "--colour accepted: $got"
+[[ "$got" == '{"error":"unknown option --colour"}' ]] || fail "unknown setting: $got"
+
 # An operator's tree: a drift policy building on the default one, with a reason of its own.
 mkdir -p "$WORK/ops/policies"
 cat > "$WORK/ops/policies/drift.lua" <<'LUA'
