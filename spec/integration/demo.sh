@@ -9,7 +9,7 @@ elapsed=$(($(date +%s) - start))
 cat "$WORK/demo.out"
 ((elapsed < 120)) || fail "the demo took ${elapsed}s (must be under 120)"
 grep -q 'Every step checked out.' "$WORK/demo.out" || fail "no success line"
-for step in 'apply an ECSNodeClass' 'pending pods' 'change the ECSNodeClass image' 'hot-reload the repair policy' \
+for step in 'apply the node class (ECSNodeClass' 'pending pods' 'change the ECSNodeClass image' 'hot-reload the repair policy' \
   'is repaired' 'externalgrpc server'; do
   grep -q "$step" "$WORK/demo.out" || fail "step missing: $step"
 done
