@@ -1,7 +1,7 @@
 /* What the engine learns about an instance from outside the cloud API, handed to the CloudProvider:
  * the Node conditions the mapping says announce an interruption (a spot reclaim), marking an offering
  * unavailable when one is interrupted, and the optional registered(ctx, instance_id, node_name) hook
- * called once a NodeClaim's Node registered (the Alibaba mapping tags the instance Name=<node>).
+ * called once a NodeClaim's Node registered (a mapping may tag the instance Name=<node>).
  * docs/contracts.md#mappings states the optional fields. */
 #include <string.h>
 

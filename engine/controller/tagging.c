@@ -1,6 +1,6 @@
 /* Instance tagging after registration ("nodeclaim.tagging"; Karpenter's nodeclaim tagging controller;
  * docs/controllers.md): once a NodeClaim's Node registered, the CloudProvider's optional registered
- * hook is told the Node's name (lp_cp_registered; the Alibaba mapping tags the instance
+ * hook is told the Node's name (lp_cp_registered; a mapping may tag the instance
  * Name=<node name>), once per NodeClaim.
  *
  * Per NodeClaim (the primary kind) not being deleted, with Registered=True, status.nodeName and

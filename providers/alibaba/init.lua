@@ -39,10 +39,10 @@ M.settings = {
     help = "the Alibaba Cloud region of the cluster, e.g. cn-hangzhou",
   },
   {
+    -- no default here: bootstrap.lua takes ACKManaged when ctx.cluster_type is absent
     name = "cluster-type",
-    env = { "CLUSTER_TYPE" },
-    default = "ACKManaged",
-    help = "the ACK cluster type (ACKManaged, ACKDedicated)",
+    env = { "LUAPROV_ALIBABA_CLUSTER_TYPE" },
+    help = "how nodes join the cluster: ACKManaged (the default; the ACK attach script) or Custom",
   },
 }
 

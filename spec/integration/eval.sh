@@ -63,9 +63,9 @@ mkdir -p "$WORK/ctx/policies"
 printf 'return { build_instance_tags = function(_, _, ctx) return { region = ctx.region, type = ctx.cluster_type } end }\n' \
   > "$WORK/ctx/policies/tags.lua"
 got="$("$LUAPROV" eval tags --scripts "$WORK/ctx" --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json" --region cn-beijing)"
-[[ "$got" == '{"region":"cn-beijing","type":"ACKManaged"}' ]] || fail "--region in ctx: $got"
-got="$("$LUAPROV" eval tags --scripts "$WORK/ctx" --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json")"
-[[ "$got" == '{"region":"cn-hangzhou","type":"ACKManaged"}' ]] || fail "the simulator's region by default: $got"
+[[ "$got" == '{"region":"cn-beijing"}' ]] || fail "--region in ctx: $got"
+got="$("$LUAPROV" eval tags --scripts "$WORK/ctx" --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json" --cluster-type Custom)"
+[[ "$got" == '{"region":"cn-hangzhou","type":"Custom"}' ]] || fail "the simulator's region by default, --cluster-type: $got"
 got="$("$LUAPROV" eval tags --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json" --colour blue)" \
   && fail "--colour accepted: $got"
 [[ "$got" == '{"error":"unknown option --colour"}' ]] || fail "unknown setting: $got"

@@ -7,7 +7,7 @@ source "$(dirname "$0")/lib.sh"
 help="$("$LUAPROV" run --help)"
 grep -q -- '--region VALUE .*(env \$REGION_ID, \$ALIBABA_CLOUD_REGION_ID; required)' <<<"$help" \
   || fail "--help lists the mapping's region setting: $help"
-grep -q -- '--cluster-type VALUE .*default ACKManaged' <<<"$help" || fail "--help lists cluster-type"
+grep -q -- '--cluster-type VALUE .*(env \$LUAPROV_ALIBABA_CLUSTER_TYPE)' <<<"$help" || fail "--help lists cluster-type"
 
 # a setting of an operator's mapping shows in --help with --scripts
 mkdir -p "$WORK/scripts/providers/alibaba"
@@ -35,9 +35,10 @@ grep -q '"msg":"the controllers need the settings of the CloudProvider mapping".
   "$ENGINE_LOG" || fail "the missing region named"
 
 # --region reaches the mapping's ctx (the controllers log the settings they start with)
+unset LUAPROV_ALIBABA_CLUSTER_TYPE
 start_engine --sim --region cn-beijing
 wait_for "controllers starting" grep -q '"msg":"controllers starting"' "$ENGINE_LOG"
-grep -q '"msg":"controllers starting".*"settings":{"cluster_type":"ACKManaged","region":"cn-beijing"}' "$ENGINE_LOG" \
+grep -q '"msg":"controllers starting".*"settings":{"region":"cn-beijing"}' "$ENGINE_LOG" \
   || fail "--region in the settings"
 kill -TERM "$ENGINE_PID"
 wait "$ENGINE_PID" || fail "exit status $? after SIGTERM"

@@ -44,7 +44,7 @@ describe("the Alibaba mapping's exports", function()
     assert.is_nil(known.NodeClassDrift) -- the engine's own, not the mapping's to declare
   end)
 
-  it("takes the region from --region, REGION_ID or ALIBABA_CLOUD_REGION_ID, required", function()
+  it("takes the region from --region, REGION_ID or ALIBABA_CLOUD_REGION_ID, required; the cluster type", function()
     local region = mapping.settings[1]
     assert.equals("region", region.name)
     assert.same({ "REGION_ID", "ALIBABA_CLOUD_REGION_ID" }, region.env)
@@ -52,7 +52,9 @@ describe("the Alibaba mapping's exports", function()
     assert.equals("cn-hangzhou", region.sim)
     local cluster_type = mapping.settings[2]
     assert.equals("cluster-type", cluster_type.name)
-    assert.equals("ACKManaged", cluster_type.default)
+    assert.same({ "LUAPROV_ALIBABA_CLUSTER_TYPE" }, cluster_type.env)
+    assert.is_nil(cluster_type.default) -- absent: bootstrap.lua's own default (ACKManaged) applies
+    assert.equals("ACKManaged", require("providers.alibaba.bootstrap").cluster_type({}))
   end)
 
   it("names the simulator standing in for Alibaba Cloud and its endpoint variable", function()
