@@ -169,6 +169,18 @@ return M
 LUA
 check_says mapping_fields "mapping_fields/providers/alibaba/init.lua:5: 'interruption_conditions' of the CloudProvider mapping must be a list, not a string; set M.interruption_conditions = {\"...\"}"
 
+# the node class descriptor the engine reads at start: a missing field names the line that sets it
+mkdir -p mapping_descriptor/providers/alibaba
+cat > mapping_descriptor/providers/alibaba/init.lua <<'LUA'
+local default = require "defaults.providers.alibaba"
+local M = {}
+for k, v in pairs(default) do M[k] = v end
+M.nodeclass = { group = "g.example.com", version = "v1", kind = "ExampleNodeClass", resource = "examplenodeclasses",
+  hash_annotation = "g.example.com/hash", hash_version_annotation = "g.example.com/hash-version" }
+return M
+LUA
+check_says mapping_descriptor "mapping_descriptor/providers/alibaba/init.lua:4: the CloudProvider mapping's node class descriptor: nodeclass.finalizer is missing or not a non-empty string (docs/contracts.md#the-node-class-descriptor)"
+
 # The policies/ folder given instead of the tree's root: checking nothing must not pass.
 tree folder_given repair.lua <<'LUA'
 local M = {}
