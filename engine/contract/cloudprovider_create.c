@@ -132,16 +132,17 @@ static void provider_id_done(op *o, json_t *values, lp_error *err) {
     json_object_set_new(json_object_get(claim, "metadata"), "annotations", annotations);
   }
   const json_t *class_annotations = json_object_get(json_object_get(o->nodeclass, "metadata"), "annotations");
-  const char *keys[] = {LP_ANNOTATION_HASH, LP_ANNOTATION_HASH_VERSION};
+  const lp_nodeclass_desc *d = &o->cp->desc;
+  const char *keys[] = {d->hash_annotation, d->hash_version_annotation};
   for (int i = 0; i < 2; i++) {
     json_t *v = json_object_get(class_annotations, keys[i]);
     if (json_is_string(v)) json_object_set(annotations, keys[i], v);
   }
   char *missing = lp_check_nodeclaim_labels(claim);
-  if (!missing && (!json_object_get(annotations, LP_ANNOTATION_HASH) ||
-                   !json_object_get(annotations, LP_ANNOTATION_HASH_VERSION)))
-    missing = lp_xasprintf("the %s and %s annotations (the ECSNodeClass has none yet)", LP_ANNOTATION_HASH,
-                           LP_ANNOTATION_HASH_VERSION);
+  if (!missing && (!json_object_get(annotations, d->hash_annotation) ||
+                   !json_object_get(annotations, d->hash_version_annotation)))
+    missing = lp_xasprintf("the %s and %s annotations (the %s has none yet)", d->hash_annotation,
+                           d->hash_version_annotation, d->kind);
   if (missing) {
     lp_error *e =
         lp_error_new("Contract", "the NodeClaim for instance %s lacks %s (rule CP2 in docs/contracts.md)",
@@ -356,8 +357,9 @@ static void create_types_done(op *o, json_t *values, lp_error *err) {
     free(why);
     return;
   }
-  json_t *ctx = json_pack("{s:O, s:O}", "cluster_id", json_object_get(o->cp->ctx, "cluster_id"), "region",
-                          json_object_get(o->cp->ctx, "region"));
+  /* the tags policy's ctx: the cluster ID and the mapping's settings (docs/contracts.md#policies) */
+  json_t *ctx = json_deep_copy(o->cp->ctx);
+  json_object_del(ctx, "endpoint");
   cp_call(o, "policies.tags", "build_instance_tags", json_pack("[OOo]", o->nodeclaim, o->nodeclass, ctx),
           tags_done);
 }
@@ -369,7 +371,7 @@ void lp_cp_create(lp_cloudprovider *cp, const json_t *nodeclaim, const json_t *n
   o->nodeclass = json_deep_copy(nodeclass);
   if (!condition_true(nodeclass, "Ready")) {
     cp_fail_soon(
-        o, lp_error_new("NodeClassNotReady", "ECSNodeClass %s is not ready",
+        o, lp_error_new("NodeClassNotReady", "%s %s is not ready", cp->desc.kind,
                         json_string_value(json_object_get(json_object_get(nodeclass, "metadata"), "name"))));
     return;
   }

@@ -31,11 +31,6 @@ struct lp_cloudprovider {
   int shut_down;       /* lp_cloudprovider_shutdown ran: no script call starts any more */
 };
 
-/* The node class's hash annotations, from the mapping's descriptor, for code with `op *o` in scope
- * (cloudprovider_create.c copies them from the class to the NodeClaim). */
-#define LP_ANNOTATION_HASH         (o->cp->desc.hash_annotation)
-#define LP_ANNOTATION_HASH_VERSION (o->cp->desc.hash_version_annotation)
-
 /* Remembers the class for the background refresh (and starts it on first use). */
 void cp_remember_class(lp_cloudprovider *cp, const json_t *nodeclass);
 
