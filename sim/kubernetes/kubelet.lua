@@ -1,7 +1,9 @@
 -- The simulated kubelet of every instance the Alibaba simulator runs: a Node registers once its
--- instance is Running (with the providerID, labels, taint, capacity and Ready condition a real ACK
--- kubelet posts), and its conditions turn Unknown once the instance is released or Stopped, as the
--- node lifecycle controller marks a node whose kubelet went silent.
+-- instance is Running and its user data runs a valid ACK attach command (sim.alibaba.attach.parse),
+-- with the providerID, capacity and Ready condition a real ACK kubelet posts and the labels, taints
+-- and maxPods the command names; an instance without one never joins, and summary() says why. Its
+-- conditions turn Unknown once the instance is released or Stopped, as the node lifecycle controller
+-- marks a node whose kubelet went silent.
 --
 -- It never deletes a Node (controllers do), and a Node deleted while its instance runs stays deleted:
 -- registration happens once per instance. Both simulators share one script generation, so
@@ -12,6 +14,7 @@
 local luaprov = require "luaprov"
 local capacity = require "providers.alibaba.capacity"
 local clock = require "sim.clock"
+local attach = require "sim.alibaba.attach"
 local catalogue = require "sim.alibaba.catalogue"
 local reclaim = require "sim.alibaba.reclaim"
 local state = require "sim.alibaba.state"
@@ -33,10 +36,27 @@ local NODES = store.find("", "v1", "nodes")
 -- instance id -> the name of the Node registered for it, kept after the Node is deleted, or false when
 -- a Node with its providerID was there first (a test acting as the kubelet): then the kubelet stays out.
 -- node name -> forced Ready status.
-local registered, forced, fingerprint
+-- instance id -> {parsed} or {why}: what attach.parse made of its user data (it cannot change while
+-- the instance runs), so a refusal is logged once.
+local registered, forced, fingerprint, attachments
 
 function M.reset()
-  registered, forced, fingerprint = {}, {}, nil
+  registered, forced, fingerprint, attachments = {}, {}, nil, {}
+end
+
+-- The attach command of inst's user data, or nil when it has none that joins this cluster.
+local function attachment(inst)
+  local a = attachments[inst.id]
+  if not a then
+    local parsed, why = attach.parse(inst.user_data)
+    a = { parsed = parsed, why = why }
+    attachments[inst.id] = a
+    if not parsed then
+      luaprov.log.warn("simulated kubelet: instance does not join the cluster", { instance_id = inst.id,
+        reason = why })
+    end
+  end
+  return a.parsed
 end
 
 -- The kubelet names its Node after the host, unless the hostname cannot be an object name; ACK then
@@ -47,31 +67,35 @@ local function node_name(inst)
   return catalogue.REGION .. "." .. inst.ip
 end
 
-local function labels(inst, name, arch)
-  local l = {
-    ["kubernetes.io/hostname"] = name, ["kubernetes.io/arch"] = arch, ["kubernetes.io/os"] = "linux",
-    ["node.kubernetes.io/instance-type"] = inst.type.id, ["topology.kubernetes.io/zone"] = inst.zone,
-    ["topology.kubernetes.io/region"] = catalogue.REGION,
-    ["karpenter.sh/capacity-type"] = inst.spot_strategy == "NoSpot" and "on-demand" or "spot",
-  }
-  if inst.tags["karpenter.sh/nodepool"] then l["karpenter.sh/nodepool"] = inst.tags["karpenter.sh/nodepool"] end
+-- The attach command's --labels, then the kubelet's own, which describe the machine.
+local function labels(inst, name, arch, attached)
+  local l = {}
+  for k, v in pairs(attached.labels) do l[k] = v end
+  l["kubernetes.io/hostname"], l["kubernetes.io/arch"], l["kubernetes.io/os"] = name, arch, "linux"
+  l["node.kubernetes.io/instance-type"], l["topology.kubernetes.io/zone"] = inst.type.id, inst.zone
+  l["topology.kubernetes.io/region"] = catalogue.REGION
   return l
+end
+
+local function max_pods(attached)
+  local kubelet = attached.node_config.kubelet_config
+  return type(kubelet) == "table" and kubelet.maxPods or M.MAX_PODS
 end
 
 -- Capacity as the guest sees it (the hypervisor keeps part of the memory) and allocatable minus
 -- ACK's kube-reserved: the provider's own formulas, so a node holds what Karpenter predicted.
-local function resources(inst)
+local function resources(inst, pods)
   local t = inst.type
   local it = { CpuCoreCount = t.cpu, MemorySize = t.memory }
   local mib, cpu_milli = capacity.memory_mib(it), t.cpu * 1000
   local disk_ki = (inst.system_disk and inst.system_disk.size or 40) * 1024 * 1024
-  local cap = { cpu = tostring(t.cpu), memory = mib * 1024 .. "Ki", pods = tostring(M.MAX_PODS),
+  local cap = { cpu = tostring(t.cpu), memory = mib * 1024 .. "Ki", pods = tostring(pods),
     ["ephemeral-storage"] = disk_ki .. "Ki" }
   if t.gpu > 0 then cap["nvidia.com/gpu"] = tostring(t.gpu) end
   local alloc = {}
   for k, v in pairs(cap) do alloc[k] = v end
   alloc.cpu = capacity.quantity_milli(cpu_milli - capacity.cpu_overhead_milli(cpu_milli))
-  alloc.memory = (mib - capacity.memory_overhead_mib(t.memory * 1024, M.MAX_PODS)) * 1024 .. "Ki"
+  alloc.memory = (mib - capacity.memory_overhead_mib(t.memory * 1024, pods)) * 1024 .. "Ki"
   return cap, alloc
 end
 
@@ -113,13 +137,13 @@ local function post_notice(node, inst, now)
   return conditions.set(node, cond, now)
 end
 
-local function node_object(inst, name, now)
+local function node_object(inst, name, now, attached)
   local arch = inst.type.arch == "ARM" and "arm64" or "amd64"
-  local cap, alloc = resources(inst)
+  local cap, alloc = resources(inst, max_pods(attached))
   local machine = sha256_hex("machine:" .. inst.id)
   local node = {
     apiVersion = "v1", kind = "Node",
-    metadata = { name = name, labels = labels(inst, name, arch), annotations = {
+    metadata = { name = name, labels = labels(inst, name, arch, attached), annotations = {
       ["node.alpha.kubernetes.io/ttl"] = "0", ["volumes.kubernetes.io/controller-managed-attach-detach"] = "true" } },
     spec = { providerID = catalogue.REGION .. "." .. inst.id },
     status = {
@@ -134,9 +158,10 @@ local function node_object(inst, name, now)
         bootID = sha256_hex("boot:" .. inst.id):sub(1, 32) },
     },
   }
-  -- Karpenter's user data registers its nodes tainted until it has seen them (--register-with-taints)
-  if inst.tags["karpenter.sh/nodeclaim"] then
-    node.spec.taints = array { { key = "karpenter.sh/unregistered", effect = "NoExecute" } }
+  -- the kubelet registers with the attach command's --taints (--register-with-taints)
+  if #attached.taints > 0 then
+    node.spec.taints = array()
+    for i, t in ipairs(attached.taints) do node.spec.taints[i] = { key = t.key, value = t.value, effect = t.effect } end
   end
   post_conditions(node, "True", now)
   post_notice(node, inst, now)
@@ -174,12 +199,14 @@ local function register(inst)
     registered[inst.id] = false
     return
   end
+  local attached = attachment(inst)
+  if not attached then return end  -- never joins: no valid attach command
   local name = node_name(inst)
   registered[inst.id] = name
   if store.get(NODES, nil, name) then
     report(name, forced[name] or "True")  -- a Node of that name exists: this kubelet takes it over
   else
-    objects.insert(NODES, nil, node_object(inst, name, store.now()))
+    objects.insert(NODES, nil, node_object(inst, name, store.now(), attached))
   end
 end
 
@@ -238,17 +265,18 @@ function M.force(name, ready)
 end
 
 --- external() -> the Nodes a kubelet would register in another API server (luaprov sim
--- --kubelet-kubeconfig): {instance_id, ready, node} for each Running instance, node its Node object
--- with the conditions of ready ("True", or what force() holds for its name). Reads the clouds only;
--- the simulator's own store is not touched.
+-- --kubelet-kubeconfig): {instance_id, ready, node} for each Running instance whose user data runs a
+-- valid attach command, node its Node object with the conditions of ready ("True", or what force()
+-- holds for its name). Reads the clouds only; the simulator's own store is not touched.
 function M.external()
   local now, stamp = clock.now(), store.now()
   local nodes = array()
   for _, inst in ipairs(state.list()) do
-    if state.status(inst, now) == "Running" then
+    local attached = state.status(inst, now) == "Running" and attachment(inst)
+    if attached then
       local name = node_name(inst)
       local ready = forced[name] or "True"
-      local node = node_object(inst, name, stamp)
+      local node = node_object(inst, name, stamp, attached)
       if ready ~= "True" then
         node.status.conditions = nil
         post_conditions(node, ready, stamp)
@@ -261,13 +289,19 @@ function M.external()
 end
 
 --- summary() -> what /_sim/state shows: each instance the kubelet has seen Running, its node (or
--- registered_elsewhere), and the forced conditions.
+-- registered_elsewhere, or not_registered: why its user data does not join the cluster), and the
+-- forced conditions.
 function M.summary()
   local nodes = array()
   for id, name in pairs(registered) do
     local node = name and store.get(NODES, nil, name)
     nodes[#nodes + 1] = { instance_id = id, node = name or nil, exists = node ~= nil, registered_elsewhere = not name,
       ready = node and conditions.status(node, "Ready") or nil, forced = name and forced[name] or nil }
+  end
+  for id, a in pairs(attachments) do
+    if not a.parsed and registered[id] == nil then
+      nodes[#nodes + 1] = { instance_id = id, exists = false, not_registered = a.why }
+    end
   end
   table.sort(nodes, function(a, b) return a.instance_id < b.instance_id end)
   return { nodes = nodes }

@@ -1,9 +1,10 @@
 -- The simulated cluster behind the Kubernetes simulator, driven in process through both simulators'
 -- handle(request), as `luaprov sim` serves them from one script generation: the kubelet registers a
--- Node per Running Alibaba instance, the binder places pending pods, and PodDisruptionBudgets guard
--- the eviction subresource.
+-- Node per Running Alibaba instance whose user data runs the ACK attach command, the binder places
+-- pending pods, and PodDisruptionBudgets guard the eviction subresource.
 local luaprov = require "luaprov"
 local signer = require "providers.alibaba.signer"
+local attach_support = require "sim.attach_support"
 local kubernetes = require "sim.kubernetes"
 local alibaba = require "sim.alibaba"
 
@@ -45,12 +46,13 @@ local function ecs(action, params)
   return json.decode(res.body)
 end
 
--- RunInstances of one instance; returns its ID.
+-- RunInstances of one instance (user data that joins the cluster unless extra says otherwise; false
+-- for none); returns its ID.
 local function launch(extra)
   local params = { InstanceType = "ecs.g7.large", ImageId = "aliyun_3_x64_20G_alibase_20240819.vhd",
     VSwitchId = "vsw-bp1simh0000001", ["SecurityGroupIds.1"] = "sg-bp1sim0nodes00001",
-    ["SystemDisk.Category"] = "cloud_essd", ["SystemDisk.Size"] = "40" }
-  for k, v in pairs(extra or {}) do params[k] = v end
+    ["SystemDisk.Category"] = "cloud_essd", ["SystemDisk.Size"] = "40", UserData = attach_support.base64() }
+  for k, v in pairs(extra or {}) do params[k] = v or nil end
   return ecs("RunInstances", params).InstanceIdSets.InstanceIdSet[1]
 end
 
@@ -94,7 +96,8 @@ end)
 describe("kubernetes simulator: kubelet", function()
   it("registers a Ready Node for an instance only once the instance is Running", function()
     local id = launch({ ["Tag.1.Key"] = "karpenter.sh/nodeclaim", ["Tag.1.Value"] = "general-x2k4p",
-      ["Tag.2.Key"] = "karpenter.sh/nodepool", ["Tag.2.Value"] = "general" })
+      UserData = attach_support.base64 { labels = { ["karpenter.sh/nodepool"] = "general",
+        ["karpenter.sh/capacity-type"] = "on-demand" }, taints = { "karpenter.sh/unregistered:NoExecute" } } })
     assert.equal(0, #nodes())
     advance(5)
     assert.equal(0, #nodes(), "Starting is not Running yet")
@@ -104,12 +107,11 @@ describe("kubernetes simulator: kubelet", function()
     local node = list[1]
     assert.equal("iz" .. id:sub(3):lower() .. "z", node.metadata.name)
     assert.equal("cn-hangzhou." .. id, node.spec.providerID)
-    local l = node.metadata.labels
-    assert.same({ "amd64", "linux", "ecs.g7.large", "cn-hangzhou-h", "cn-hangzhou", "on-demand", "general",
-      node.metadata.name },
-      { l["kubernetes.io/arch"], l["kubernetes.io/os"], l["node.kubernetes.io/instance-type"],
-        l["topology.kubernetes.io/zone"], l["topology.kubernetes.io/region"], l["karpenter.sh/capacity-type"],
-        l["karpenter.sh/nodepool"], l["kubernetes.io/hostname"] })
+    assert.same({ ["kubernetes.io/arch"] = "amd64", ["kubernetes.io/os"] = "linux",
+      ["node.kubernetes.io/instance-type"] = "ecs.g7.large", ["topology.kubernetes.io/zone"] = "cn-hangzhou-h",
+      ["topology.kubernetes.io/region"] = "cn-hangzhou", ["kubernetes.io/hostname"] = node.metadata.name,
+      ["k8s.aliyun.com"] = "true", ["ack.aliyun.com"] = "luaprov-sim", ["karpenter.sh/capacity-type"] = "on-demand",
+      ["karpenter.sh/nodepool"] = "general" }, node.metadata.labels)
     assert.same({ { key = "karpenter.sh/unregistered", effect = "NoExecute" } }, node.spec.taints)
     assert.same({ "2", "110", "41943040Ki" }, { node.status.capacity.cpu, node.status.capacity.pods,
       node.status.capacity["ephemeral-storage"] })
@@ -125,15 +127,54 @@ describe("kubernetes simulator: kubelet", function()
     assert.truthy(ready.lastHeartbeatTime and ready.lastTransitionTime)
   end)
 
-  it("labels ARM and spot instances, and taints only Karpenter's", function()
+  it("labels ARM instances, and takes labels and taints from the attach command, not from tags", function()
     launch({ InstanceType = "ecs.g8y.large", ImageId = "aliyun_3_arm64_20G_alibase_20240819.vhd",
-      SpotStrategy = "SpotAsPriceGo" })
+      SpotStrategy = "SpotAsPriceGo", ["Tag.1.Key"] = "karpenter.sh/nodeclaim", ["Tag.1.Value"] = "general-x2k4p",
+      ["Tag.2.Key"] = "karpenter.sh/nodepool", ["Tag.2.Value"] = "general" })
     advance(15)
     local node = nodes()[1]
     assert.equal("arm64", node.metadata.labels["kubernetes.io/arch"])
-    assert.equal("spot", node.metadata.labels["karpenter.sh/capacity-type"])
+    assert.is_nil(node.metadata.labels["karpenter.sh/capacity-type"])
     assert.is_nil(node.metadata.labels["karpenter.sh/nodepool"])
     assert.is_nil(node.spec.taints)
+  end)
+
+  it("registers with exactly the attach command's taints, and its maxPods (a MIME archive too)", function()
+    launch({ UserData = attach_support.base64 { mime = true, max_pods = 64,
+      taints = { "dedicated=gpu:NoSchedule", "karpenter.sh/unregistered:NoExecute" } } })
+    advance(15)
+    local node = nodes()[1]
+    assert.same({ { key = "dedicated", value = "gpu", effect = "NoSchedule" },
+      { key = "karpenter.sh/unregistered", effect = "NoExecute" } }, node.spec.taints)
+    assert.same({ "64", "64" }, { node.status.capacity.pods, node.status.allocatable.pods })
+  end)
+
+  it("never registers an instance whose user data does not join the cluster, and says why", function()
+    local warnings = {}
+    local warn = luaprov.log.warn
+    luaprov.log.warn = function(msg, fields) warnings[#warnings + 1] = { msg = msg, fields = fields } end
+    local bare = launch({ UserData = false })
+    local plain = launch({ UserData = luaprov.crypto.base64_encode("#!/bin/bash\necho hello\n") })
+    local other = launch({ UserData = luaprov.crypto.base64_encode(
+      attach_support.text():gsub("ack%.aliyun%.com=luaprov%-sim", "ack.aliyun.com=c-other")) })
+    advance(15)
+    advance(60)
+    luaprov.log.warn = warn
+    assert.equal(0, #nodes())
+    local why = {}
+    for _, n in ipairs(ok("GET", "/_sim/state").kubelet.nodes) do
+      assert.is_false(n.exists)
+      why[n.instance_id] = n.not_registered
+    end
+    assert.same({ [bare] = "the instance has no user data",
+      [plain] = "the user data has no ACK attach command (curl .../attach_node.sh | bash -s -- ...)",
+      [other] = 'attach command: cluster "c-other" of --labels ack.aliyun.com is not a cluster of the account' }, why)
+    assert.equal(3, #warnings, "once per instance")
+    for _, w in ipairs(warnings) do
+      assert.equal("simulated kubelet: instance does not join the cluster", w.msg)
+      assert.equal(why[w.fields.instance_id], w.fields.reason)
+    end
+    assert.same({ nodes = {} }, ok("GET", "/_sim/kubelet/nodes"), "nor in another API server")
   end)
 
   it("names the node <region>.<private ip> when the hostname cannot be a node name", function()

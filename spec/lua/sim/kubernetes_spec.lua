@@ -3,6 +3,7 @@
 -- watch ticks that keep the simulated kubelet going when a client only watches.
 local luaprov = require "luaprov"
 local alibaba = require "sim.alibaba_support"
+local attach_support = require "sim.attach_support"
 
 local json = luaprov.json
 
@@ -303,7 +304,7 @@ describe("kubernetes simulator", function()
     os.execute("sleep 0.3")
     local launched = alibaba.ok(cloud, "ecs", "RunInstances", { RegionId = "cn-hangzhou", InstanceType = "ecs.g7.large",
       ImageId = "aliyun_3_x64_20G_alibase_20240819.vhd", VSwitchId = "vsw-bp1simh0000001",
-      ["SecurityGroupIds.1"] = "sg-bp1sim0nodes00001" })
+      ["SecurityGroupIds.1"] = "sg-bp1sim0nodes00001", UserData = attach_support.base64() })
     alibaba.admin(cloud, "POST", "/_sim/advance", { seconds = 15 })
     os.execute("sleep 2")
     local text = read_all(tmp)
