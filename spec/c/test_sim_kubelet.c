@@ -1,8 +1,8 @@
 /* The simulated kubelet (engine/sim/kubelet.h) posting to another API server. Two in-process
  * simulators on one loop: A runs the clouds (an instance is launched there through the Alibaba
- * mapping), B's Kubernetes API stands for the real API server the kubelet registers Nodes in. The
- * kubelet's clock is the test's, so Lease renewals and the wait before a vanished instance's Node is
- * deleted are stepped, not slept. */
+ * mapping, whose user data runs the attach command, or not: then it never joins), B's Kubernetes API
+ * stands for the real API server the kubelet registers Nodes in. The kubelet's clock is the test's,
+ * so Lease renewals and the wait before a vanished instance's Node is deleted are stepped, not slept. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -333,6 +333,38 @@ int main(void) {
   }
   CHECK(expired);
   CHECK(wait_ready(node_path, "True")); /* still running until the reclaim */
+  stop_kubelet(k);
+
+  /* ---- user data without the attach command (a Custom cluster's launch): the instance never joins;
+   * A's /_sim/state says why. The Node of an instance launched after it shows the kubelet had both. ---- */
+  setenv("LUAPROV_ALIBABA_CLUSTER_TYPE", "Custom", 1);
+  char *stray = launch_instance("default-k4");
+  unsetenv("LUAPROV_ALIBABA_CLUSTER_TYPE");
+  free(instance);
+  instance = launch_instance("default-k5");
+  CHECK(stray != NULL && instance != NULL);
+  k = start_kubelet();
+  for (int i = 0; i < 500 && lp_sim_kubelet_stats_get(k).registered == 0; i++) run_for(0.02);
+  CHECK_INT(lp_sim_kubelet_stats_get(k).registered, 1);
+  list = api_get("/api/v1/nodes");
+  int joined = 0, strays = 0;
+  json_array_foreach(json_object_get(list, "items"), idx, item) {
+    const char *node_provider = lp_obj_str(item, "spec.providerID") ?: "";
+    joined += instance && strstr(node_provider, instance) != NULL;
+    strays += stray && strstr(node_provider, stray) != NULL;
+  }
+  json_decref(list);
+  CHECK_INT(joined, 1);
+  CHECK_INT(strays, 0);
+  json_t *state = sim_admin(&loop, http, clouds, "kubernetes", "GET", "/_sim/state", NULL);
+  const char *why = NULL;
+  json_array_foreach(lp_obj_get(state, "kubelet.nodes"), idx, item) {
+    if (stray && strcmp(lp_obj_str(item, "instance_id") ?: "", stray) == 0)
+      why = lp_obj_str(item, "not_registered");
+  }
+  CHECK_STR(why, "the instance has no user data");
+  json_decref(state);
+  free(stray);
   stop_kubelet(k);
 
   /* ---- a simulator that cannot answer: said once, not at every tick ---- */
