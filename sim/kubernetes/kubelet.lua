@@ -36,8 +36,8 @@ local NODES = store.find("", "v1", "nodes")
 -- instance id -> the name of the Node registered for it, kept after the Node is deleted, or false when
 -- a Node with its providerID was there first (a test acting as the kubelet): then the kubelet stays out.
 -- node name -> forced Ready status.
--- instance id -> {parsed} or {why}: what attach.parse made of its user data (it cannot change while
--- the instance runs), so a refusal is logged once.
+-- instance id -> {user_data, parsed} or {user_data, why}: what attach.parse made of its user data (it
+-- cannot change while the instance runs; an Alibaba reset may reuse the ID), so a refusal is logged once.
 local registered, forced, fingerprint, attachments
 
 function M.reset()
@@ -47,9 +47,9 @@ end
 -- The attach command of inst's user data, or nil when it has none that joins this cluster.
 local function attachment(inst)
   local a = attachments[inst.id]
-  if not a then
+  if not a or a.user_data ~= inst.user_data then
     local parsed, why = attach.parse(inst.user_data)
-    a = { parsed = parsed, why = why }
+    a = { user_data = inst.user_data, parsed = parsed, why = why }
     attachments[inst.id] = a
     if not parsed then
       luaprov.log.warn("simulated kubelet: instance does not join the cluster", { instance_id = inst.id,
