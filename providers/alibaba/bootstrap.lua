@@ -1,6 +1,7 @@
 -- What an ECS instance runs first: the user data of a launch (docs/alibaba.md#how-a-node-joins-the-cluster-bootstrap).
 --   user_data(ctx, nodeclaim, nodeclass, capacity_type) -> text | nil, err
 --   cluster_type(ctx) -> "ACKManaged" | "Custom" | nil, err
+--   kubelet_accepts(label_key) -> whether a kubelet takes the label in --node-labels
 --   check(ctx, nodeclass) -> nil | message   why spec.userData cannot make user data for the cluster
 --                                            type (the ECSNodeClass's UserDataReady condition)
 -- text is the raw user data (not base64). For cluster type ACKManaged (the default) it runs the
@@ -51,6 +52,29 @@ local VALUE = "^[%w%._%-]*$"
 local function safe_key(s) return type(s) == "string" and #s <= 317 and s:find(KEY) ~= nil and s:sub(-1) ~= "/" end
 local function safe_value(s) return type(s) == "string" and #s <= 63 and s:find(VALUE) ~= nil end
 
+-- The labels a kubelet accepts in --node-labels from the kubernetes.io and k8s.io domains: it refuses to
+-- start on any other label there (node-restriction.kubernetes.io/..., node-role.kubernetes.io/...).
+-- Such labels stay out of the command; the engine puts every NodeClaim label on the Node when it
+-- registers, so the node still ends up with them.
+local KUBELET_LABELS = {
+  ["kubernetes.io/hostname"] = true, ["kubernetes.io/arch"] = true, ["kubernetes.io/os"] = true,
+  ["beta.kubernetes.io/arch"] = true, ["beta.kubernetes.io/os"] = true, ["beta.kubernetes.io/instance-type"] = true,
+  ["node.kubernetes.io/instance-type"] = true, ["topology.kubernetes.io/zone"] = true,
+  ["topology.kubernetes.io/region"] = true, ["failure-domain.beta.kubernetes.io/zone"] = true,
+  ["failure-domain.beta.kubernetes.io/region"] = true,
+}
+
+local function in_domain(domain, parent)
+  return domain == parent or domain:sub(-(#parent + 1)) == "." .. parent
+end
+
+function M.kubelet_accepts(key)
+  if KUBELET_LABELS[key] then return true end
+  local domain = key:match("^([^/]*)/") or ""
+  if in_domain(domain, "kubelet.kubernetes.io") or in_domain(domain, "node.kubernetes.io") then return true end
+  return not (in_domain(domain, "kubernetes.io") or in_domain(domain, "k8s.io"))
+end
+
 local function node_labels(nodeclaim, capacity_type)
   local labels = {}
   local meta = type(nodeclaim) == "table" and nodeclaim.metadata
@@ -69,7 +93,7 @@ local function node_labels(nodeclaim, capacity_type)
       return invalid("InvalidNodeClaim", "NodeClaim label %s=%q cannot be passed to the attach script "
         .. "(at most 63 letters, digits, '.', '_', '-')", k, tostring(v))
     end
-    keys[#keys + 1] = k
+    if M.kubelet_accepts(k) then keys[#keys + 1] = k end
   end
   table.sort(keys, util.byte_less)
   local out = {}

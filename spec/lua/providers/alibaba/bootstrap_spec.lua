@@ -79,6 +79,20 @@ describe("alibaba bootstrap", function()
       assert.equals(1, cs_calls())
     end)
 
+    it("leaves out the kubernetes.io and k8s.io labels a kubelet refuses to start with", function()
+      local nodeclaim = { metadata = { labels = { ["node-restriction.kubernetes.io/team"] = "a",
+        ["node-role.kubernetes.io/worker"] = "", ["example.k8s.io/x"] = "y", ["kubernetes.io/arch"] = "amd64",
+        ["kubelet.kubernetes.io/role"] = "pool", ["x.node.kubernetes.io/y"] = "z", ["example.com/team"] = "b" } } }
+      local text = assert(bootstrap.user_data(ctx, nodeclaim, { spec = {} }, "spot"))
+      assert.matches(" %-%-labels k8s%.aliyun%.com=true,ack%.aliyun%.com=luaprov%-sim,example%.com/team=b,"
+        .. "karpenter%.sh/capacity%-type=spot,kubelet%.kubernetes%.io/role=pool,kubernetes%.io/arch=amd64,"
+        .. "x%.node%.kubernetes%.io/y=z %-%-node%-config ", text)
+      local refused = { "node-restriction.kubernetes.io/team", "node-role.kubernetes.io/worker", "example.k8s.io/x" }
+      for _, key in ipairs(refused) do
+        assert.is_false(bootstrap.kubelet_accepts(key), key)
+      end
+    end)
+
     it("without user data or maxPods: the command alone, an empty kubelet config", function()
       local text = assert(bootstrap.user_data(ctx, { metadata = {} }, { spec = {} }, "on-demand"))
       assert.equals("#!/bin/bash\n\n" .. SCRIPT
