@@ -38,7 +38,7 @@ static const char usage[] =
     "Objects are JSON or YAML as `kubectl get -o json|yaml` prints them; the instance is JSON in the\n"
     "shape of docs/contracts.md#the-instance-shape. instance-types and user-data call the cloud API at\n"
     "--endpoint (e.g. `luaprov sim`). --SETTING VALUE sets one of the mapping's settings (`luaprov run\n"
-    "--help` lists them), which default to their simulator values here.\n"
+    "--help` lists them), else the environment, else their simulator values.\n"
     "On failure prints {\"error\": \"...\"} and exits 1.\n";
 
 typedef struct eval_args {
@@ -447,7 +447,7 @@ static json_t *evaluate(uv_loop_t *loop, lp_script_host *h, const eval_args *a, 
                         lp_error **err) {
   json_t *declared = lp_script_host_module_json(h, LUAPROV_CLOUDPROVIDER_MAPPING, "settings");
   char *problem = NULL;
-  json_t *ctx = lp_settings_resolve(declared, a->flags, 1, &problem);
+  json_t *ctx = lp_settings_resolve(declared, a->flags, LP_SETTINGS_SIM_FALLBACK, &problem);
   json_decref(declared);
   if (!ctx) {
     lp_error_set(err, "Usage", "%s", problem);

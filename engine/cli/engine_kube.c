@@ -50,7 +50,8 @@ engine_kube *engine_kube_start(uv_loop_t *loop, lp_script_host *scripts, const e
   }
   json_t *declared = lp_script_host_module_json(scripts, LUAPROV_CLOUDPROVIDER_MAPPING, "settings");
   char *problem = NULL;
-  json_t *settings = lp_settings_resolve(declared, opts->provider_flags, opts->sim, &problem);
+  json_t *settings = lp_settings_resolve(declared, opts->provider_flags,
+                                         opts->sim ? LP_SETTINGS_SIM_FIRST : LP_SETTINGS_REAL, &problem);
   json_decref(declared);
   if (!settings) {
     lp_errorlog(LOGGER, "the controllers need the settings of the CloudProvider mapping",

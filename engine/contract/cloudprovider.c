@@ -179,7 +179,7 @@ static void read_exports(lp_cloudprovider *cp, const lp_cloudprovider_config *cf
   json_t *settings = NULL;
   if (!cfg->settings) {
     json_t *declared = lp_script_host_module_json(cp->scripts, cp->mapping, "settings");
-    settings = lp_settings_resolve(declared, NULL, 1, &problem);
+    settings = lp_settings_resolve(declared, NULL, LP_SETTINGS_SIM_FIRST, &problem);
     free(problem);
     json_decref(declared);
   }

@@ -6,8 +6,13 @@
 
 #include "core/error.h"
 
-/* Options the engine itself takes on the same command lines: a setting must not shadow them. */
-static const char *const reserved[] = {"cluster-id", "endpoint", "scripts", "sim", "config", NULL};
+/* Options the engine itself takes on the command lines that take settings (`run`, `eval`): a setting
+ * of the same name would be shadowed by them, silently. */
+static const char *const reserved[] = {
+    "bizfly-cluster",   "ca-file",   "capacity-type", "cluster-id", "config",    "endpoint",   "grpc-addr",
+    "grpc-ca",          "grpc-cert", "grpc-key",      "help",       "instance",  "kubeconfig", "leader-elect",
+    "log-format",       "log-level", "metrics-addr",  "nodeclaim",  "nodeclass", "nodepool",   "scripts",
+    "shutdown-timeout", "sim",       "version",       NULL};
 
 static int lower_kebab(const char *s) {
   if (!s || !(*s >= 'a' && *s <= 'z')) return 0;
@@ -97,7 +102,8 @@ static const json_t *declared_named(const json_t *declared, const char *name) {
   return NULL;
 }
 
-json_t *lp_settings_resolve(const json_t *declared, const json_t *flags, int sim, char **problem) {
+json_t *lp_settings_resolve(const json_t *declared, const json_t *flags, lp_settings_sim sim,
+                            char **problem) {
   *problem = NULL;
   const char *flag;
   const json_t *given;
@@ -113,8 +119,9 @@ json_t *lp_settings_resolve(const json_t *declared, const json_t *flags, int sim
     const char *name = json_string_value(json_object_get(s, "name"));
     const json_t *env = json_object_get(s, "env");
     const char *v = json_string_value(json_object_get(flags, name));
-    if (!v && sim) v = json_string_value(json_object_get(s, "sim"));
+    if (!v && sim == LP_SETTINGS_SIM_FIRST) v = json_string_value(json_object_get(s, "sim"));
     if (!v) v = from_env(env);
+    if (!v && sim == LP_SETTINGS_SIM_FALLBACK) v = json_string_value(json_object_get(s, "sim"));
     if (!v) v = json_string_value(json_object_get(s, "default"));
     if (!v && json_is_true(json_object_get(s, "required"))) {
       *problem = missing(name, env);

@@ -4,9 +4,10 @@
  * cloud needs (where its API lives, the kind of cluster) is the mapping's to declare.
  *
  * A declared setting is {name, env = {VAR...}?, required = bool?, default = string?, sim = string?,
- * help = string?}. Its value is, first found: the flag; under --sim (and offline tools that run
- * against the simulators) its `sim` value; the first environment variable set and non-empty; its
- * `default`. */
+ * help = string?}. Its value is, first found: the flag; under `run --sim` its `sim` value (the
+ * simulators know only their own region, say); the first environment variable set and non-empty; for
+ * the offline tools (`eval`) its `sim` value, so they work with no environment while an operator's
+ * environment still wins; its `default`. */
 #ifndef LUAPROV_CONTRACT_SETTINGS_H
 #define LUAPROV_CONTRACT_SETTINGS_H
 
@@ -23,7 +24,12 @@ char *lp_settings_problem(const json_t *declared);
  * options given. Returns NULL with *problem (malloc'd) when a flag names no declared setting
  * ("unknown option --colour") or a required setting has no value ("the zone is not set: pass
  * --zone VALUE or set ZONE_ID or CLOUD_ZONE"). */
-json_t *lp_settings_resolve(const json_t *declared, const json_t *flags, int sim, char **problem);
+typedef enum lp_settings_sim {
+  LP_SETTINGS_REAL = 0,      /* flag, environment, default */
+  LP_SETTINGS_SIM_FIRST = 1, /* flag, sim value, environment, default (`run --sim`) */
+  LP_SETTINGS_SIM_FALLBACK,  /* flag, environment, sim value, default (`eval`) */
+} lp_settings_sim;
+json_t *lp_settings_resolve(const json_t *declared, const json_t *flags, lp_settings_sim sim, char **problem);
 
 /* Appends one help line per declared setting to out:
  * "  --zone VALUE   the zone ... (env $ZONE_ID, $CLOUD_ZONE; required)". */

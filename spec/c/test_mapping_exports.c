@@ -32,14 +32,14 @@ static void test_settings_values(void) {
   char *problem = NULL;
 
   /* a required setting with no value names the flag and every variable */
-  CHECK(lp_settings_resolve(d, NULL, 0, &problem) == NULL);
+  CHECK(lp_settings_resolve(d, NULL, LP_SETTINGS_REAL, &problem) == NULL);
   CHECK_STR(problem, "the zone is not set: pass --zone VALUE or set ZONE_ID or set CLOUD_ZONE");
   free(problem);
 
   /* the second variable when the first is unset or empty; the default; ctx keys with '_' */
   setenv("ZONE_ID", "", 1);
   setenv("CLOUD_ZONE", "z-env2", 1);
-  json_t *v = lp_settings_resolve(d, NULL, 0, &problem);
+  json_t *v = lp_settings_resolve(d, NULL, LP_SETTINGS_REAL, &problem);
   CHECK(problem == NULL);
   CHECK_STR(json_string_value(json_object_get(v, "zone")), "z-env2");
   CHECK_STR(json_string_value(json_object_get(v, "cluster_type")), "managed");
@@ -47,24 +47,33 @@ static void test_settings_values(void) {
 
   /* the first variable wins over the second; the flag over both */
   setenv("ZONE_ID", "z-env1", 1);
-  v = lp_settings_resolve(d, NULL, 0, &problem);
+  v = lp_settings_resolve(d, NULL, LP_SETTINGS_REAL, &problem);
   CHECK_STR(json_string_value(json_object_get(v, "zone")), "z-env1");
   json_decref(v);
   json_t *flags = json_pack("{s:s, s:s}", "zone", "z-flag", "cluster-type", "dedicated");
-  v = lp_settings_resolve(d, flags, 1, &problem);
+  v = lp_settings_resolve(d, flags, LP_SETTINGS_SIM_FIRST, &problem);
   CHECK_STR(json_string_value(json_object_get(v, "zone")), "z-flag");
   CHECK_STR(json_string_value(json_object_get(v, "cluster_type")), "dedicated");
   json_decref(v);
   json_decref(flags);
 
   /* under the simulators the sim value wins over the environment (as --sim always did) */
-  v = lp_settings_resolve(d, NULL, 1, &problem);
+  v = lp_settings_resolve(d, NULL, LP_SETTINGS_SIM_FIRST, &problem);
   CHECK_STR(json_string_value(json_object_get(v, "zone")), "z-sim");
   json_decref(v);
+  /* for the offline tools the operator's environment wins, the sim value only fills a gap */
+  v = lp_settings_resolve(d, NULL, LP_SETTINGS_SIM_FALLBACK, &problem);
+  CHECK_STR(json_string_value(json_object_get(v, "zone")), "z-env1");
+  json_decref(v);
+  unsetenv("ZONE_ID"), unsetenv("CLOUD_ZONE");
+  v = lp_settings_resolve(d, NULL, LP_SETTINGS_SIM_FALLBACK, &problem);
+  CHECK_STR(json_string_value(json_object_get(v, "zone")), "z-sim");
+  json_decref(v);
+  setenv("ZONE_ID", "z-env1", 1);
 
   /* a flag that names no setting */
   flags = json_pack("{s:s}", "colour", "blue");
-  CHECK(lp_settings_resolve(d, flags, 0, &problem) == NULL);
+  CHECK(lp_settings_resolve(d, flags, LP_SETTINGS_REAL, &problem) == NULL);
   CHECK_STR(problem, "unknown option --colour");
   free(problem);
   json_decref(flags);
@@ -88,6 +97,9 @@ static void test_settings_shape(void) {
       {"{\"name\": \"zone\"}", "settings is not a list"},
       {"[{\"name\": \"Zone\"}]", "settings[1].name is not a lower-case option name like \"cluster-type\""},
       {"[{\"name\": \"cluster-id\"}]", "settings[1].name \"cluster-id\" is an option of the engine itself"},
+      /* `run` takes --kubeconfig and --log-level before any setting would see them */
+      {"[{\"name\": \"kubeconfig\"}]", "settings[1].name \"kubeconfig\" is an option of the engine itself"},
+      {"[{\"name\": \"log-level\"}]", "settings[1].name \"log-level\" is an option of the engine itself"},
       {"[{\"name\": \"zone\", \"env\": \"ZONE\"}]",
        "settings[1] (zone): env is not a list of variable names"},
       {"[{\"name\": \"zone\", \"env\": [1]}]", "settings[1] (zone): env[1] is not a variable name"},
