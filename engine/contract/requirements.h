@@ -12,7 +12,7 @@
 
 /* Non-zero when the requirement lists a and b (JSON arrays; NULL = none) are compatible. When they
  * are not and why is not NULL, *why gets a malloc'd explanation ("topology.kubernetes.io/zone: In
- * [cn-hangzhou-z] has nothing in common with In [cn-hangzhou-h cn-hangzhou-i]"). */
+ * [zone-c] has nothing in common with In [zone-a zone-b]"). */
 int lp_requirements_compatible(const json_t *a, const json_t *b, char **why);
 
 /* Non-zero when value (NULL = the label is absent) satisfies one requirement. */

@@ -5,7 +5,7 @@
  *
  * A declared setting is {name, env = {VAR...}?, required = bool?, default = string?, sim = string?,
  * help = string?}. Its value is, first found: the flag; under `run --sim` its `sim` value (the
- * simulators know only their own region, say); the first environment variable set and non-empty; for
+ * simulators know only their own values); the first environment variable set and non-empty; for
  * the offline tools (`eval`) its `sim` value, so they work with no environment while an operator's
  * environment still wins; its `default`. */
 #ifndef LUAPROV_CONTRACT_SETTINGS_H

@@ -156,7 +156,7 @@ static void launch_more(gc_pass *p) {
 /* ---- deciding ------------------------------------------------------------------------------ */
 
 /* Seconds since the later of the instance's launch and the first list that held it, now being wall
- * time. The later, because ECS reports launch times to the minute and the cloud's clock is not ours:
+ * time. The later, because a cloud may report launch times to the minute and its clock is not ours:
  * a launch time alone could make a seconds-old instance look past its grace period. */
 static double instance_age(gc_state *s, const json_t *listed, const char *provider_id, double now) {
   double created = lp_rfc3339_parse(lp_obj_str(listed, "metadata.creationTimestamp"));

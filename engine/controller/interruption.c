@@ -3,7 +3,7 @@
  * reclaim is replaced before the reclaim.
  *
  * Which Node conditions announce an interruption is the mapping's to say
- * (lp_cloudprovider_interruption_conditions, e.g. InstanceExpired). Per Node (the
+ * (lp_cloudprovider_interruption_conditions). Per Node (the
  * primary kind) labelled karpenter.sh/capacity-type=spot with one of those conditions True:
  *   1. its NodeClaim is the one whose status.providerID is the Node's spec.providerID, else the one
  *      whose status.nodeName is the Node's name; none: nothing to do;

@@ -9,13 +9,11 @@
  *                 adopted. A Node deleted while its instance runs stays deleted.
  *   heartbeats    the Node's Lease in kube-node-lease is renewed every lease_seconds / 4, so the
  *                 node lifecycle controller keeps it Ready; condition changes (Ready forced through
- *                 the simulator's /_sim/kubelet, InstanceExpired while a spot reclaim's notice runs)
- *                 are posted to the Node's status.
- *   pods          pods bound to a live Node are set Running (conditions, IPs, container statuses);
- *                 pods being deleted there are removed (DELETE with grace 0 and a uid precondition),
- *                 as a kubelet does once their containers stopped.
- *   instance gone the Node's conditions turn Unknown at once, its Lease is no longer renewed, and the
- *                 Node is deleted gone_after_seconds later.
+ *                 the simulator's /_sim/kubelet, the interruption condition while a spot reclaim's notice
+ * runs) are posted to the Node's status. pods          pods bound to a live Node are set Running (conditions,
+ * IPs, container statuses); pods being deleted there are removed (DELETE with grace 0 and a uid
+ * precondition), as a kubelet does once their containers stopped. instance gone the Node's conditions turn
+ * Unknown at once, its Lease is no longer renewed, and the Node is deleted gone_after_seconds later.
  *
  * Each step is retried on the next tick when the API server refuses or fails it (logged at warn with
  * the API error); nothing is written twice while a request for the same object is in flight.

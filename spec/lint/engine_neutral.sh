@@ -10,7 +10,7 @@ set -u
 root=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
 cd "$root" || exit 2
 
-words='ecsnodeclass|v_?switch|security.?group|image|region|alibaba|aliyun'
+words='ecsnodeclass|v_?switch|security.?group|image|region|alibaba|aliyun|\<ecs\>|\<ack\>|hangzhou|instanceexpired'
 
 # Kubernetes and Karpenter API names that are the same for every cloud (extended regular
 # expressions, case-sensitive), removed from a line before it is searched.
