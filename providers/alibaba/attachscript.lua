@@ -1,6 +1,10 @@
 -- The ACK attach script of a cluster: the one-line command a new ECS instance runs to join an ACK
 -- managed cluster, from the Container Service's DescribeClusterAttachScripts (ROA, POST
--- /clusters/{ClusterId}/attachscript), cached 6 hours per (endpoint, region, cluster, format_disk).
+-- /clusters/{ClusterId}/attachscript), with its container runtime set to the one the cluster's node
+-- pools run (runtime.lua: ACK may name docker where Kubernetes has none), cached 6 hours per
+-- (endpoint, region, cluster, format_disk). A failed DescribeClusterNodePools never fails get: the
+-- script is used as ACK answered it, and the next get asks the node pools again (not the script)
+-- until they answer.
 --
 --   get(ctx, cluster_id, format_disk) -> script | nil, err
 --   TTL          seconds an answer is reused (6 h)
@@ -11,6 +15,7 @@
 -- request_id, http_status}); its code is never "InsufficientCapacity": a cluster that cannot hand out
 -- its script says nothing about an offering's capacity.
 local luaprov = require "luaprov"
+local runtime = require "providers.alibaba.runtime"
 local session = require "providers.alibaba.session"
 
 local M = {}
@@ -35,16 +40,28 @@ local function clean(value)
   return (value:gsub("\r\n", ""):gsub("^%s+", ""):gsub("%s+$", ""))
 end
 
+-- The entry's script with the node pools' runtime, stored back (the cache keeps copies): asked once,
+-- then again only while the node pool call keeps failing (entry.settled false).
+local function corrected(c, key, cluster_id, entry)
+  entry.script, entry.settled = runtime.correct(c, cluster_id, entry.raw)
+  cache:set(key, entry)
+  return entry.script
+end
+
 function M.get(ctx, cluster_id, format_disk)
   ctx = ctx or {}
   local key = key_of(ctx, cluster_id, format_disk)
   local now = M.clock()
   local hit = cache:get(key)
-  if type(hit) == "table" and type(hit.script) == "string" and type(hit.at) == "number"
+  local c, err
+  if type(hit) == "table" and type(hit.raw) == "string" and type(hit.at) == "number"
       and now >= hit.at and now - hit.at < M.TTL then
-    return hit.script
+    if hit.settled then return hit.script end
+    c = session.client(ctx)
+    if not c then return hit.raw end
+    return corrected(c, key, cluster_id, hit)
   end
-  local c, err = session.client(ctx)
+  c, err = session.client(ctx)
   if not c then
     err.action = M.ACTION
     return nil, err
@@ -66,10 +83,9 @@ function M.get(ctx, cluster_id, format_disk)
       message = ("ACK cluster %s: %s: the attach script is empty (RequestId %s)"):format(cluster_id, M.ACTION,
         request_id or "none") }
   end
-  cache:set(key, { script = script, at = now })
   luaprov.log.info("alibaba attach script fetched", { cluster_id = cluster_id, format_disk = format_disk and true
     or false, request_id = request_id, cached_for_s = M.TTL })
-  return script
+  return corrected(c, key, cluster_id, { raw = script, at = now })
 end
 
 return M

@@ -1,6 +1,7 @@
 -- The simulator's admin paths under /_sim/ (unsigned, JSON in and out): fault rules, simulated time,
--- state for assertions, reset, catalogue scaling, and out-of-band instance changes (a spot reclaim, a
--- stopped node). Tests and the demo drive the simulated cloud through these; see docs/sim.md.
+-- state for assertions, reset, catalogue scaling, the ACK clusters' node pools, and out-of-band
+-- instance changes (a spot reclaim, a stopped node). Tests and the demo drive the simulated cloud
+-- through these; see docs/sim.md.
 local luaprov = require "luaprov"
 local clock = require "sim.clock"
 local rules = require "sim.rules"
@@ -8,6 +9,7 @@ local account = require "sim.alibaba.account"
 local auth = require "sim.alibaba.auth"
 local catalogue = require "sim.alibaba.catalogue"
 local faults = require "sim.alibaba.faults"
+local nodepools = require "sim.alibaba.nodepools"
 local reclaim = require "sim.alibaba.reclaim"
 local state = require "sim.alibaba.state"
 local wire = require "sim.alibaba.wire"
@@ -27,6 +29,7 @@ function M.reset_all()
   state.reset()
   faults.reset()
   auth.reset()
+  nodepools.reset()
 end
 
 local function get_state()
@@ -96,6 +99,17 @@ local function post_reclaim(request)
   return reply(200, { instance_id = inst.id, termination_time = reclaim.termination_time(inst) })
 end
 
+-- {"cluster_id": "luaprov-sim" (the default), "nodepools": [...]}: what DescribeClusterNodePools
+-- answers for that cluster from now on (until a reset).
+local function post_nodepools(request)
+  local body, err = body_json(request, false)
+  if not body then return bad(err) end
+  local cluster_id = body.cluster_id or account.CLUSTER
+  local list, why = nodepools.set(cluster_id, body.nodepools)
+  if not list then return bad(why) end
+  return reply(200, { cluster_id = cluster_id, nodepools = list })
+end
+
 --- handle(request) -> response for a path under /_sim/.
 function M.handle(request)
   local path, method = request.path, request.method
@@ -113,6 +127,10 @@ function M.handle(request)
     if method == "POST" then return post_catalogue(request) end
   end
   if path == "/_sim/reclaim" and method == "POST" then return post_reclaim(request) end
+  if path == "/_sim/nodepools" then
+    if method == "GET" then return reply(200, { clusters = nodepools.summary() }) end
+    if method == "POST" then return post_nodepools(request) end
+  end
   local id = path:match("^/_sim/instances/([%w%-]+)$")
   if id and (method == "POST" or method == "DELETE") then return instance_path(request, id) end
   return reply(404, { error = ("no admin path %s %s (see docs/sim.md)"):format(method, path) })

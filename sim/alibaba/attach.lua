@@ -2,10 +2,19 @@
 -- DescribeClusterAttachScripts answers for a cluster, and the token that ties a node to it. The
 -- simulated kubelet registers a Node only for an instance whose user data runs this script for a
 -- cluster the account has (parse), with the labels, taints and kubelet settings the command names.
---   CLUSTERS                      cluster ID -> {kubernetes_version}
+--
+-- As ACK sometimes does, the script names the docker runtime although the cluster's Kubernetes (1.31)
+-- has no dockershim since 1.24: a node that runs it as answered never starts. Its node pools run
+-- containerd (sim/alibaba/nodepools.lua); the provider puts their runtime in the command
+-- (docs/alibaba.md#how-a-node-joins-the-cluster-bootstrap), and parse refuses docker.
+--   CLUSTERS                      cluster ID -> {kubernetes_version, script_runtime, runtime}:
+--                                 script_runtime the {name, version} the attach script names,
+--                                 runtime the one its node pools run
 --   token(cluster_id) -> the --openapi-token of the cluster's attach command
---   script(cluster_id, format_disk) -> the one-line attach command, or nil when there is no such cluster
---   parse(user_data) -> {cluster_id, labels, taints, node_config, format_disk} | nil, why
+--   script(cluster_id, format_disk[, runtime]) -> the one-line attach command (with runtime {name,
+--                                 version} instead of the script_runtime when given), or nil when
+--                                 there is no such cluster
+--   parse(user_data) -> {cluster_id, labels, taints, node_config, format_disk, runtime} | nil, why
 local luaprov = require "luaprov"
 local account = require "sim.alibaba.account"
 local catalogue = require "sim.alibaba.catalogue"
@@ -13,19 +22,23 @@ local userdata = require "sim.alibaba.userdata"
 
 local M = {}
 
-M.CLUSTERS = { [account.CLUSTER] = { kubernetes_version = "1.31.1-aliyun.1" } }
+M.CLUSTERS = { [account.CLUSTER] = { kubernetes_version = "1.31.1-aliyun.1",
+  script_runtime = { name = "docker", version = "19.03.15" },
+  runtime = { name = "containerd", version = "1.6.38" } } }
 
 function M.token(cluster_id)
   return luaprov.crypto.sha256_hex("luaprov-sim attach " .. cluster_id):sub(1, 32)
 end
 
-function M.script(cluster_id, format_disk)
+function M.script(cluster_id, format_disk, runtime)
   local cluster = M.CLUSTERS[cluster_id]
   if not cluster then return nil end
   local region = catalogue.REGION
+  runtime = runtime or cluster.script_runtime
   return ("curl -fsSL http://aliacs-k8s-%s.oss-%s.aliyuncs.com/public/pkg/run/attach/%s/attach_node.sh"
-    .. " | bash -s -- --openapi-token %s --ess true --auto-drain false%s")
-    :format(region, region, cluster.kubernetes_version, M.token(cluster_id), format_disk and " --format-disk" or "")
+    .. " | bash -s -- --openapi-token %s --ess true --auto-drain false --runtime %s --runtime-version %s%s")
+    :format(region, region, cluster.kubernetes_version, M.token(cluster_id), runtime.name, runtime.version,
+      format_disk and " --format-disk" or "")
 end
 
 -- ---- parse: the attach command an instance's user data runs ----------------------------------------
@@ -148,7 +161,7 @@ local function attach_line(scripts)
 end
 
 local VALUED = { ["--openapi-token"] = true, ["--ess"] = true, ["--auto-drain"] = true, ["--labels"] = true,
-  ["--taints"] = true, ["--node-config"] = true }
+  ["--taints"] = true, ["--node-config"] = true, ["--runtime"] = true, ["--runtime-version"] = true }
 
 -- The arguments after "--" -> {option -> value (true for --format-disk)}
 local function options(args)
@@ -173,6 +186,32 @@ local function options(args)
   return opts
 end
 
+local RUNTIMES = { containerd = true, docker = true, ["Sandboxed-Container.runv"] = true }
+
+-- "1.31.1-aliyun.1" -> whether it is Kubernetes 1.24 or later (no dockershim).
+local function without_dockershim(version)
+  local major, minor = version:match("^v?(%d+)%.(%d+)")
+  major, minor = tonumber(major), tonumber(minor)
+  return major ~= nil and (major > 1 or (major == 1 and minor >= 24))
+end
+
+-- --runtime and --runtime-version (both or neither) -> {name, version} | nil (neither) | false, why.
+-- A node told to run docker on a Kubernetes without dockershim never starts its kubelet.
+local function check_runtime(opts, cluster_id)
+  local name, version = opts["--runtime"], opts["--runtime-version"]
+  if name == nil and version == nil then return nil end
+  if name == nil or version == nil then return false, "--runtime and --runtime-version go together" end
+  if not RUNTIMES[name] then
+    return false, ("--runtime %q is not containerd, docker or Sandboxed-Container.runv"):format(name)
+  end
+  local kubernetes = M.CLUSTERS[cluster_id].kubernetes_version
+  if name == "docker" and without_dockershim(kubernetes) then
+    return false, ("--runtime docker on Kubernetes %s, which has no dockershim since 1.24: the kubelet never "
+      .. "starts"):format(kubernetes)
+  end
+  return { name = name, version = version }
+end
+
 local function check(line)
   local opts, why = options(line.args)
   if not opts then return nil, why end
@@ -195,15 +234,18 @@ local function check(line)
   local node_config, nerr = {}, nil
   if opts["--node-config"] then node_config, nerr = parse_node_config(opts["--node-config"]) end
   if not node_config then return nil, nerr end
+  local runtime, rerr = check_runtime(opts, cluster_id)
+  if runtime == false then return nil, rerr end
   return { cluster_id = cluster_id, labels = labels, taints = taints, node_config = node_config,
-    format_disk = opts["--format-disk"] == true }
+    format_disk = opts["--format-disk"] == true, runtime = runtime }
 end
 
---- parse(user_data) -> {cluster_id, labels, taints, node_config, format_disk} | nil, why: the ACK attach
+--- parse(user_data) -> {cluster_id, labels, taints, node_config, format_disk, runtime} | nil, why: the ACK attach
 -- command the user data (base64 as the instance keeps it, or text; a script or a MIME archive) runs.
 -- labels {k = v} as --labels names them; taints {{key, value?, effect}} in --taints order; node_config
--- the decoded --node-config ({} without it). Nil with why when the scripts run no attach command, or
--- one whose token, cluster, labels, taints or node config are not right. why never holds the token.
+-- the decoded --node-config ({} without it); runtime {name, version} of --runtime and --runtime-version
+-- (nil without them). Nil with why when the scripts run no attach command, or one whose token, cluster,
+-- labels, taints, node config or runtime are not right. why never holds the token.
 function M.parse(user_data)
   local scripts, why = userdata.scripts(user_data)
   if not scripts then return nil, why end

@@ -13,6 +13,7 @@ describe("attach.parse", function()
     local parsed = assert(attach.parse(support.base64 { labels = { ["karpenter.sh/nodepool"] = "general" },
       taints = { "karpenter.sh/unregistered:NoExecute", "dedicated=gpu:NoSchedule" } }))
     assert.same({ cluster_id = "luaprov-sim", format_disk = false, node_config = {},
+      runtime = { name = "containerd", version = "1.6.38" },
       labels = { ["k8s.aliyun.com"] = "true", ["ack.aliyun.com"] = "luaprov-sim",
         ["karpenter.sh/nodepool"] = "general" },
       taints = { { key = "karpenter.sh/unregistered", effect = "NoExecute" },

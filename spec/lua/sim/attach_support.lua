@@ -1,6 +1,7 @@
 -- Shared by the simulator specs that launch instances themselves (not through the provider): user
 -- data that runs the simulated cluster's ACK attach command (sim.alibaba.attach.script), with the
--- labels, taints and maxPods a test wants, in the shape the provider writes (docs/sim.md).
+-- labels, taints and maxPods a test wants, in the shape the provider writes (docs/sim.md): with the
+-- runtime the cluster's node pools run, as the provider corrects the script.
 --   line(opts) -> the attach command line; text(opts) -> the script; base64(opts) -> RunInstances' UserData
 --   opts: cluster (default the account's), labels {k = v}, taints {"k=v:Effect", ...}, max_pods,
 --         mime (a MIME multipart archive instead of a plain script)
@@ -18,7 +19,9 @@ function M.line(opts)
   for k, v in pairs(opts.labels or {}) do extra[#extra + 1] = k .. "=" .. v end
   table.sort(extra)
   for _, l in ipairs(extra) do labels[#labels + 1] = l end
-  local line = assert(attach.script(cluster), cluster) .. " --labels " .. table.concat(labels, ",")
+  local known = attach.CLUSTERS[cluster]
+  local line = assert(attach.script(cluster, false, known and known.runtime), cluster)
+    .. " --labels " .. table.concat(labels, ",")
   if opts.max_pods then
     line = line .. " --node-config "
       .. luaprov.crypto.base64_encode(luaprov.json.encode({ kubelet_config = { maxPods = opts.max_pods } }))

@@ -16,7 +16,10 @@ local luaprov = require "luaprov"
 local simulator = dofile((os.getenv("LUAPROV_SOURCE_DIR") or ".") .. "/spec/fixtures/alibaba/simulator.lua")
 
 local CLUSTER = "luaprov-sim"
-local SCRIPT = attach.script(CLUSTER, false)
+-- The attach script as the provider writes it: ACK's answer with the runtime of the cluster's default
+-- node pool (sim/alibaba/nodepools.lua) in place of the docker the simulated ACK names.
+local CONTAINERD = { name = "containerd", version = "1.6.38" }
+local SCRIPT = attach.script(CLUSTER, false, CONTAINERD)
 -- base64 of {"kubelet_config":{"maxPods":64}} and of {"kubelet_config":{}}, computed outside Lua.
 local CONFIG_64 = "eyJrdWJlbGV0X2NvbmZpZyI6eyJtYXhQb2RzIjo2NH19"
 local CONFIG_EMPTY = "eyJrdWJlbGV0X2NvbmZpZyI6e319"
@@ -116,7 +119,7 @@ describe("alibaba bootstrap", function()
 
     it("asks for disk formatting when the node class says so", function()
       local text = assert(bootstrap.user_data(ctx, {}, { spec = { formatDataDisk = true } }, "spot"))
-      assert.equals(1, select(2, text:find(attach.script(CLUSTER, true), 1, true)) and 1)
+      assert.equals(1, select(2, text:find(attach.script(CLUSTER, true, CONTAINERD), 1, true)) and 1)
       assert.matches("%-%-format%-disk %-%-labels", text)
     end)
 

@@ -11,7 +11,8 @@ local source_dir = os.getenv("LUAPROV_SOURCE_DIR") or "."
 
 -- The RAM service of each action the simulator serves outside ECS; STS AssumeRoleWithOIDC needs no
 -- permission (the OIDC token is the credential), so it is not in a policy.
-local SERVICE = { DescribeVSwitches = "vpc", DescribeClusterAttachScripts = "cs", AssumeRoleWithOIDC = false }
+local SERVICE = { DescribeVSwitches = "vpc", DescribeClusterAttachScripts = "cs", DescribeClusterNodePools = "cs",
+  AssumeRoleWithOIDC = false }
 
 local function policy_actions()
   local f = assert(io.open(source_dir .. "/examples/deploy/ram-policy.json"))
