@@ -46,7 +46,8 @@ function M.set(cluster_id, list)
       end
     end
   end
-  pools[cluster_id] = setmetatable(list, array_mt)
+  if getmetatable(list) ~= array_mt then setmetatable(list, array_mt) end
+  pools[cluster_id] = list
   return pools[cluster_id]
 end
 
