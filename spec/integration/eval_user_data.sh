@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # luaprov eval user-data against `luaprov sim`: the user data a launch would send for an ACK managed
-# cluster (the attach command from the simulated Container Service, labels, node config, taints), the
-# Custom passthrough, and the error an operator gets for an unknown cluster.
+# cluster (the attach command from the simulated Container Service with its node pools' runtime,
+# labels, node config, taints), the Custom passthrough, and the error an operator gets for an unknown
+# cluster.
 source "$(dirname "$0")/lib.sh"
 
 start_alibaba_sim
@@ -23,6 +24,9 @@ grep -qx 'echo before' "$WORK/user-data" || fail "no pre text"
 grep -qx 'echo after' "$WORK/user-data" || fail "no post text"
 attach="$(grep -- '--openapi-token' "$WORK/user-data")" || fail "no attach command in $(cat "$WORK/user-data")"
 [[ "$attach" == "curl -fsSL "*"attach_node.sh | bash -s -- --openapi-token "* ]] || fail "attach line: $attach"
+# The runtime of the cluster's default node pool, not the docker the simulated ACK names.
+[[ "$attach" == *" --runtime containerd --runtime-version 1.6.38 "* && "$attach" != *docker* ]] \
+  || fail "runtime not corrected: $attach"
 labels="$(sed 's/.* --labels \([^ ]*\) .*/\1/' <<<"$attach")"
 [[ "$labels" == k8s.aliyun.com=true,ack.aliyun.com=luaprov-sim,* ]] || fail "labels: $labels"
 [[ ",$labels," == *,karpenter.sh/capacity-type=spot,* ]] || fail "capacity type label: $labels"
@@ -34,9 +38,9 @@ config="$(sed 's/.* --node-config \([^ ]*\) .*/\1/' <<<"$attach")"
 order="$(grep -n -e '^echo before$' -e 'openapi-token' -e '^echo after$' "$WORK/user-data" | cut -d: -f1 | tr '\n' ' ')"
 read -r before cmd after <<<"$order"
 (( before < cmd && cmd < after )) || fail "order of the parts: $order"
-# The simulated Container Service was asked once.
-calls="$(curl -s "$ENDPOINT/_sim/state" | jq '.calls.DescribeClusterAttachScripts')"
-[[ "$calls" == 1 ]] || fail "DescribeClusterAttachScripts calls: $calls"
+# The simulated Container Service was asked once for the script, once for the node pools.
+calls="$(curl -s "$ENDPOINT/_sim/state" | jq -c '[.calls.DescribeClusterAttachScripts, .calls.DescribeClusterNodePools]')"
+[[ "$calls" == "[1,1]" ]] || fail "DescribeClusterAttachScripts, DescribeClusterNodePools calls: $calls"
 
 # Custom: spec.userData as it is, no call.
 LUAPROV_ALIBABA_CLUSTER_TYPE=Custom "$LUAPROV" eval user-data --nodeclaim "$F/nodeclaim.json" \
