@@ -102,6 +102,20 @@ describe("attach.parse", function()
       with(b64('{"kubelet_config":{"maxPods":"64"}}')))
   end)
 
+  it("refuses docker on the cluster's Kubernetes 1.31, and runtime flags that do not go together", function()
+    local function with(from, to) return refused("#!/bin/bash\n" .. support.line():gsub(from, to)) end
+    local RT = "%-%-runtime containerd %-%-runtime%-version 1%.6%.38"
+    assert.equal("attach command: --runtime docker on Kubernetes 1.31.1-aliyun.1, which has no dockershim since "
+      .. "1.24: the kubelet never starts", with(RT, "--runtime docker --runtime-version 19.03.15"))
+    assert.equal("attach command: --runtime and --runtime-version go together", with(RT, "--runtime containerd"))
+    assert.equal("attach command: --runtime and --runtime-version go together", with(RT, "--runtime-version 1.6.38"))
+    assert.equal('attach command: --runtime "crio" is not containerd, docker or Sandboxed-Container.runv',
+      with(RT, "--runtime crio --runtime-version 1.30"))
+    assert.same({ name = "Sandboxed-Container.runv", version = "2.1.0" }, assert(parse_text("#!/bin/bash\n"
+      .. support.line():gsub(RT, "--runtime Sandboxed-Container.runv --runtime-version 2.1.0"))).runtime)
+    assert.is_nil(assert(parse_text("#!/bin/bash\n" .. support.line():gsub(" " .. RT, ""))).runtime)
+  end)
+
   it("refuses another cluster's attach script URL", function()
     assert.matches("^attach command: the attach script is not cluster luaprov%-sim's %(curl ",
       refused("#!/bin/bash\n" .. support.line():gsub("/attach/[^/]+/", "/attach/1.20.0/")))
