@@ -59,6 +59,28 @@ end
 
 local function valid_label_value(value) return value == "" or valid_label_name(value) end
 
+-- A kubelet refuses to start with a --node-labels key in the kubernetes.io or k8s.io namespaces other
+-- than its own well-known labels and the kubelet.kubernetes.io and node.kubernetes.io namespaces.
+local KUBELET_OWN = {}
+for _, key in ipairs { "kubernetes.io/hostname", "kubernetes.io/arch", "kubernetes.io/os", "beta.kubernetes.io/arch",
+  "beta.kubernetes.io/os", "beta.kubernetes.io/instance-type", "node.kubernetes.io/instance-type",
+  "topology.kubernetes.io/zone", "topology.kubernetes.io/region", "failure-domain.beta.kubernetes.io/zone",
+  "failure-domain.beta.kubernetes.io/region" } do
+  KUBELET_OWN[key] = true
+end
+
+local function under(namespace, root)
+  return namespace == root or namespace:sub(-#root - 1) == "." .. root
+end
+
+local function kubelet_refuses(key)
+  local namespace = key:match("^(.*)/") or ""
+  if KUBELET_OWN[key] or under(namespace, "kubelet.kubernetes.io") or under(namespace, "node.kubernetes.io") then
+    return false
+  end
+  return under(namespace, "kubernetes.io") or under(namespace, "k8s.io")
+end
+
 -- "k=v,k=v" -> {k = v}
 local function parse_labels(text)
   local labels = {}
@@ -70,6 +92,10 @@ local function parse_labels(text)
       return nil, ("--labels value %q of %s is not a valid label value"):format(value, key)
     end
     if labels[key] then return nil, ("--labels names %s twice"):format(key) end
+    if kubelet_refuses(key) then
+      return nil, ("--labels %s: the kubelet refuses unknown kubernetes.io and k8s.io labels and does not start")
+        :format(key)
+    end
     labels[key] = value
   end
   return labels

@@ -92,6 +92,23 @@ describe("attach.parse", function()
       .. support.line() .. "\n"))
   end)
 
+  it("refuses kubernetes.io and k8s.io labels a kubelet does not start with, takes its own", function()
+    local function labelled(key)
+      return attach.parse(support.base64 { labels = { [key] = "x" } })
+    end
+    local refused_keys = { "node-role.kubernetes.io/worker", "node-restriction.kubernetes.io/team", "example.k8s.io/a" }
+    for _, key in ipairs(refused_keys) do
+      local parsed, why = labelled(key)
+      assert.is_nil(parsed, key)
+      assert.equal("attach command: --labels " .. key .. ": the kubelet refuses unknown kubernetes.io and k8s.io "
+        .. "labels and does not start", why)
+    end
+    local taken = { "kubernetes.io/arch", "kubelet.kubernetes.io/role", "x.node.kubernetes.io/y", "example.com/a" }
+    for _, key in ipairs(taken) do
+      assert.is_table(labelled(key), key)
+    end
+  end)
+
   it("refuses a --node-config that is not base64 JSON with a positive integer maxPods", function()
     local function with(config) return refused("#!/bin/bash\n" .. support.line() .. " --node-config " .. config) end
     assert.matches("^attach command: %-%-node%-config is not base64: ", with("not*base64"))
