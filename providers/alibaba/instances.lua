@@ -5,6 +5,7 @@
 --   run(ctx, req) -> instance | nil, err      delete(ctx, id) -> true | nil, err
 --   get(ctx, id) -> instance | nil, err       describe(ctx, ids) -> instances | nil, err
 --   list(ctx) -> instances | nil, err         to_instance(api_instance) -> instance
+--   launched_for(ctx, nodeclaim_name, opts) -> instance | false | nil, err
 local luaprov = require "luaprov"
 local session = require "providers.alibaba.session"
 
@@ -14,9 +15,10 @@ local M = {}
 
 -- DescribeInstances takes at most 100 ids in InstanceIds and returns at most 100 per page.
 local BATCH = 100
--- A new instance can take a moment to show up in DescribeInstances (eventual consistency).
-local DESCRIBE_NEW_ATTEMPTS = 5
-local DESCRIBE_NEW_WAIT_S = 0.5
+-- A new instance can take a moment to show up in DescribeInstances (eventual consistency): looked
+-- up this many times, this far apart (a spec may shorten the wait).
+M.DESCRIBE_NEW_ATTEMPTS = 5
+M.DESCRIBE_NEW_WAIT_S = 0.5
 
 local STATES = {
   Pending = "pending", Starting = "pending", Running = "running", Stopping = "stopping", Stopped = "stopped",
@@ -144,6 +146,41 @@ function M.list(ctx)
   return out
 end
 
+--- launched_for(ctx, nodeclaim_name, {attempts}) -> the cluster's live instance launched for the
+-- NodeClaim (tagged kubernetes.io/cluster/<cluster_id>=owned and karpenter.sh/nodeclaim=<name>, the
+-- engine's tags, rule CP7), the oldest when there are several; false when there is none. A
+-- terminated or stopping instance (being deleted) does not count. With attempts > 1 the lookup is
+-- repeated while it finds none, M.DESCRIBE_NEW_WAIT_S apart: a new instance can take a moment to show
+-- up. The answer's RequestId is in instance.request_id.
+function M.launched_for(ctx, nodeclaim_name, opts)
+  if type(ctx.cluster_id) ~= "string" or ctx.cluster_id == "" then
+    return nil, { code = "InvalidConfig", message = "instances.launched_for needs ctx.cluster_id" }
+  end
+  local c, err = client_for(ctx)
+  if not c then return nil, err end
+  local attempts = opts and opts.attempts or 1
+  for n = 1, attempts do
+    local body, derr = c:call("ecs", "DescribeInstances", { RegionId = ctx.region, MaxResults = BATCH,
+      Tag = { { Key = "kubernetes.io/cluster/" .. ctx.cluster_id, Value = "owned" },
+        { Key = "karpenter.sh/nodeclaim", Value = nodeclaim_name } } }, { idempotent = true })
+    if not body then return nil, derr end
+    local found
+    for _, api in ipairs(list_at(body, "Instances", "Instance")) do
+      local inst = M.to_instance(api)
+      if inst.state ~= "terminated" and inst.state ~= "stopping"
+          and (not found or (inst.launch_time or "") < (found.launch_time or "")) then
+        found = inst
+      end
+    end
+    if found then
+      found.request_id = body.RequestId
+      return found
+    end
+    if n < attempts then time.sleep(M.DESCRIBE_NEW_WAIT_S) end
+  end
+  return false
+end
+
 -- Tags in key order, so the same request always flattens to the same Tag.N numbering.
 local function tag_params(tags)
   local keys = {}
@@ -212,13 +249,7 @@ function M.run(ctx, req)
     params.UserData = crypto.base64_encode(req.user_data)
   end
   local body, rerr = c:call("ecs", "RunInstances", params)
-  if not body then
-    if rerr.code == "InsufficientCapacity" then
-      rerr.offerings = { { instance_type = req.instance_type, zone = req.zone,
-        capacity_type = spot and "spot" or "on-demand" } }
-    end
-    return nil, rerr
-  end
+  if not body then return nil, rerr end
   local id = list_at(body, "InstanceIdSets", "InstanceIdSet")[1]
   if type(id) ~= "string" then
     return nil, { code = "InvalidResponse", action = "RunInstances", request_id = body.RequestId,
@@ -227,11 +258,11 @@ function M.run(ctx, req)
   end
   log.info("instance launched", { instance_id = id, instance_type = req.instance_type, zone = req.zone,
     capacity_type = req.capacity_type, request_id = body.RequestId })
-  for n = 1, DESCRIBE_NEW_ATTEMPTS do
+  for n = 1, M.DESCRIBE_NEW_ATTEMPTS do
     local inst, gerr = M.get(ctx, id)
     if inst then return inst end
     if gerr.code ~= "NotFound" then break end
-    if n < DESCRIBE_NEW_ATTEMPTS then time.sleep(DESCRIBE_NEW_WAIT_S) end
+    if n < M.DESCRIBE_NEW_ATTEMPTS then time.sleep(M.DESCRIBE_NEW_WAIT_S) end
   end
   log.debug("new instance not described yet; answering from the request", { instance_id = id })
   return from_request(ctx, req, id)

@@ -2,7 +2,8 @@
 -- engine allows, cheapest first, choose the one to launch and everything ECS needs for it from the
 -- ECSNodeClass (the vSwitch by spec.vSwitchSelectionPolicy, the image for the type's architecture,
 -- security groups, disks, key pair or password, spot strategy, user data), then launch one instance
--- through instances.run. docs/alibaba.md#launching-an-instance says the same for operators.
+-- through instances.run; an instance already launched for the NodeClaim is returned instead
+-- (adopted = true, rule CP9). docs/alibaba.md#launching-an-instance says the same for operators.
 --   create(ctx, launch) -> instance | nil, err
 --   launch = {nodeclaim, nodeclass, tags, offerings = {{instance_type, zone, capacity_type, price,
 --             client_token, type}}}
@@ -12,9 +13,18 @@ local luaprov = require "luaprov"
 local bootstrap = require "providers.alibaba.bootstrap"
 local instances = require "providers.alibaba.instances"
 
-local json = luaprov.json
+local json, log = luaprov.json, luaprov.log
 
 local M = {}
+
+-- balanced counts the launches this process made into a vSwitch since the status showed its count
+-- (the status controller refreshes it every 300 s): the count minus those launches is what the next
+-- launch compares. The discount starts over when the status shows another count, and is dropped
+-- LAUNCH_DISCOUNT_TTL seconds after its first launch, by when a refresh has counted those addresses.
+M.LAUNCH_DISCOUNT_TTL = 300
+M.clock = luaprov.time.now
+-- The luaprov.cache TTL only bounds memory; the age is judged on M.clock.
+local launches = luaprov.cache.new("alibaba-vswitch-launches", 2 * M.LAUNCH_DISCOUNT_TTL, 10000)
 
 M.SPOT_PRICE_LIMIT_ANNOTATION = "luaprov.io/spot-price-limit"
 -- Tried in this order when spec.systemDisk.categories is empty.
@@ -75,8 +85,31 @@ end
 
 -- vSwitch and image ------------------------------------------------------------------------------
 
-local function free_ips(vswitch)
+local function status_free_ips(vswitch)
   return tonumber(field(vswitch, "availableIpAddressCount")) or 0
+end
+
+-- The discount entry of the vSwitch, {base, at, count}, while it still applies to the status's count.
+local function discount(vswitch)
+  local hit = launches:get(vswitch.id)
+  local now = M.clock()
+  if type(hit) == "table" and hit.base == status_free_ips(vswitch) and type(hit.at) == "number"
+      and now >= hit.at and now - hit.at < M.LAUNCH_DISCOUNT_TTL then
+    return hit
+  end
+  return nil
+end
+
+-- The vSwitch's free addresses: the status's count minus this process's launches since (above).
+local function free_ips(vswitch)
+  local hit = discount(vswitch)
+  return status_free_ips(vswitch) - (hit and tonumber(hit.count) or 0)
+end
+
+local function count_launch(vswitch)
+  local hit = discount(vswitch)
+  launches:set(vswitch.id, { base = status_free_ips(vswitch), at = hit and hit.at or M.clock(),
+    count = (hit and tonumber(hit.count) or 0) + 1 })
 end
 
 -- The zone's first vSwitch in status.vSwitches, or nil. resolve_nodeclass lists them most free
@@ -238,7 +271,25 @@ local function token_for(token, index)
   return token:sub(1, MAX_TOKEN - #suffix) .. suffix
 end
 
--- One offering: RunInstances with each system disk category in turn while the type refuses it.
+-- The cluster's instance already launched for the NodeClaim (instances.launched_for), marked adopted
+-- and logged; false when there is none; nil, err when the lookup failed. Without the engine's
+-- karpenter.sh/nodeclaim tag in launch.tags (rule CP7) no instance can be found: false.
+local function already_launched(ctx, launch, attempts)
+  local name = field(launch.tags, "karpenter.sh/nodeclaim")
+  if type(name) ~= "string" or name == "" then return false end
+  local inst, err = instances.launched_for(ctx, name, { attempts = attempts })
+  if not inst then return inst, err end
+  log.info("instance already launched for NodeClaim", { nodeclaim = name, instance_id = inst.id,
+    request_id = inst.request_id })
+  inst.request_id = nil
+  inst.adopted = true
+  return inst
+end
+
+-- One offering: RunInstances with each system disk category in turn while the type refuses it. A
+-- reused token with other parameters (IdempotentParameterMismatch: the vSwitch, image, user data...
+-- changed since the first attempt) means that attempt launched: its instance is looked up again,
+-- a few times while DescribeInstances catches up.
 local function launch_one(ctx, launch, c, disks)
   local req, err = request(ctx, launch, c, disks)
   if not req then return nil, err end
@@ -249,7 +300,16 @@ local function launch_one(ctx, launch, c, disks)
       performance_level = category == "cloud_essd" and disks.system.performance_level or nil }
     req.client_token = token_for(c.offering.client_token, i)
     local inst, rerr = instances.run(ctx, req)
-    if inst then return inst end
+    if inst then
+      count_launch(c.vswitch)
+      return inst
+    end
+    if (rerr.api_code or rerr.code) == "IdempotentParameterMismatch" then
+      local found, ferr = already_launched(ctx, launch, instances.DESCRIBE_NEW_ATTEMPTS)
+      if found then return found end
+      if found == nil then return nil, ferr end
+      return nil, rerr
+    end
     if not CATEGORY_REFUSED[rerr.api_code or rerr.code] then return nil, rerr end
     last = rerr
   end
@@ -262,6 +322,11 @@ end
 
 function M.create(ctx, launch)
   if type(launch) ~= "table" then error("create: launch must be a table", 2) end
+  -- A create repeated after a lost answer may be handed other offerings or build another request:
+  -- the instance the first one launched is the answer (one DescribeInstances per launch).
+  local existing, lerr = already_launched(ctx, launch, 1)
+  if existing then return existing end
+  if existing == nil then return nil, lerr end
   local spec = field(launch.nodeclass, "spec") or {}
   local system, serr = system_disk(spec)
   if not system then return nil, invalid(launch.nodeclass, serr) end

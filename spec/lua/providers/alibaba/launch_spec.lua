@@ -1,7 +1,9 @@
 -- The mapping's launch decision (providers/alibaba/launch.lua, docs/alibaba.md#launching-an-instance)
 -- against the Alibaba simulator over real HTTP: the vSwitch policy, the image by architecture, the
 -- system disk fall-through and its tokens, data disks and access, the spot strategy, offerings the
--- class cannot launch in, out-of-stock reporting and the bootstrap error.
+-- class cannot launch in, out-of-stock reporting, the bootstrap error, a repeated create finding the
+-- instance the first launched, and balanced's count of its own launches between status refreshes.
+local instances = require "providers.alibaba.instances"
 local launch = require "providers.alibaba.launch"
 local bootstrap = require "providers.alibaba.bootstrap"
 local nodeclass = require "providers.alibaba.nodeclass"
@@ -25,7 +27,17 @@ describe("alibaba launch against the simulator", function()
     if sim then sim:stop() end
     session.reset()
   end)
-  before_each(function() sim:reset() end)
+  -- The discount clock (launch.clock) starts far after the previous spec's, so no launch counts twice.
+  local now, saved_clock, saved_wait = 0, nil, nil
+  before_each(function()
+    sim:reset()
+    now = now + 10 * launch.LAUNCH_DISCOUNT_TTL
+    saved_clock, launch.clock = launch.clock, function() return now end
+    saved_wait, instances.DESCRIBE_NEW_WAIT_S = instances.DESCRIBE_NEW_WAIT_S, 0
+  end)
+  after_each(function()
+    launch.clock, instances.DESCRIBE_NEW_WAIT_S = saved_clock, saved_wait
+  end)
 
   -- An ECSNodeClass over the simulated account's tagged resources, resolved now; spec fields from `spec`.
   local function class(spec, annotations)
@@ -45,9 +57,22 @@ describe("alibaba launch against the simulator", function()
       type = { name = instance_type, requirements = reqs or AMD64 } }
   end
 
+  -- A create for the NodeClaim name (a new one each call when nil), with the engine's tags (rule CP7).
+  local claims = 0
   local function request(nc, offerings, name)
-    return { nodeclaim = { metadata = { name = name or "default-x1", uid = "uid-x1" } }, nodeclass = nc,
-      tags = { ["kubernetes.io/cluster/c-spec"] = "owned" }, offerings = offerings }
+    claims = claims + 1
+    name = name or ("default-x" .. claims)
+    return { nodeclaim = { metadata = { name = name, uid = "uid-" .. name } }, nodeclass = nc,
+      tags = { ["kubernetes.io/cluster/c-spec"] = "owned", ["karpenter.sh/nodeclaim"] = name },
+      offerings = offerings }
+  end
+
+  local function live_instances()
+    local n = 0
+    for _, inst in ipairs(sim:state().instances) do
+      if inst.status ~= "Deleted" and inst.status ~= "Released" then n = n + 1 end
+    end
+    return n
   end
 
   local function sim_instance(id)
@@ -102,6 +127,32 @@ describe("alibaba launch against the simulator", function()
       end
       -- all three zones start with the same count: ties go by offering order, then the used one is behind
       assert.same({ H, I, J }, zones)
+    end)
+
+    it("balanced spreads a burst across zones before the status is refreshed", function()
+      local nc = class { vSwitchSelectionPolicy = "balanced" }
+      local zones = {}
+      for n = 1, 4 do zones[n] = assert(launch.create(ctx, request(nc, three_zones("burst" .. n)))).zone end
+      -- no resolve in between: each launch counts against its vSwitch's address count in the status
+      assert.same({ H, I, J, H }, zones)
+    end)
+
+    it("balanced forgets its launches when the status shows another count, or after the refresh period", function()
+      local nc = class { vSwitchSelectionPolicy = "balanced" }
+      local function counts(h, i, j)
+        for _, v in ipairs(nc.status.vSwitches) do
+          v.availableIpAddressCount = ({ [H] = h, [I] = i, [J] = j })[v.zoneID]
+        end
+      end
+      local function next_zone(n) return assert(launch.create(ctx, request(nc, three_zones("fresh" .. n)))).zone end
+      counts(10, 10, 10)
+      assert.same({ H, I }, { next_zone(1), next_zone(2) })
+      -- the status controller's refresh counts those two: they are not discounted again
+      counts(9, 9, 10)
+      assert.same({ J, H }, { next_zone(3), next_zone(4) })
+      -- the refresh period passed without another count: the discount is dropped (the status is trusted)
+      now = now + launch.LAUNCH_DISCOUNT_TTL
+      assert.equals(J, next_zone(5))
     end)
 
     it("skips an offering in a zone without a vSwitch, and says so when no offering can launch", function()
@@ -215,6 +266,71 @@ describe("alibaba launch against the simulator", function()
       local none, err = launch.create(ctx, request(nc, three_zones("ice-bal2")))
       assert.is_nil(none)
       assert.equals(3, #err.offerings)
+    end)
+  end)
+
+  describe("a create repeated for the same NodeClaim", function()
+    local function two_vswitches_in_h()
+      return class { vSwitchSelectorTerms = { { id = "vsw-bp1simh0000002" }, { id = "vsw-bp1simh0000001" },
+        { id = "vsw-bp1simi0000001" } } }
+    end
+    -- An operator's order, or a refreshed status, puts the zone's other vSwitch first.
+    local function resort(nc)
+      table.sort(nc.status.vSwitches, function(a, b) return a.availableIpAddressCount < b.availableIpAddressCount end)
+    end
+
+    it("returns the instance already launched when the request changed (another vSwitch)", function()
+      local nc = two_vswitches_in_h()
+      local req = request(nc, three_zones("again"))
+      local first = assert(launch.create(ctx, req))
+      resort(nc)
+      local again = assert(launch.create(ctx, req))
+      assert.equals(first.id, again.id)
+      assert.is_true(again.adopted)
+      assert.is_nil(first.adopted)
+      assert.equals(1, live_instances())
+      assert.equals(1, sim:state().calls.RunInstances)
+    end)
+
+    it("returns the instance already launched when the offerings changed (the first one gone)", function()
+      local nc = class()
+      local first = assert(launch.create(ctx, request(nc, three_zones("moved"), "default-moved")))
+      assert.equals(H, first.zone)
+      local rest = three_zones("moved")
+      table.remove(rest, 1)
+      local again = assert(launch.create(ctx, request(nc, rest, "default-moved")))
+      assert.equals(first.id, again.id)
+      assert.equals(H, again.zone) -- not one of the offerings handed this time: the engine accepts it adopted
+      assert.is_true(again.adopted)
+      assert.equals(1, live_instances())
+    end)
+
+    it("on IdempotentParameterMismatch looks the instance up again while DescribeInstances catches up", function()
+      local nc = two_vswitches_in_h()
+      local req = request(nc, three_zones("lag"))
+      local first = assert(launch.create(ctx, req))
+      resort(nc)
+      -- the first lookup does not see the instance yet (eventual consistency), the next ones do
+      sim:fault { action = "DescribeInstances", kind = "malformed", count = 2,
+        body = '{"RequestId":"lagging","Instances":{"Instance":[]},"TotalCount":0,"NextToken":""}' }
+      local again = assert(launch.create(ctx, req))
+      assert.equals(first.id, again.id)
+      assert.is_true(again.adopted)
+      assert.equals(2, sim:state().calls.RunInstances) -- the second answered IdempotentParameterMismatch
+      assert.equals(1, live_instances())
+    end)
+
+    it("on IdempotentParameterMismatch with no live instance returns the error", function()
+      local nc = two_vswitches_in_h()
+      local req = request(nc, three_zones("gone"))
+      local first = assert(launch.create(ctx, req))
+      sim:advance(30) -- Running: an initializing instance cannot be deleted
+      assert(instances.delete(ctx, first.id))
+      resort(nc)
+      local none, err = launch.create(ctx, req)
+      assert.is_nil(none)
+      assert.equals("IdempotentParameterMismatch", err.api_code or err.code)
+      assert.equals(0, live_instances())
     end)
   end)
 
