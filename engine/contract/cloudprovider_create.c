@@ -1,7 +1,8 @@
 /* CloudProvider Create: the offerings the NodeClaim may launch in, cheapest first, handed to the
  * mapping's create (which decides how to launch one of them); out-of-stock offerings it reports are
- * marked unavailable and the rest handed again; the instance it launched is checked and turned into
- * the NodeClaim Karpenter persists (rules CP1, CP2 and CP9, docs/contracts.md#create). */
+ * marked unavailable and all the others handed again; the instance it launched (or found already
+ * launched for the NodeClaim) is checked and turned into the NodeClaim Karpenter persists (rules CP1, CP2 and
+ * CP9, docs/contracts.md#create). */
 #include <openssl/sha.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,30 +48,40 @@ static int compare_candidates(const void *a, const void *b) {
   return c ? c : compare_field(ox, oy, "capacity_type");
 }
 
+enum { TYPE_ALLOWED, TYPE_INCOMPATIBLE, TYPE_TOO_SMALL };
+
+/* Whether the NodeClaim allows the type: its requirements meet the type's and its requests fit. */
+static int type_allowed(const json_t *nodeclaim, const json_t *type) {
+  const json_t *spec = json_object_get(nodeclaim, "spec");
+  if (!lp_requirements_compatible(json_object_get(spec, "requirements"),
+                                  json_object_get(type, "requirements"), NULL))
+    return TYPE_INCOMPATIBLE;
+  if (!lp_resources_fit(json_object_get(json_object_get(spec, "resources"), "requests"),
+                        json_object_get(type, "capacity"), json_object_get(type, "overhead"), NULL))
+    return TYPE_TOO_SMALL;
+  return TYPE_ALLOWED;
+}
+
+static int offering_allowed(const json_t *nodeclaim, const json_t *offering) {
+  return lp_requirements_compatible(json_object_get(json_object_get(nodeclaim, "spec"), "requirements"),
+                                    json_object_get(offering, "requirements"), NULL);
+}
+
 /* Types compatible with the NodeClaim's requirements that fit its requests, with each of their
  * available offerings compatible with the requirements, as [type, offering] pairs, cheapest first. */
 static json_t *launch_candidates(const json_t *nodeclaim, const json_t *types, char **why) {
-  const json_t *spec = json_object_get(nodeclaim, "spec");
-  const json_t *reqs = json_object_get(spec, "requirements");
-  const json_t *requests = json_object_get(json_object_get(spec, "resources"), "requests");
   json_t *out = json_array();
   size_t incompatible = 0, too_small = 0, unavailable = 0, i;
   const json_t *type;
   json_array_foreach(types, i, type) {
-    if (!lp_requirements_compatible(reqs, json_object_get(type, "requirements"), NULL)) {
-      incompatible++;
-      continue;
-    }
-    if (!lp_resources_fit(requests, json_object_get(type, "capacity"), json_object_get(type, "overhead"),
-                          NULL)) {
-      too_small++;
-      continue;
-    }
+    int allowed = type_allowed(nodeclaim, type);
+    incompatible += allowed == TYPE_INCOMPATIBLE;
+    too_small += allowed == TYPE_TOO_SMALL;
+    if (allowed != TYPE_ALLOWED) continue;
     size_t k, before = json_array_size(out);
     const json_t *offering;
     json_array_foreach(json_object_get(type, "offerings"), k, offering) {
-      if (json_is_true(json_object_get(offering, "available")) &&
-          lp_requirements_compatible(reqs, json_object_get(offering, "requirements"), NULL))
+      if (json_is_true(json_object_get(offering, "available")) && offering_allowed(nodeclaim, offering))
         json_array_append_new(out, json_pack("[OO]", type, offering));
     }
     if (json_array_size(out) == before) unavailable++;
@@ -164,10 +175,10 @@ static void provider_id_done(op *o, json_t *values, lp_error *err) {
   cp_finish(o, claim, NULL);
 }
 
-/* The index in o->candidates, at or after o->next_candidate, of the offering (type, zone, capacity
- * type), or -1 when create was not handed it. */
+/* The index in o->candidates (what the last create call was handed) of the offering (type, zone,
+ * capacity type), or -1 when create was not handed it. */
 static long handed_index(const op *o, const char *type, const char *zone, const char *capacity_type) {
-  for (size_t i = o->next_candidate; i < json_array_size(o->candidates); i++) {
+  for (size_t i = 0; i < json_array_size(o->candidates); i++) {
     const json_t *pair = json_array_get(o->candidates, i);
     const json_t *offering = json_array_get(pair, 1);
     const char *t = json_string_value(json_object_get(json_array_get(pair, 0), "name"));
@@ -186,11 +197,13 @@ static long handed_index_of(const op *o, const json_t *item) {
                       json_string_value(json_object_get(item, "capacity_type")));
 }
 
-/* InsufficientCapacity: the offerings the mapping found out of stock are marked unavailable and the
- * ones after the last of them handed again; without a list, the mapping could launch none. */
+/* InsufficientCapacity: the offerings the mapping found out of stock are marked unavailable and
+ * removed, and all the others handed again; without a list, the mapping could launch none. Each
+ * round removes at least one offering (one reported twice, or never handed, is a CP9 violation), so
+ * the rounds end. */
 static void out_of_stock(op *o, lp_error *err) {
   const json_t *reported = json_object_get(o->error_detail, "offerings");
-  size_t handed = json_array_size(o->candidates) - o->next_candidate;
+  size_t handed = json_array_size(o->candidates);
   if (!json_is_array(reported) || json_array_size(reported) == 0) {
     lp_counter_inc(o->cp->launches, LP_LABELS("insufficient_capacity"));
     lp_error *e = lp_error_new("InsufficientCapacity",
@@ -200,12 +213,13 @@ static void out_of_stock(op *o, lp_error *err) {
     cp_finish(o, NULL, e);
     return;
   }
-  long last = -1;
+  char *gone = lp_xcalloc(handed, 1);
   size_t i;
   const json_t *item;
   json_array_foreach(reported, i, item) {
     long at = handed_index_of(o, item);
     if (at < 0) {
+      free(gone);
       char *text = json_dumps(item, JSON_COMPACT | JSON_SORT_KEYS);
       char *problem =
           lp_xasprintf("reported %s out of stock, which is not one of the %zu offerings it was handed",
@@ -216,10 +230,11 @@ static void out_of_stock(op *o, lp_error *err) {
                 cp_contract_error(o, o->cp->mapping, "create", problem, "rule CP9 in docs/contracts.md"));
       return;
     }
-    if (at > last) last = at;
+    gone[at] = 1;
   }
-  json_array_foreach(reported, i, item) {
-    const json_t *pair = json_array_get(o->candidates, (size_t)handed_index_of(o, item));
+  for (size_t k = 0; k < handed; k++) {
+    if (!gone[k]) continue;
+    const json_t *pair = json_array_get(o->candidates, k);
     const char *type = json_string_value(json_object_get(json_array_get(pair, 0), "name"));
     const json_t *offering = json_array_get(pair, 1);
     lp_counter_inc(o->cp->launches, LP_LABELS("insufficient_capacity"));
@@ -231,9 +246,39 @@ static void out_of_stock(op *o, lp_error *err) {
     lp_cp_mark_unavailable(o->cp, type, json_string_value(json_object_get(offering, "zone")),
                            json_string_value(json_object_get(offering, "capacity_type")), "out of stock");
   }
+  for (size_t k = handed; k-- > 0;) {
+    if (!gone[k]) continue;
+    json_array_remove(o->candidates, k);
+    o->sold_out++;
+  }
+  free(gone);
   lp_error_free(err);
-  o->next_candidate = (size_t)last + 1;
   launch_next(o);
+}
+
+/* The type of an instance the mapping found already launched for this NodeClaim (`adopted = true`,
+ * rule CP9): when its karpenter.sh/nodeclaim tag names the NodeClaim and its offering is one of a type
+ * the NodeClaim allows, available or not, handed or not; else NULL. */
+static const json_t *adopted_type(const op *o, const json_t *instance) {
+  const char *name = claim_name(o);
+  const char *owner =
+      json_string_value(json_object_get(json_object_get(instance, "tags"), "karpenter.sh/nodeclaim"));
+  if (!json_is_true(json_object_get(instance, "adopted")) || !name || !owner || strcmp(owner, name) != 0)
+    return NULL;
+  const char *type_name = json_string_value(json_object_get(instance, "instance_type"));
+  size_t i, k;
+  const json_t *type, *offering;
+  json_array_foreach(o->types, i, type) {
+    if (strcmp(json_string_value(json_object_get(type, "name")), type_name) != 0) continue;
+    if (type_allowed(o->nodeclaim, type) != TYPE_ALLOWED) return NULL;
+    json_array_foreach(json_object_get(type, "offerings"), k, offering) {
+      if (compare_field(offering, instance, "zone") == 0 &&
+          compare_field(offering, instance, "capacity_type") == 0 && offering_allowed(o->nodeclaim, offering))
+        return type;
+    }
+    return NULL;
+  }
+  return NULL;
 }
 
 static void launch_done(op *o, json_t *values, lp_error *err) {
@@ -257,15 +302,23 @@ static void launch_done(op *o, json_t *values, lp_error *err) {
   const char *rule = "docs/contracts.md#the-instance-shape";
   char *problem = lp_check_instance(instance);
   long at = problem ? -1 : handed_index_of(o, instance);
-  if (!problem && at < 0) {
+  const json_t *type = at >= 0 ? json_array_get(json_array_get(o->candidates, (size_t)at), 0) : NULL;
+  if (!problem && !type) type = adopted_type(o, instance);
+  if (!problem && !type) {
     rule = "rule CP9 in docs/contracts.md";
+    char *adopted = json_is_true(json_object_get(instance, "adopted"))
+                        ? lp_xasprintf(", nor (adopted) an offering NodeClaim %s allows with the tag "
+                                       "karpenter.sh/nodeclaim=%s",
+                                       claim_name(o), claim_name(o))
+                        : lp_xstrdup("");
     problem =
-        lp_xasprintf("instance %s is %s in %s (%s), which is not one of the %zu offerings it was handed",
+        lp_xasprintf("instance %s is %s in %s (%s), which is not one of the %zu offerings it was handed%s",
                      json_string_value(json_object_get(instance, "id")),
                      json_string_value(json_object_get(instance, "instance_type")),
                      json_string_value(json_object_get(instance, "zone")),
                      json_string_value(json_object_get(instance, "capacity_type")),
-                     json_array_size(o->candidates) - o->next_candidate);
+                     json_array_size(o->candidates), adopted);
+    free(adopted);
   }
   if (problem) {
     json_decref(values);
@@ -273,7 +326,7 @@ static void launch_done(op *o, json_t *values, lp_error *err) {
     return;
   }
   o->instance = json_incref(instance);
-  o->chosen_type = json_incref(json_array_get(json_array_get(o->candidates, (size_t)at), 0));
+  o->chosen_type = json_incref((json_t *)type);
   json_decref(values);
   cp_call(o, o->cp->mapping, "provider_id", json_pack("[O]", o->instance), provider_id_done);
 }
@@ -281,7 +334,7 @@ static void launch_done(op *o, json_t *values, lp_error *err) {
 /* {instance_type, zone, capacity_type, price, client_token, type} for each offering still to try. */
 static json_t *handed_offerings(const op *o) {
   json_t *out = json_array();
-  for (size_t i = o->next_candidate; i < json_array_size(o->candidates); i++) {
+  for (size_t i = 0; i < json_array_size(o->candidates); i++) {
     json_t *pair = json_array_get(o->candidates, i);
     json_t *type = json_array_get(pair, 0), *offering = json_array_get(pair, 1);
     const char *name = json_string_value(json_object_get(type, "name"));
@@ -298,10 +351,10 @@ static json_t *handed_offerings(const op *o) {
 }
 
 static void launch_next(op *o) {
-  if (o->next_candidate >= json_array_size(o->candidates)) {
+  if (json_array_size(o->candidates) == 0) {
     cp_finish(o, NULL,
               lp_error_new("InsufficientCapacity",
-                           "all %zu offerings tried for NodeClaim %s were out of stock", o->next_candidate,
+                           "all %zu offerings tried for NodeClaim %s were out of stock", o->sold_out,
                            claim_name(o)));
     return;
   }
@@ -342,7 +395,8 @@ static void create_types_done(op *o, json_t *values, lp_error *err) {
     return;
   }
   char *why = NULL;
-  o->candidates = launch_candidates(o->nodeclaim, json_is_array(types) ? types : NULL, &why);
+  o->types = json_is_array(types) ? json_incref(types) : json_array();
+  o->candidates = launch_candidates(o->nodeclaim, o->types, &why);
   json_decref(values);
   /* at most max_launch_attempts offerings are ever handed to create, the cheapest */
   while (json_array_size(o->candidates) > o->cp->max_launch_attempts)

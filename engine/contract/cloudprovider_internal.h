@@ -40,8 +40,10 @@ typedef struct op {
   lp_cp_done_fn done;
   void *ud;
   json_t *nodeclaim, *nodeclass; /* own references */
-  json_t *candidates;            /* create: [[type, offering], ...] cheapest first */
-  size_t next_candidate;         /* create: the first candidate still to hand to the mapping */
+  json_t *candidates;            /* create: [[type, offering], ...] still to hand, cheapest first */
+  json_t *types;                 /* create: every type instance_types answered (an adopted instance's) */
+  size_t sold_out;               /* create: the offerings the mapping reported out of stock so far */
+  size_t next_candidate;         /* list: the provider_id calls still running */
   json_t *tags;
   json_t *chosen_type;
   json_t *instance;

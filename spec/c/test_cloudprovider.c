@@ -404,14 +404,15 @@ static void test_contract_violation(void) {
 
 /* The default mapping with a create that records what the engine handed it (seen(name) answers the
  * offerings of each call for the NodeClaim named name) and behaves by the NodeClaim's name: "ice-"
- * reports the 1st and 3rd offerings out of stock on the first call, "none-" answers
- * InsufficientCapacity without offerings, "quota-" another error, "stray-" returns an instance in a
- * zone it was not handed; anything else launches through the default create. */
+ * reports the 1st and 3rd offerings out of stock on the first call, "twice-" reports the first
+ * offering of its first call on every call, "none-" answers InsufficientCapacity without offerings,
+ * "quota-" another error, "stray-" returns an instance in a zone it was not handed ("adoptstray-"
+ * the same, marked adopted); anything else launches through the default create. */
 static const char RECORDING_MAPPING[] =
     "local default = require 'defaults.providers.alibaba'\n"
     "local M = {}\n"
     "for k, v in pairs(default) do M[k] = v end\n"
-    "local seen = {}\n"
+    "local seen, reported = {}, {}\n"
     "local function key(o) return { instance_type = o.instance_type, zone = o.zone, capacity_type = "
     "o.capacity_type } end\n"
     "function M.create(ctx, launch)\n"
@@ -428,6 +429,10 @@ static const char RECORDING_MAPPING[] =
     "  if mode == 'ice' and #seen[name] == 1 then\n"
     "    return nil, { code = 'InsufficientCapacity', message = 'sold out (recording mapping)',\n"
     "      offerings = { key(first), key(launch.offerings[3]) } }\n"
+    "  elseif mode == 'twice' then\n"
+    "    reported[name] = reported[name] or key(first)\n"
+    "    return nil, { code = 'InsufficientCapacity', message = 'sold out again (recording mapping)',\n"
+    "      offerings = { reported[name] } }\n"
     "  elseif mode == 'none' then\n"
     "    return nil, { code = 'InsufficientCapacity', message = 'no vSwitch anywhere (recording mapping)' }\n"
     "  elseif mode == 'quota' then\n"
@@ -435,7 +440,8 @@ static const char RECORDING_MAPPING[] =
     "      offerings = { key(first) } }\n"
     "  end\n"
     "  local inst, err = default.create(ctx, launch)\n"
-    "  if inst and mode == 'stray' then inst.zone = 'cn-hangzhou-z' end\n"
+    "  if inst and (mode == 'stray' or mode == 'adoptstray') then inst.zone = 'cn-hangzhou-z' end\n"
+    "  if inst and mode == 'adoptstray' then inst.adopted = true end\n"
     "  return inst, err\n"
     "end\n"
     "function M.seen(name) return seen[name] or {} end\n"
@@ -551,7 +557,7 @@ static void test_create_hands_allowed_offerings_cheapest_first(void) {
 }
 
 /* InsufficientCapacity naming two offerings: exactly those are marked unavailable, and create is
- * called again with the offerings after the last of them. */
+ * called again with all the others, the one between them too. */
 static void test_create_out_of_stock_marks_and_retries(void) {
   json_t *before = three_type_offerings();
   lp_cp_outcome o = {0};
@@ -560,12 +566,13 @@ static void test_create_out_of_stock_marks_and_retries(void) {
   CHECK_INT(json_array_size(calls), 2);
   json_t *first = json_array_get(calls, 0), *second = json_array_get(calls, 1);
   CHECK(json_array_size(first) >= 4);
-  /* the second call starts after the 3rd offering of the first */
-  CHECK_INT(json_array_size(second), json_array_size(first) - 3);
-  for (size_t i = 3; i < json_array_size(first); i++) {
+  /* the second call is the first without its 1st and 3rd offerings, in the same order */
+  CHECK_INT(json_array_size(second), json_array_size(first) - 2);
+  for (size_t i = 0, k = 0; i < json_array_size(first); i++) {
+    if (i == 0 || i == 2) continue;
     char want[256], got[256];
     handed_key(want, sizeof want, json_array_get(first, i));
-    handed_key(got, sizeof got, json_array_get(second, i - 3));
+    handed_key(got, sizeof got, json_array_get(second, k++));
     CHECK_STR(got, want);
   }
   json_t *after = three_type_offerings();
@@ -581,6 +588,21 @@ static void test_create_out_of_stock_marks_and_retries(void) {
   json_decref(after);
   json_decref(calls);
   json_decref(o.value);
+  lp_error_free(o.error);
+}
+
+/* An offering reported out of stock again after it was removed was not handed: a Contract error
+ * (rule CP9), so a mapping that reports nothing new cannot keep Create going. */
+static void test_create_out_of_stock_reported_twice(void) {
+  lp_cp_outcome o = {0};
+  json_t *calls = recorded_create("twice-b2", &o);
+  CHECK(o.error && strcmp(o.error->code, "Contract") == 0);
+  if (o.error) {
+    CHECK_CONTAINS(o.error->message, "out of stock, which is not one of the");
+    CHECK_CONTAINS(o.error->message, "(rule CP9 in docs/contracts.md)");
+  }
+  CHECK_INT(json_array_size(calls), 2);
+  json_decref(calls);
   lp_error_free(o.error);
 }
 
@@ -624,6 +646,52 @@ static void test_create_stray_instance(void) {
     CHECK_CONTAINS(o.error->message, "(rule CP9 in docs/contracts.md)");
   }
   lp_error_free(o.error);
+}
+
+/* A create repeated for a NodeClaim whose instance is in an offering no longer handed (marked out of
+ * stock since) gets that instance back, adopted (rule CP9), and launches no second one; an adopted
+ * instance in an offering the NodeClaim does not allow is still a Contract error. */
+static void test_create_adopts_launched_instance(void) {
+  lp_cp_outcome first = {0};
+  json_decref(recorded_create("adopt-f1", &first));
+  CHECK(first.error == NULL && first.value);
+  const json_t *labels = json_object_get(json_object_get(first.value, "metadata"), "labels");
+  const char *type = json_string_value(json_object_get(labels, "node.kubernetes.io/instance-type"));
+  const char *zone = json_string_value(json_object_get(labels, "topology.kubernetes.io/zone"));
+  size_t live = live_instances();
+  if (type && zone) lp_cp_mark_unavailable(recording, type, zone, "on-demand", "test: no longer handed");
+  lp_cp_outcome again = {0};
+  json_t *calls = recorded_create("adopt-f1", &again);
+  CHECK(again.error == NULL && again.value);
+  if (first.value && again.value)
+    CHECK_STR(json_string_value(json_object_get(json_object_get(again.value, "status"), "providerID")),
+              json_string_value(json_object_get(json_object_get(first.value, "status"), "providerID")));
+  CHECK_INT(live_instances(), live);
+  char unhanded[256];
+  snprintf(unhanded, sizeof unhanded, "%s|%s|on-demand", type ? type : "", zone ? zone : "");
+  size_t i;
+  json_t *item;
+  json_array_foreach(json_array_get(calls, json_array_size(calls) - 1), i, item) {
+    char key[256];
+    handed_key(key, sizeof key, item);
+    CHECK(strcmp(key, unhanded) != 0);
+  }
+  json_decref(calls);
+  json_decref(first.value);
+  json_decref(again.value);
+  lp_error_free(first.error);
+  lp_error_free(again.error);
+
+  lp_cp_outcome stray = {0};
+  json_decref(recorded_create("adoptstray-f2", &stray));
+  CHECK(stray.error && strcmp(stray.error->code, "Contract") == 0);
+  if (stray.error) {
+    CHECK_CONTAINS(stray.error->message, "in cn-hangzhou-z (on-demand), which is not one of the");
+    CHECK_CONTAINS(stray.error->message,
+                   "nor (adopted) an offering NodeClaim adoptstray-f2 allows with the tag "
+                   "karpenter.sh/nodeclaim=adoptstray-f2");
+  }
+  lp_error_free(stray.error);
 }
 
 /* Instance types of every ECSNodeClass seen are refreshed in the background, with no caller. */
@@ -673,9 +741,11 @@ int main(void) {
     recording = operator_cloudprovider(recording_scripts, RECORDING_MAX_ATTEMPTS);
     RUN(test_create_hands_allowed_offerings_cheapest_first);
     RUN(test_create_out_of_stock_marks_and_retries);
+    RUN(test_create_out_of_stock_reported_twice);
     RUN(test_create_none_launchable);
     RUN(test_create_other_error);
     RUN(test_create_stray_instance);
+    RUN(test_create_adopts_launched_instance);
     lp_cloudprovider_free(recording);
     operator_scripts_free(recording_scripts, recording_dir);
   }
