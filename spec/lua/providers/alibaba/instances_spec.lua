@@ -137,17 +137,33 @@ describe("alibaba instances against the simulator", function()
     assert.equals(2, sim:state().calls.RunInstances)
   end)
 
-  it("a sold-out offering is InsufficientCapacity naming the offering", function()
+  it("a sold-out offering is InsufficientCapacity (launch.lua names the offering)", function()
     sim:fault { kind = "nostock", zone = ZONE, instance_type = "ecs.g7.large", capacity_type = "spot" }
     local inst, err = instances.run(ctx, request { capacity_type = "spot", client_token = "ice-1" })
     assert.is_nil(inst)
     assert.equals("InsufficientCapacity", err.code)
     assert.equals("OperationDenied.NoStock", err.api_code)
-    assert.same({ { instance_type = "ecs.g7.large", zone = ZONE, capacity_type = "spot" } }, err.offerings)
     assert.equals(1, sim:state().calls.RunInstances)
     assert.equals(0, instance_count())
     -- Only that offering is sold out.
     assert(instances.run(ctx, request { client_token = "od-1" }))
+  end)
+
+  it("launched_for finds the cluster's live instance of a NodeClaim only", function()
+    local function tags(cluster, claim)
+      return { ["kubernetes.io/cluster/" .. cluster] = "owned", ["karpenter.sh/nodeclaim"] = claim }
+    end
+    local mine = assert(instances.run(ctx, request { client_token = "mine", tags = tags("c-spec", "claim-a") }))
+    assert(instances.run(ctx, request { client_token = "other-claim", tags = tags("c-spec", "claim-b") }))
+    assert(instances.run(ctx, request { client_token = "other-cluster", tags = tags("c-other", "claim-a") }))
+    local found = assert(instances.launched_for(ctx, "claim-a"))
+    assert.equals(mine.id, found.id)
+    assert.is_string(found.request_id)
+    assert.is_false(instances.launched_for(ctx, "claim-c"))
+    -- released (being deleted) does not count
+    sim:advance(20)
+    assert(instances.delete(ctx, mine.id))
+    assert.is_false(instances.launched_for(ctx, "claim-a"))
   end)
 
   it("get returns the instance, and NotFound once it is gone; delete twice is NotFound", function()
