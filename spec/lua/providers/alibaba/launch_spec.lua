@@ -279,17 +279,21 @@ describe("alibaba launch against the simulator", function()
       table.sort(nc.status.vSwitches, function(a, b) return a.availableIpAddressCount < b.availableIpAddressCount end)
     end
 
+    -- again is first, found (adopted), and the simulator holds that one instance after `calls` RunInstances.
+    local function assert_adopted(first, again, calls)
+      assert.equals(first.id, again.id)
+      assert.is_true(again.adopted)
+      assert.equals(1, live_instances())
+      assert.equals(calls, sim:state().calls.RunInstances)
+    end
+
     it("returns the instance already launched when the request changed (another vSwitch)", function()
       local nc = two_vswitches_in_h()
       local req = request(nc, three_zones("again"))
       local first = assert(launch.create(ctx, req))
       resort(nc)
-      local again = assert(launch.create(ctx, req))
-      assert.equals(first.id, again.id)
-      assert.is_true(again.adopted)
       assert.is_nil(first.adopted)
-      assert.equals(1, live_instances())
-      assert.equals(1, sim:state().calls.RunInstances)
+      assert_adopted(first, assert(launch.create(ctx, req)), 1)
     end)
 
     it("returns the instance already launched when the offerings changed (the first one gone)", function()
@@ -299,10 +303,8 @@ describe("alibaba launch against the simulator", function()
       local rest = three_zones("moved")
       table.remove(rest, 1)
       local again = assert(launch.create(ctx, request(nc, rest, "default-moved")))
-      assert.equals(first.id, again.id)
       assert.equals(H, again.zone) -- not one of the offerings handed this time: the engine accepts it adopted
-      assert.is_true(again.adopted)
-      assert.equals(1, live_instances())
+      assert_adopted(first, again, 1)
     end)
 
     it("on IdempotentParameterMismatch looks the instance up again while DescribeInstances catches up", function()
@@ -313,11 +315,8 @@ describe("alibaba launch against the simulator", function()
       -- the first lookup does not see the instance yet (eventual consistency), the next ones do
       sim:fault { action = "DescribeInstances", kind = "malformed", count = 2,
         body = '{"RequestId":"lagging","Instances":{"Instance":[]},"TotalCount":0,"NextToken":""}' }
-      local again = assert(launch.create(ctx, req))
-      assert.equals(first.id, again.id)
-      assert.is_true(again.adopted)
-      assert.equals(2, sim:state().calls.RunInstances) -- the second answered IdempotentParameterMismatch
-      assert.equals(1, live_instances())
+      -- the second RunInstances answered IdempotentParameterMismatch
+      assert_adopted(first, assert(launch.create(ctx, req)), 2)
     end)
 
     it("on IdempotentParameterMismatch with no live instance returns the error", function()
