@@ -163,6 +163,12 @@ void lp_env_event(lp_ctrl_env *env, const json_t *involved, const char *type, co
  * object). */
 void lp_env_patch(lp_ctrl_env *env, lp_kind kind, const char *key, const char *resource_version,
                   const char *subresource, json_t *patch, lp_kube_done_fn done, void *ud);
+/* Merge-patches one annotation of the object of kind at key to value, WITHOUT a resourceVersion
+ * precondition: for a mark that only ever goes one way (set once, never changed back), which a
+ * concurrent write of another field cannot contradict, so a 409 Conflict would only repeat work.
+ * done gets the reply (a 404 when the object is gone). */
+void lp_env_annotate(lp_ctrl_env *env, lp_kind kind, const char *key, const char *annotation,
+                     const char *value, lp_kube_done_fn done, void *ud);
 
 /* A name for a new NodeClaim of the NodePool pool: "<pool>-<5 random characters>", as generateName
  * makes them, neither cached nor taken(name, ud) (taken may be NULL; it names what the caller has on its

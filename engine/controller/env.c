@@ -262,6 +262,16 @@ void lp_env_patch(lp_ctrl_env *env, lp_kind kind, const char *key, const char *r
   json_decref(patch);
 }
 
+void lp_env_annotate(lp_ctrl_env *env, lp_kind kind, const char *key, const char *annotation,
+                     const char *value, lp_kube_done_fn done, void *ud) {
+  json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", annotation, value);
+  char *buf = lp_xmalloc(strlen(key) + 1);
+  lp_kube_ref ref = split_key(lp_env_ref(env, kind), key, buf);
+  lp_kube_merge_patch(env->kube, &ref, NULL, patch, done, ud);
+  free(buf);
+  json_decref(patch);
+}
+
 /* ---- names of new NodeClaims --------------------------------------------------------------- */
 
 /* generateName's: the base is cut to 58 characters, 5 random ones follow, vowels and look-alikes left

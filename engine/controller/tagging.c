@@ -5,13 +5,20 @@
  *
  * Per NodeClaim (the primary kind) not being deleted, with Registered=True, status.nodeName and
  * status.providerID, and without the annotation luaprov.io/instance-tagged="true":
- *   1. a NodeClaim whose last attempt failed less than RETRY_S ago waits for the rest of it (a burst
- *      of updates of the NodeClaim costs no cloud call);
+ *   1. a NodeClaim whose last attempt failed less than RETRY_S ago (on the controllers' clock,
+ *      lp_env_monotonic) waits for the rest of it (a burst of updates of the NodeClaim costs no cloud
+ *      call);
  *   2. the hook is called; on success the NodeClaim is annotated luaprov.io/instance-tagged="true",
  *      so neither a later reconcile nor a restart of the engine calls it again; a mapping without the
- *      hook leaves the NodeClaim as it is;
- *   3. a failure is logged as a warning (with the mapping's message: its action and request ID) and
- *      tried again after RETRY_S. Registration never waits for any of this.
+ *      hook leaves the NodeClaim as it is. The annotation only ever goes one way, so it is patched
+ *      without a resourceVersion precondition (lp_env_annotate): the lifecycle controller writing the
+ *      NodeClaim meanwhile cannot make it conflict. Until the patch landed the controller remembers
+ *      "tagged, annotation pending": a failed patch is retried (with the workqueue's backoff) as a
+ *      patch only, the hook is not called again;
+ *   3. a failure of the hook is logged as a warning (with the mapping's message: its action and
+ *      request ID) and tried again after RETRY_S. Registration never waits for any of this.
+ * What is remembered is per NodeClaim key (with its uid, so a new NodeClaim of the same name starts
+ * afresh) and forgotten once the NodeClaim is annotated, being deleted or gone.
  *
  * Metrics (lp_env_metrics): luaprov_instance_tagging_total{result} counter, result = tagged | failed.
  * Logs (logger controller.nodeclaim.tagging): info "instance tagged" (nodeclaim, node, provider_id),
@@ -21,7 +28,6 @@
 
 #include "controller/conditions.h"
 #include "controller/defs.h"
-#include "core/cache.h"
 #include "core/log.h"
 
 #define ANNOTATION_TAGGED "luaprov.io/instance-tagged"
@@ -30,7 +36,9 @@
 #define RETRY_S 30.0
 
 typedef struct tagging_state {
-  lp_cache *failed; /* NodeClaim uid -> "1" for RETRY_S after a failed attempt */
+  /* NodeClaim key -> {"uid": its uid, "failed_at": lp_env_monotonic of the last failed hook call} or
+   * {"uid", "tagged": true}: the hook succeeded, the annotation is not stored yet */
+  json_t *memo;
   lp_metric *results;
 } tagging_state;
 
@@ -40,6 +48,14 @@ typedef struct tag_op {
   json_t *claim; /* reference */
 } tag_op;
 
+static const char *uid_of(const json_t *claim, const char *key) {
+  return lp_obj_uid(claim) ? lp_obj_uid(claim) : key;
+}
+
+static void remember(tagging_state *st, const char *key, const json_t *claim, const char *field, json_t *v) {
+  json_object_set_new(st->memo, key, json_pack("{s:s, s:o}", "uid", uid_of(claim, key), field, v));
+}
+
 static void op_end(tag_op *op, lp_error *err, double requeue_s) {
   lp_controller_done(op->c, op->key, err, requeue_s);
   json_decref(op->claim);
@@ -48,16 +64,24 @@ static void op_end(tag_op *op, lp_error *err, double requeue_s) {
 
 static void annotated(const lp_kube_reply *reply, void *ud) {
   tag_op *op = ud;
+  tagging_state *st = lp_controller_state(op->c);
   if (lp_controller_gone(op->c, op->key, reply, "annotating the instance as tagged")) {
+    json_object_del(st->memo, op->key);
     op_end(op, NULL, 0);
     return;
   }
-  /* a conflict retries the reconcile; the tags are set again, which changes nothing */
+  if (!reply->error) json_object_del(st->memo, op->key);
+  /* a failure keeps "tagged" in memo: the retry patches again and calls no hook */
   op_end(op,
          reply->error ? lp_error_new(reply->error->code, "annotating nodeclaim %s as tagged: %s", op->key,
                                      reply->error->message)
                       : NULL,
          0);
+}
+
+static void annotate(tag_op *op) {
+  lp_env_annotate(lp_controller_env(op->c), LP_KIND_NODECLAIM, op->key, ANNOTATION_TAGGED, "true", annotated,
+                  op);
 }
 
 static void tagged(json_t *value, lp_error *err, void *ud) {
@@ -66,57 +90,70 @@ static void tagged(json_t *value, lp_error *err, void *ud) {
   const char *node = lp_obj_str(op->claim, "status.nodeName");
   const char *pid = lp_obj_str(op->claim, "status.providerID");
   if (err) {
-    const char *uid = lp_obj_uid(op->claim) ? lp_obj_uid(op->claim) : op->key;
-    lp_cache_set(st->failed, uid, strlen(uid), "1", 1, 0);
+    remember(st, op->key, op->claim, "failed_at", json_real(lp_env_monotonic(lp_controller_env(op->c))));
     lp_counter_inc(st->results, LP_LABELS("failed"));
     lp_warn(lp_controller_logger(op->c), "instance tagging failed", LPF_STR("nodeclaim", op->key),
             LPF_STR("node", node), LPF_STR("provider_id", pid), LPF_STR("code", err->code),
             LPF_STR("error", err->message), LPF_NUM("retry_in_s", RETRY_S));
     lp_error_free(err);
-    op_end(op, NULL, RETRY_S + 1); /* after the failure is forgotten */
+    op_end(op, NULL, RETRY_S);
     return;
   }
   int implemented = json_is_true(value);
   json_decref(value);
   if (!implemented) { /* the mapping has no registered hook */
+    json_object_del(st->memo, op->key);
     op_end(op, NULL, 0);
     return;
   }
   lp_counter_inc(st->results, LP_LABELS("tagged"));
   lp_info(lp_controller_logger(op->c), "instance tagged", LPF_STR("nodeclaim", op->key),
           LPF_STR("node", node), LPF_STR("provider_id", pid));
-  lp_env_patch(lp_controller_env(op->c), LP_KIND_NODECLAIM, op->key, lp_obj_resource_version(op->claim), NULL,
-               json_pack("{s:{s:{s:s}}}", "metadata", "annotations", ANNOTATION_TAGGED, "true"), annotated,
-               op);
+  remember(st, op->key, op->claim, "tagged", json_true());
+  annotate(op);
 }
 
 static void reconcile(lp_controller *c, const char *key) {
   lp_ctrl_env *env = lp_controller_env(c);
   tagging_state *st = lp_controller_state(c);
   json_t *claim = lp_env_get(env, LP_KIND_NODECLAIM, key);
-  const char *node = claim ? lp_obj_str(claim, "status.nodeName") : NULL;
-  const char *pid = claim ? lp_obj_str(claim, "status.providerID") : NULL;
   const char *done = claim ? lp_obj_annotation(claim, ANNOTATION_TAGGED) : NULL;
-  if (!node || !*node || !pid || !*pid || lp_obj_deleting(claim) ||
-      !lp_condition_is(claim, "Registered", "True") || (done && strcmp(done, "true") == 0)) {
+  if (!claim || lp_obj_deleting(claim) || (done && strcmp(done, "true") == 0)) {
+    json_object_del(st->memo, key); /* nothing more to do for it */
     lp_controller_done(c, key, NULL, 0);
     return;
   }
-  const char *uid = lp_obj_uid(claim) ? lp_obj_uid(claim) : key;
-  if (lp_cache_get(st->failed, uid, strlen(uid), NULL)) { /* the requeue of the failure comes */
+  const char *node = lp_obj_str(claim, "status.nodeName");
+  const char *pid = lp_obj_str(claim, "status.providerID");
+  if (!node || !*node || !pid || !*pid || !lp_condition_is(claim, "Registered", "True")) {
     lp_controller_done(c, key, NULL, 0);
+    return;
+  }
+  json_t *memo = json_object_get(st->memo, key);
+  const char *memo_uid = json_string_value(json_object_get(memo, "uid"));
+  if (memo && (!memo_uid || strcmp(memo_uid, uid_of(claim, key)) != 0)) { /* another NodeClaim of that name */
+    json_object_del(st->memo, key);
+    memo = NULL;
+  }
+  json_t *failed_at = json_object_get(memo, "failed_at");
+  double wait = failed_at ? json_real_value(failed_at) + RETRY_S - lp_env_monotonic(env) : 0;
+  if (wait > 0) { /* the requeue of the failure comes; an update meanwhile costs no call */
+    lp_controller_done(c, key, NULL, wait);
     return;
   }
   tag_op *op = lp_xcalloc(1, sizeof *op);
   op->c = c;
   op->key = key;
   op->claim = json_incref(claim);
-  lp_cp_registered(lp_env_cloud(env), pid, node, tagged, op);
+  if (json_is_true(json_object_get(memo, "tagged")))
+    annotate(op); /* tagged already: only the annotation is missing */
+  else
+    lp_cp_registered(lp_env_cloud(env), pid, node, tagged, op);
 }
 
 static void *state_new(lp_controller *c) {
   tagging_state *st = lp_xcalloc(1, sizeof *st);
-  st->failed = lp_cache_new("instance-tagging-failures", RETRY_S, 100000, NULL);
+  st->memo = json_object();
   st->results = lp_metrics_counter(lp_env_metrics(lp_controller_env(c)), "luaprov_instance_tagging_total",
                                    "Calls of the mapping's registered hook (instance tagging) by result.",
                                    LP_LABELS("result"));
@@ -125,7 +162,7 @@ static void *state_new(lp_controller *c) {
 
 static void state_free(void *state) {
   tagging_state *st = state;
-  lp_cache_free(st->failed);
+  json_decref(st->memo);
   free(st);
 }
 

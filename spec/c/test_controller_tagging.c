@@ -2,7 +2,9 @@
  * real manager, the Alibaba mapping's registered hook and the simulators over HTTP: a registered
  * NodeClaim's instance gets Name=<node name> with one TagResources and the NodeClaim the annotation
  * luaprov.io/instance-tagged=true, after which updates of the NodeClaim call nothing; a NodeClaim not
- * registered yet is not tagged; a failing call is not repeated on every update of the NodeClaim. */
+ * registered yet is not tagged; a conflicting annotation patch is patched again without tagging again; a
+ * failing call is not repeated on updates of the NodeClaim within 30 s of the controllers' clock
+ * (moved by the test), and is after them. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,22 +117,76 @@ static void test_tagged_once_after_registration(void) {
   free(pid);
 }
 
-static void test_failure_not_repeated_on_every_update(void) {
+/* (i) The first patch of the annotation answers 409 Conflict: it is patched again, the hook (a cloud
+ * call) is not. */
+static void test_conflict_patches_again_without_tagging_again(void) {
+  json_t *nodeclass = mapping_resolved_nodeclass(fx.scripts, fx.sim);
+  char *pid = launch(nodeclass);
+  json_decref(nodeclass);
+  long long calls = ctrl_alibaba_calls(&fx, "TagResources");
+  /* skip 1: the test's own status patch in nodeclaim() */
+  ctrl_kube_faults(
+      &fx, "{\"verb\":\"patch\",\"resource\":\"nodeclaims\",\"status\":409,\"skip\":1,\"count\":1}", 0);
+  nodeclaim("conflicted", pid, "cn-hangzhou.172.16.0.9", 1);
+  CHECK(ctrl_wait_for(&fx, 10, annotated, "conflicted"));
+  CHECK(ctrl_kube_faults_used(&fx, NULL)); /* the conflict happened */
+  CHECK_INT(ctrl_alibaba_calls(&fx, "TagResources"), calls + 1);
+  CHECK(results("tagged") == 2); /* this one and test_tagged_once_after_registration's */
+  json_decref(ctrl_admin(&fx, "kubernetes", "DELETE", "/_sim/faults", NULL));
+  free(pid);
+}
+
+static double fake_now = 1000; /* the controllers' clock from test_failure_retried_after_30s on */
+
+static double requeues(void) {
+  return ctrl_metric(&fx, "luaprov_controller_reconciles_total", LP_LABELS("nodeclaim.tagging", "requeue"));
+}
+
+static int requeued_since(ctrl_fixture *f, const void *ud) {
+  (void)f;
+  return requeues() > *(const double *)ud;
+}
+
+/* Updates the NodeClaim at second t after its failure (on the controllers' clock) and waits for the
+ * reconcile it causes, which waits out the failure: a requeue. */
+static void touch_at(const char *name, double t) {
+  fake_now = 1000 + t;
+  double before = requeues();
+  char value[32];
+  snprintf(value, sizeof value, "t%g", t);
+  touch(name, value);
+  CHECK(ctrl_wait_for(&fx, 10, requeued_since, &before));
+}
+
+static int failed_twice(ctrl_fixture *f, const void *ud) {
+  (void)f;
+  (void)ud;
+  return results("failed") >= 2;
+}
+
+/* (ii) A failing call is not repeated on the NodeClaim's updates within 30 s of the controllers' clock,
+ * and is after them. */
+static void test_failure_retried_after_30s(void) {
+  lp_env_set_clock(lp_controllers_env(fx.manager), ctrl_clock_at, &fake_now);
   nodeclaim("lost-instance", "cn-hangzhou.i-bp1nosuchinstance00", "cn-hangzhou.172.16.0.8", 1);
   CHECK(ctrl_wait_for(&fx, 10, failed_once, NULL));
   long long calls = ctrl_alibaba_calls(&fx, "TagResources");
-  touch("lost-instance", "1");
-  touch("lost-instance", "2");
-  ctrl_run_for(&fx, 1.0);
-  CHECK_INT(ctrl_alibaba_calls(&fx, "TagResources"), calls); /* retried later, not per update */
+  touch_at("lost-instance", 1);
+  touch_at("lost-instance", 29.5);
+  CHECK_INT(ctrl_alibaba_calls(&fx, "TagResources"), calls); /* not per update */
   CHECK(results("failed") == 1);
+  fake_now = 1000 + 30.5;
+  touch("lost-instance", "t30.5");
+  CHECK(ctrl_wait_for(&fx, 10, failed_twice, NULL)); /* tried again */
+  CHECK_INT(ctrl_alibaba_calls(&fx, "TagResources"), calls + 1);
   CHECK(!annotated(&fx, "lost-instance"));
 }
 
 int main(void) {
   ctrl_fixture_start(&fx, tagging_only, NULL);
   RUN(test_tagged_once_after_registration);
-  RUN(test_failure_not_repeated_on_every_update);
+  RUN(test_conflict_patches_again_without_tagging_again);
+  RUN(test_failure_retried_after_30s);
   ctrl_fixture_stop(&fx);
   return check_summary();
 }
