@@ -7,15 +7,20 @@
  * primary kind) labelled karpenter.sh/capacity-type=spot with one of those conditions True:
  *   1. its NodeClaim is the one whose status.providerID is the Node's spec.providerID, else the one
  *      whose status.nodeName is the Node's name; none: nothing to do;
- *   2. once per NodeClaim (its uid, remembered HANDLED_TTL_S): the offering (the Node's instance type
- *      and zone, "spot") is marked unavailable for the unavailable-offerings TTL so the provisioner
- *      does not launch the replacement into the capacity being reclaimed; a Warning event
- *      TerminatingOnInterruption is published on the NodeClaim and on the Node; the NodeClaim is
- *      deleted unless it is being deleted already. The termination controller then taints the Node
- *      karpenter.sh/disrupted:NoSchedule and drains it through the Eviction API; the evicted pods go
- *      pending and the provisioner launches their replacement.
- * A failed delete is retried with the workqueue's backoff; the offering and the events are not
- * repeated for it.
+ *   2. once per NodeClaim and process (its uid, remembered HANDLED_TTL_S on the controllers' clock,
+ *      lp_env_monotonic): the offering (the Node's instance type and zone, "spot") is marked
+ *      unavailable for the unavailable-offerings TTL so the provisioner does not launch the
+ *      replacement into the capacity being reclaimed;
+ *   3. once per NodeClaim, across restarts: a Warning event TerminatingOnInterruption is published on
+ *      the NodeClaim and on the Node and the interruption counted, unless the NodeClaim carries the
+ *      annotation luaprov.io/interrupted, which is then written (=<condition>; a one-way mark, patched
+ *      without a resourceVersion precondition) before the NodeClaim is deleted. A restarted engine
+ *      over a NodeClaim still draining marks the offering again but announces nothing; a failed patch
+ *      is retried with the workqueue's backoff, the memory of step 2 keeping the events from repeating;
+ *   4. the NodeClaim is deleted unless it is being deleted already. The termination controller then
+ *      taints the Node karpenter.sh/disrupted:NoSchedule and drains it through the Eviction API; the
+ *      evicted pods go pending and the provisioner launches their replacement.
+ * A failed delete is retried with the workqueue's backoff; the events are not repeated for it.
  *
  * Metrics (lp_env_metrics):
  *   luaprov_interruptions_total{reason}      counter, reason = the condition type, per NodeClaim handled
@@ -29,7 +34,6 @@
 
 #include "controller/conditions.h"
 #include "controller/defs.h"
-#include "core/cache.h"
 #include "core/log.h"
 
 #define LABEL_CAPACITY_TYPE "karpenter.sh/capacity-type"
@@ -37,12 +41,13 @@
 #define LABEL_INSTANCE_TYPE "node.kubernetes.io/instance-type"
 #define LABEL_ZONE          "topology.kubernetes.io/zone"
 #define REASON              "TerminatingOnInterruption"
+#define ANNOTATION_HANDLED  "luaprov.io/interrupted"
 
 /* Longer than any notice a cloud gives: a NodeClaim still around after that is looked at afresh. */
 #define HANDLED_TTL_S 3600.0
 
 typedef struct interruption_state {
-  lp_cache *handled; /* NodeClaim uid -> "1": offering marked and events published */
+  json_t *handled; /* NodeClaim uid -> lp_env_monotonic when its offering was marked (and announced) */
   lp_metric *interruptions, *disrupted;
 } interruption_state;
 
@@ -84,35 +89,68 @@ static const char *label_of(const json_t *node, const json_t *claim, const char 
   return v ? v : lp_obj_label(claim, key);
 }
 
-typedef struct delete_op {
+typedef struct claim_op {
   lp_controller *c;
   const char *key;
   char *claim;
-} delete_op;
+  int deleting; /* the NodeClaim was being deleted already */
+} claim_op;
 
-static void claim_deleted(const lp_kube_reply *reply, void *ud) {
-  delete_op *op = ud;
-  lp_error *err = NULL;
-  if (reply->error && reply->status != 404) /* 404: gone meanwhile, which is what we wanted */
-    err = lp_error_new(reply->error->code, "deleting interrupted nodeclaim %s of node %s: %s", op->claim,
-                       op->key, reply->error->message);
+static void op_end(claim_op *op, lp_error *err) {
   lp_controller_done(op->c, op->key, err, 0);
   free(op->claim);
   free(op);
 }
 
-static void delete_claim(lp_controller *c, const char *key, const json_t *claim) {
-  delete_op *op = lp_xcalloc(1, sizeof *op);
-  op->c = c;
-  op->key = key;
-  op->claim = lp_xstrdup(lp_obj_name(claim));
-  char buf[256];
-  lp_kube_ref ref = lp_kind_ref_for(LP_KIND_NODECLAIM, op->claim, buf);
-  lp_kube_delete(lp_env_kube(lp_controller_env(c)), &ref, NULL, claim_deleted, op);
+static void claim_deleted(const lp_kube_reply *reply, void *ud) {
+  claim_op *op = ud;
+  lp_error *err = NULL;
+  if (reply->error && reply->status != 404) /* 404: gone meanwhile, which is what we wanted */
+    err = lp_error_new(reply->error->code, "deleting interrupted nodeclaim %s of node %s: %s", op->claim,
+                       op->key, reply->error->message);
+  op_end(op, err);
 }
 
-/* Marks the offering, publishes the events and counts, once per NodeClaim. */
-static void announce(lp_controller *c, const json_t *node, const json_t *claim, const char *condition) {
+static void delete_claim(claim_op *op) {
+  char *buf = lp_xmalloc(strlen(op->claim) + 1);
+  lp_kube_ref ref = lp_kind_ref_for(LP_KIND_NODECLAIM, op->claim, buf);
+  lp_kube_delete(lp_env_kube(lp_controller_env(op->c)), &ref, NULL, claim_deleted, op);
+  free(buf);
+}
+
+static void annotated(const lp_kube_reply *reply, void *ud) {
+  claim_op *op = ud;
+  if (reply->error && reply->status != 404) {
+    op_end(op, lp_error_new(reply->error->code, "annotating interrupted nodeclaim %s of node %s: %s",
+                            op->claim, op->key, reply->error->message));
+    return;
+  }
+  if (reply->error || op->deleting) /* 404: gone meanwhile */
+    op_end(op, NULL);
+  else
+    delete_claim(op);
+}
+
+/* Non-zero when the NodeClaim of uid was handled less than HANDLED_TTL_S ago; otherwise remembers it
+ * as handled now, forgetting what is older than that. */
+static int handled_before(interruption_state *st, lp_ctrl_env *env, const char *uid) {
+  double now = lp_env_monotonic(env);
+  json_t *at = json_object_get(st->handled, uid);
+  if (at && now - json_real_value(at) < HANDLED_TTL_S) return 1;
+  const char *k;
+  json_t *v;
+  void *tmp;
+  json_object_foreach_safe(st->handled, tmp, k, v) {
+    if (now - json_real_value(v) >= HANDLED_TTL_S) json_object_del(st->handled, k);
+  }
+  json_object_set_new(st->handled, uid, json_real(now));
+  return 0;
+}
+
+/* Marks the offering unavailable; unless stored (the NodeClaim's annotation says a process announced it
+ * already) also publishes the events and counts. */
+static void announce(lp_controller *c, const json_t *node, const json_t *claim, const char *condition,
+                     int stored) {
   lp_ctrl_env *env = lp_controller_env(c);
   interruption_state *st = lp_controller_state(c);
   const char *type = label_of(node, claim, LABEL_INSTANCE_TYPE);
@@ -121,6 +159,7 @@ static void announce(lp_controller *c, const json_t *node, const json_t *claim, 
   const json_t *cond = lp_condition_get(node, condition);
   const char *message = json_string_value(json_object_get(cond, "message"));
   if (type && zone) lp_cp_mark_unavailable(lp_env_cloud(env), type, zone, "spot", condition);
+  if (stored) return;
   lp_info(lp_controller_logger(c), "terminating on interruption", LPF_STR("node", lp_obj_name(node)),
           LPF_STR("nodeclaim", lp_obj_name(claim)), LPF_STR("nodepool", pool ? pool : ""),
           LPF_STR("condition", condition), LPF_STR("instance_type", type ? type : ""),
@@ -132,8 +171,6 @@ static void announce(lp_controller *c, const json_t *node, const json_t *claim, 
   lp_env_event(env, node, "Warning", REASON, fmt, condition, sep, message ? message : "", lp_obj_name(claim));
   lp_counter_inc(st->interruptions, LP_LABELS(condition));
   if (!lp_obj_deleting(claim)) lp_counter_inc(st->disrupted, LP_LABELS("interrupted", pool ? pool : ""));
-  const char *uid = lp_obj_uid(claim) ? lp_obj_uid(claim) : lp_obj_name(claim);
-  lp_cache_set(st->handled, uid, strlen(uid), "1", 1, 0);
 }
 
 static void reconcile(lp_controller *c, const char *key) {
@@ -154,20 +191,26 @@ static void reconcile(lp_controller *c, const char *key) {
     return;
   }
   const char *uid = lp_obj_uid(claim) ? lp_obj_uid(claim) : lp_obj_name(claim);
-  size_t len;
-  if (!lp_cache_get(st->handled, uid, strlen(uid), &len)) announce(c, node, claim, condition);
+  int stored = lp_obj_annotation(claim, ANNOTATION_HANDLED) != NULL;
+  if (!handled_before(st, env, uid)) announce(c, node, claim, condition, stored);
+  claim_op *op = lp_xcalloc(1, sizeof *op);
+  op->c = c;
+  op->key = key;
+  op->claim = lp_xstrdup(lp_obj_name(claim));
+  op->deleting = lp_obj_deleting(claim);
+  if (!stored)
+    lp_env_annotate(env, LP_KIND_NODECLAIM, op->claim, ANNOTATION_HANDLED, condition, annotated, op);
+  else if (!op->deleting)
+    delete_claim(op);
+  else
+    op_end(op, NULL);
   json_decref(types);
-  if (lp_obj_deleting(claim)) {
-    lp_controller_done(c, key, NULL, 0);
-    return;
-  }
-  delete_claim(c, key, claim);
 }
 
 static void *state_new(lp_controller *c) {
   lp_metrics *m = lp_env_metrics(lp_controller_env(c));
   interruption_state *st = lp_xcalloc(1, sizeof *st);
-  st->handled = lp_cache_new("interrupted-nodeclaims", HANDLED_TTL_S, 100000, NULL);
+  st->handled = json_object();
   st->interruptions =
       lp_metrics_counter(m, "luaprov_interruptions_total",
                          "Interrupted NodeClaims terminated ahead of the reclaim, by the Node condition that "
@@ -181,7 +224,7 @@ static void *state_new(lp_controller *c) {
 
 static void state_free(void *state) {
   interruption_state *st = state;
-  lp_cache_free(st->handled);
+  json_decref(st->handled);
   free(st);
 }
 

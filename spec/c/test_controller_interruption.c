@@ -3,8 +3,9 @@
  * NodeClaims are written by hand, as ACK's node controller and the lifecycle controller would leave
  * them, so only the interruption controller acts: a spot Node with InstanceExpired=True gets its
  * NodeClaim deleted, its offering marked unavailable (GetInstanceTypes shows it), a
- * TerminatingOnInterruption event on both, once; an on-demand Node, or the condition False, is left
- * alone. */
+ * TerminatingOnInterruption event on both, once, and the annotation luaprov.io/interrupted on the
+ * NodeClaim, so a restarted manager over the NodeClaim still draining announces nothing again; an
+ * on-demand Node, or the condition False, is left alone. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,32 @@ static int offering_available(const json_t *nodeclass, const char *capacity) {
   return available;
 }
 
+/* How many TerminatingOnInterruption events (their counts summed) are about the objects named name. */
+static long long events_about(const char *name) {
+  json_t *events = ctrl_get(&fx, "/api/v1/namespaces/default/events");
+  long long n = 0;
+  size_t i;
+  json_t *ev;
+  json_array_foreach(json_object_get(events, "items"), i, ev) {
+    if (strcmp(json_string_value(json_object_get(ev, "reason")) ?: "", "TerminatingOnInterruption") == 0 &&
+        strcmp(lp_obj_str(ev, "involvedObject.name") ?: "", name) == 0) {
+      json_int_t count = json_integer_value(json_object_get(ev, "count"));
+      n += count > 0 ? count : 1;
+    }
+  }
+  json_decref(events);
+  return n;
+}
+
+static double reconciled(void) {
+  return ctrl_metric(&fx, "luaprov_controller_reconciles_total", LP_LABELS("node.interruption", "success"));
+}
+
+static int reconciled_since(ctrl_fixture *f, const void *ud) {
+  (void)f;
+  return reconciled() > *(const double *)ud;
+}
+
 static void test_spot_interruption(void) {
   json_t *nodeclass = mapping_resolved_nodeclass(fx.scripts, fx.sim);
   CHECK_INT(offering_available(nodeclass, "spot"), 1);
@@ -118,11 +145,40 @@ static void test_spot_interruption(void) {
   CHECK_INT(offering_available(nodeclass, "on-demand"), 1);
 
   /* re-delivery: the Node changes again while its NodeClaim is deleting; nothing is done twice */
+  double before = reconciled();
   CHECK_INT(ctrl_kube_pack(&fx, "PATCH", NODES "/spot-reclaimed", "{s:{s:{s:s}}}", "metadata", "labels",
                            "touched", "again"),
             200);
-  ctrl_run_for(&fx, 1.0);
+  CHECK(ctrl_wait_for(&fx, 10, reconciled_since, &before));
   CHECK(interruptions() == 1);
+  json_decref(nodeclass);
+}
+
+/* A restart while the interrupted NodeClaim still drains (test_spot_interruption's, held by a
+ * finalizer): its annotation luaprov.io/interrupted says it was announced, so the fresh manager
+ * publishes no event and counts nothing again; the offering stays unavailable. */
+static void test_restart_announces_nothing_again(void) {
+  char path[256];
+  snprintf(path, sizeof path, NODECLAIMS "/%s", "spot-reclaimed");
+  json_t *claim = ctrl_get(&fx, path);
+  CHECK(lp_obj_deleting(claim));
+  CHECK_STR(lp_obj_annotation(claim, "luaprov.io/interrupted"), "InstanceExpired");
+  json_decref(claim);
+  long long events = events_about("spot-reclaimed");
+  CHECK_INT(events, 2); /* the NodeClaim's and the Node's */
+
+  ctrl_stop_manager(&fx, fx.manager);
+  double before = reconciled(); /* the registry (fx.metrics) outlives the manager */
+  lp_controllers_config cfg = ctrl_manager_config(&fx, interruption_only);
+  lp_error *err = NULL;
+  fx.manager = lp_controllers_start(&cfg, &err);
+  CHECK(fx.manager != NULL);
+  if (!fx.manager) abort();
+  CHECK(ctrl_wait_for(&fx, 10, reconciled_since, &before)); /* the only Node, listed at start */
+  CHECK_INT(events_about("spot-reclaimed"), events);
+  CHECK(interruptions() == 1);
+  json_t *nodeclass = mapping_resolved_nodeclass(fx.scripts, fx.sim);
+  CHECK_INT(offering_available(nodeclass, "spot"), 0);
   json_decref(nodeclass);
 }
 
@@ -150,6 +206,7 @@ static void test_left_alone(void) {
 int main(void) {
   ctrl_fixture_start(&fx, interruption_only, NULL);
   RUN(test_spot_interruption);
+  RUN(test_restart_announces_nothing_again);
   RUN(test_left_alone);
   ctrl_fixture_stop(&fx);
   return check_summary();
