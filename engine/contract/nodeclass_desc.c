@@ -16,12 +16,20 @@ static const char *field(const json_t *t, const char *name) {
   return v && *v ? v : NULL;
 }
 
+/* The first field t misses (not a non-empty string), or NULL when it has them all. */
+static const char *missing(const json_t *t) {
+  for (const char *const *f = FIELDS; *f; f++)
+    if (!field(t, *f)) return *f;
+  return NULL;
+}
+
 char *lp_nodeclass_desc_problem(const json_t *t) {
   if (!json_is_object(t))
     return lp_xstrdup("nodeclass is missing or not a table {group, version, kind, resource, finalizer, "
                       "hash_annotation, hash_version_annotation}");
-  for (const char *const *f = FIELDS; *f; f++)
-    if (!field(t, *f)) return lp_xasprintf("nodeclass.%s is missing or not a non-empty string", *f);
+  const char *gap = missing(t);
+  if (gap) return lp_xasprintf("nodeclass.%s is missing or not a non-empty string", gap);
+  /* the pin holds every field (lp_nodeclass_desc_pin refuses others) */
   for (const char *const *f = FIELDS; pinned && *f; f++)
     if (strcmp(field(t, *f), field(pinned, *f)) != 0)
       return lp_xasprintf("nodeclass.%s changed from \"%s\" to \"%s\" since the engine started: the "
@@ -46,6 +54,7 @@ void lp_nodeclass_desc_from_json(const json_t *t, lp_nodeclass_desc *out) {
 }
 
 void lp_nodeclass_desc_pin(json_t *t) {
+  if (!json_is_object(t) || missing(t)) return; /* nothing to hold a later load to */
   json_incref(t);
   json_decref(pinned);
   pinned = t;

@@ -33,7 +33,9 @@ char *lp_nodeclass_desc_problem(const json_t *t);
 void lp_nodeclass_desc_from_json(const json_t *t, lp_nodeclass_desc *out);
 
 /* Pins t (a reference is kept) as the process's descriptor, checked on every later load; a second pin
- * replaces the first. lp_nodeclass_desc_unpin(t) drops the pin when t is the pinned value. */
+ * replaces the first. A descriptor with a problem of its own (a field missing; not a table) is not
+ * pinned and leaves the pin as it was: a mapping loaded without validation does not hold later loads
+ * to its gaps. lp_nodeclass_desc_unpin(t) drops the pin when t is the pinned value. */
 void lp_nodeclass_desc_pin(json_t *t);
 void lp_nodeclass_desc_unpin(const json_t *t);
 

@@ -154,6 +154,16 @@ static void test_descriptor_checks(void) {
   CHECK(lp_nodeclass_desc_problem(same) == NULL);
   lp_nodeclass_desc_unpin(pinned);
   CHECK(lp_nodeclass_desc_problem(other) == NULL);
+
+  /* a descriptor with a gap is not pinned: a later check compares with nothing (and cannot crash) */
+  json_t *broken = descriptor("OtherNodeClass"); /* as other, but for the gap */
+  json_object_del(broken, "finalizer");
+  lp_nodeclass_desc_pin(broken);
+  CHECK(lp_nodeclass_desc_problem(other) == NULL);
+  lp_nodeclass_desc_pin(json_null());
+  CHECK(lp_nodeclass_desc_problem(other) == NULL);
+  lp_nodeclass_desc_unpin(broken);
+  json_decref(broken);
   json_decref(pinned), json_decref(other), json_decref(same);
 }
 
@@ -235,6 +245,34 @@ static void test_provider_reads_exports(void) {
   uv_run(&loop, UV_RUN_DEFAULT);
 }
 
+/* A CloudProvider over a mapping loaded without validation, whose descriptor misses a field, logs it
+ * and pins nothing: a validated load afterwards (a hot reload, another host) is not compared with its
+ * gaps. */
+static void test_unvalidated_descriptor_not_pinned(void) {
+  static const lp_module_spec unchecked[] = {
+      {LUAPROV_CLOUDPROVIDER_MAPPING, "CloudProvider mapping", 0, NULL}, {NULL, NULL, 0, NULL}};
+  write_mapping("M.nodeclass.finalizer = nil");
+  lp_problems problems = {0};
+  lp_script_host_config cfg = {
+      .loop = &loop, .scripts_dir = tree, .defaults_dir = LUAPROV_SOURCE_DIR, .modules = unchecked};
+  lp_script_host *loose = lp_script_host_new(&cfg, &problems);
+  CHECK(loose != NULL);
+  lp_problems_free(&problems);
+  if (!loose) return;
+  lp_cloudprovider *cp = lp_cloudprovider_new(
+      &(lp_cloudprovider_config){.loop = &loop, .scripts = loose, .refresh_interval_s = -1});
+  CHECK_STR(lp_cloudprovider_nodeclass(cp)->finalizer, "");
+
+  write_mapping("");
+  lp_script_host *checked = host_of(&problems);
+  CHECK(checked != NULL);
+  lp_problems_free(&problems);
+  if (checked) lp_script_host_close(checked, NULL, NULL);
+  lp_cloudprovider_free(cp);
+  lp_script_host_close(loose, NULL, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+}
+
 static void test_load_refuses_broken_exports(void) {
   static const struct {
     const char *edit, *problem;
@@ -270,6 +308,7 @@ int main(void) {
   RUN(test_settings_shape);
   RUN(test_descriptor_checks);
   RUN(test_provider_reads_exports);
+  RUN(test_unvalidated_descriptor_not_pinned);
   RUN(test_load_refuses_broken_exports);
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf %s", tree);
