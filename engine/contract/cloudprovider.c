@@ -157,9 +157,10 @@ void cp_remember_class(lp_cloudprovider *cp, const json_t *nodeclass) {
 }
 
 /* What the mapping exports besides functions, read once: the node class descriptor (pinned, so a
- * reload cannot change it; one with a problem is not pinned, lp_nodeclass_desc_pin), the drift reasons, and
- * the settings that fill ctx when the caller passed no values. The script host validated them at load
- * (contracts.c); a mapping loaded without that validation gets "" fields, and the error is logged here. */
+ * reload cannot change it; one with a problem is not pinned, lp_nodeclass_desc_pin), the drift
+ * reasons, and the settings that fill ctx when the caller passed no values. The script host validated
+ * them at load (contracts.c); a mapping loaded without that validation gets "" fields, and the error is
+ * logged here. */
 static void read_exports(lp_cloudprovider *cp, const lp_cloudprovider_config *cfg) {
   cp->nodeclass_json = lp_script_host_module_json(cp->scripts, cp->mapping, "nodeclass");
   char *problem = lp_nodeclass_desc_problem(cp->nodeclass_json);
