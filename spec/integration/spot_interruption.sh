@@ -2,12 +2,22 @@
 # Spot interruption end to end (docs/alibaba.md#spot-interruption): the real binary, `luaprov run
 # --sim`, every controller against the simulated Kubernetes API and Alibaba Cloud over real HTTP.
 #   pending pods -> the provisioner launches a spot NodeClaim -> its Node registers (and the instance
-#   is tagged Name=<node>) -> the pods run there -> the cloud announces a reclaim in 300 simulated
+#   is tagged Name=<node>) -> the pods run there -> the cloud announces a reclaim in NOTICE simulated
 #   seconds (POST /_sim/reclaim) -> InstanceExpired=True on the Node -> the NodeClaim is deleted with
-#   TerminatingOnInterruption events, its offering marked unavailable -> the Node is drained -> the
-#   pods (recreated by this script, as their ReplicaSet would) run on a replacement NodeClaim of
-#   another offering -> all before the simulated clock reaches the reclaim time; then the clock passes
-#   it and nothing is left of the old instance, nothing leaked, nothing launched twice.
+#   TerminatingOnInterruption events, its offering marked unavailable -> the Node is drained and the
+#   engine releases the old instance -> the pods (recreated by this script, as their ReplicaSet would)
+#   run on a replacement NodeClaim of another offering ->
+#   all before the reclaim: the simulated clock has not reached the reclaim time, and the old instance
+#   was released by the engine (DeleteInstances), not by the cloud's reclaim (the simulator logs
+#   "spot instance reclaimed" when its sweep releases one); then the clock passes the reclaim time and
+#   nothing is left of the old instance, nothing leaked, nothing launched twice.
+#
+# Why NOTICE is 60 s: the simulated clock follows real time plus what the script advances, and the
+# replacement's boot advances it 20 s, so the engine has NOTICE - 20 = 40 s of real time from the
+# announcement to the pods running on the replacement. A normal run needs 2-3 s (a wide margin even on
+# a loaded machine), yet the check can fail: an engine that took longer would have its old instance
+# reclaimed under its pods, and the test says so ("replaced only after the reclaim") instead of passing
+# because a 300 s notice cannot run out within the script's timeouts.
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sim_lib.sh"
 
@@ -17,6 +27,7 @@ controllers:
   terminateRequeue: 0.5s
 YAML
 start_sim_engine --config "$WORK/config.yaml"
+NOTICE=60 # see the header
 
 sim_now() { curl -sf "$ALI/_sim/clock" | jq -r '.epoch'; }
 instances() { curl -sf "$ALI/_sim/state" | jq -c '[.instances[].id]'; }
@@ -67,13 +78,19 @@ until_ok "NodeClaim $OLD annotated as tagged" 10 bash -c "curl -sf '$K/apis/karp
   '.metadata.annotations[\"luaprov.io/instance-tagged\"] == \"true\"' >/dev/null"
 
 # ---- the cloud announces the reclaim ----------------------------------------------------------
-RECLAIM="$(curl -sf -X POST "$ALI/_sim/reclaim" -d "{\"instance_id\": \"$OLD_ID\", \"notice_seconds\": 300}")" \
+RECLAIM="$(curl -sf -X POST "$ALI/_sim/reclaim" -d "{\"instance_id\": \"$OLD_ID\", \"notice_seconds\": $NOTICE}")" \
   || fail "POST /_sim/reclaim"
 RECLAIM_AT="$(jq -r .termination_time <<<"$RECLAIM")"
 # the admin path names what it cannot reclaim
 [[ "$(curl -s -o /dev/null -w '%{http_code}' -X POST "$ALI/_sim/reclaim" -d '{"instance_id": "i-none"}')" == 404 ]] \
   || fail "reclaim of an unknown instance must be 404"
-until_ok "InstanceExpired on $OLD_NODE" 10 condition "/api/v1/nodes/$OLD_NODE" InstanceExpired True
+# the engine acted on InstanceExpired=True: its event says so (the Node itself may be drained away
+# before a poll of it would see the condition)
+announced() {
+  kget /api/v1/namespaces/default/events | jq -e --arg n "$OLD_NODE" '.items[] | select(.reason ==
+    "TerminatingOnInterruption" and .involvedObject.name == $n and (.message | contains("InstanceExpired")))' >/dev/null
+}
+until_ok "TerminatingOnInterruption (InstanceExpired) on $OLD_NODE" 10 announced
 until_ok "pods evicted from $OLD_NODE" 15 pods_gone
 make_pods # their ReplicaSet's work: the evicted pods come back pending
 until_ok "a replacement NodeClaim" 15 bash -c "[[ -n \"\$(curl -sf '$K/apis/karpenter.sh/v1/nodeclaims' | jq -r \
@@ -81,12 +98,21 @@ until_ok "a replacement NodeClaim" 15 bash -c "[[ -n \"\$(curl -sf '$K/apis/karp
 NEW="$(claims | tr ' ' '\n' | grep -v "^$OLD$" | head -1)"
 NEW_NODE="$(boot "$NEW")"
 until_ok "pods running on $NEW_NODE" 10 pods_on "$NEW_NODE"
+NOW="$(sim_now)" # the moment the replacement serves the pods
+STATE_THEN="$(curl -sf "$ALI/_sim/state")"
 [[ "$NEW_NODE" != "$OLD_NODE" ]] || fail "the pods must move to another node"
 [[ "$(offering "$NEW_NODE")" != "$OLD_OFFERING" ]] || fail "the replacement must avoid $OLD_OFFERING (marked unavailable)"
-# all of it before the reclaim: the simulated clock has not reached the termination time yet
-NOW="$(sim_now)"
+# all of it before the reclaim: the simulated clock had not reached the termination time when the pods
+# ran on the replacement, and the old instance was gone by then because the engine released it
+reclaimed_old() { grep -q "\"msg\":\"spot instance reclaimed\".*\"instance_id\":\"$OLD_ID\"" "$ENGINE_LOG"; }
 AT="$(date -u -d "$RECLAIM_AT" +%s)"
-awk -v now="$NOW" -v at="$AT" 'BEGIN { exit !(now < at) }' || fail "replaced only after the reclaim ($NOW >= $AT)"
+awk -v now="$NOW" -v at="$AT" 'BEGIN { exit !(now < at) }' \
+  || fail "replaced only after the reclaim (simulated clock $NOW >= $AT): the engine took more than $((NOTICE - 20)) s"
+! reclaimed_old || fail "the cloud's reclaim released $OLD_ID before the engine did"
+[[ "$(jq --arg i "$OLD_ID" '[.instances[].id] | index($i)' <<<"$STATE_THEN")" == null ]] \
+  || fail "the engine had not released $OLD_ID when the replacement served the pods"
+[[ "$(jq '(.calls.DeleteInstances // 0) + (.calls.DeleteInstance // 0)' <<<"$STATE_THEN")" -ge 1 ]] \
+  || fail "the engine released $OLD_ID with no DeleteInstances call"
 
 for who in "$OLD" "$OLD_NODE"; do
   kget /api/v1/namespaces/default/events | jq -e --arg n "$who" '.items[] | select(.reason == "TerminatingOnInterruption"
@@ -96,9 +122,11 @@ grep -q '"msg":"terminating on interruption".*"condition":"InstanceExpired"' "$E
 metric_is 'luaprov_interruptions_total{reason="InstanceExpired"}' 1 || fail "luaprov_interruptions_total"
 
 # ---- the reclaim time passes: nothing left of the old instance, nothing leaked or made twice ----
-advance 300
+advance "$NOTICE"
+awk -v now="$(sim_now)" -v at="$AT" 'BEGIN { exit !(now >= at) }' || fail "the clock passed the reclaim time"
 gone_old() { [[ "$(instances | jq --arg i "$OLD_ID" 'index($i)')" == null ]]; }
 until_ok "old instance gone" 10 gone_old
+! reclaimed_old || fail "the cloud's reclaim found $OLD_ID still there after the engine's release"
 until_ok "old NodeClaim gone" 15 gone "/apis/karpenter.sh/v1/nodeclaims/$OLD"
 [[ "$(instances | jq length)" == 1 ]] || fail "one instance (the replacement) left, got $(instances)"
 [[ "$(claims)" == "$NEW" ]] || fail "one NodeClaim (the replacement) left, got $(claims)"
