@@ -18,7 +18,7 @@
  *   3. a failure of the hook is logged as a warning (with the mapping's message: its action and
  *      request ID) and tried again after RETRY_S. Registration never waits for any of this.
  * What is remembered is per NodeClaim key (with its uid, so a new NodeClaim of the same name starts
- * afresh) and forgotten once the NodeClaim is annotated, being deleted or gone.
+ * afresh) and forgotten once the cache shows the NodeClaim annotated, being deleted or gone.
  *
  * Metrics (lp_env_metrics): luaprov_instance_tagging_total{result} counter, result = tagged | failed.
  * Logs (logger controller.nodeclaim.tagging): info "instance tagged" (nodeclaim, node, provider_id),
@@ -37,7 +37,8 @@
 
 typedef struct tagging_state {
   /* NodeClaim key -> {"uid": its uid, "failed_at": lp_env_monotonic of the last failed hook call} or
-   * {"uid", "tagged": true}: the hook succeeded, the annotation is not stored yet */
+   * {"uid", "tagged": true}: the hook succeeded, the annotation is not stored yet, or
+   * {"uid", "annotated": true}: stored, the cache does not show it yet */
   json_t *memo;
   lp_metric *results;
 } tagging_state;
@@ -70,8 +71,9 @@ static void annotated(const lp_kube_reply *reply, void *ud) {
     op_end(op, NULL, 0);
     return;
   }
-  if (!reply->error) json_object_del(st->memo, op->key);
-  /* a failure keeps "tagged" in memo: the retry patches again and calls no hook */
+  /* stored: until the cache shows it, a reconcile (the NodeClaim changed meanwhile) must not tag again;
+   * a failure keeps "tagged": the retry patches again and calls no hook */
+  if (!reply->error) remember(st, op->key, op->claim, "annotated", json_true());
   op_end(op,
          reply->error ? lp_error_new(reply->error->code, "annotating nodeclaim %s as tagged: %s", op->key,
                                      reply->error->message)
@@ -134,6 +136,10 @@ static void reconcile(lp_controller *c, const char *key) {
   if (memo && (!memo_uid || strcmp(memo_uid, uid_of(claim, key)) != 0)) { /* another NodeClaim of that name */
     json_object_del(st->memo, key);
     memo = NULL;
+  }
+  if (json_is_true(json_object_get(memo, "annotated"))) { /* its watch event comes */
+    lp_controller_done(c, key, NULL, 0);
+    return;
   }
   json_t *failed_at = json_object_get(memo, "failed_at");
   double wait = failed_at ? json_real_value(failed_at) + RETRY_S - lp_env_monotonic(env) : 0;

@@ -2,7 +2,8 @@
  * real manager, the Alibaba mapping's registered hook and the simulators over HTTP: a registered
  * NodeClaim's instance gets Name=<node name> with one TagResources and the NodeClaim the annotation
  * luaprov.io/instance-tagged=true, after which updates of the NodeClaim call nothing; a NodeClaim not
- * registered yet is not tagged; a conflicting annotation patch is patched again without tagging again; a
+ * registered yet is not tagged; a conflicting annotation patch is patched again without tagging again; an
+ * update of the NodeClaim during the call causes no conflict (the patch has no precondition); a
  * failing call is not repeated on updates of the NodeClaim within 30 s of the controllers' clock
  * (moved by the test), and is after them. */
 #include <stdio.h>
@@ -136,6 +137,53 @@ static void test_conflict_patches_again_without_tagging_again(void) {
   free(pid);
 }
 
+typedef struct calls_want {
+  const char *action;
+  long long at;
+} calls_want;
+
+static int alibaba_called(ctrl_fixture *f, const void *ud) {
+  const calls_want *w = ud;
+  return ctrl_alibaba_calls(f, w->action) >= w->at;
+}
+
+static double successes(void) {
+  return ctrl_metric(&fx, "luaprov_controller_reconciles_total", LP_LABELS("nodeclaim.tagging", "success"));
+}
+
+static int succeeded_since(ctrl_fixture *f, const void *ud) {
+  (void)f;
+  return successes() > *(const double *)ud;
+}
+
+/* (ii) The NodeClaim changes while TagResources is on its way (as the lifecycle controller writes it
+ * right after registration): the annotation is patched once, with no conflict, since it carries no
+ * resourceVersion precondition; the update that came meanwhile tags nothing again. */
+static void test_update_during_the_call_does_not_conflict(void) {
+  json_t *nodeclass = mapping_resolved_nodeclass(fx.scripts, fx.sim);
+  char *pid = launch(nodeclass);
+  json_decref(nodeclass);
+  long long calls = ctrl_alibaba_calls(&fx, "TagResources");
+  json_decref(ctrl_admin(&fx, "alibaba", "POST", "/_sim/faults",
+                         "{\"kind\":\"timeout\",\"action\":\"TagResources\",\"seconds\":1,\"count\":1}"));
+  nodeclaim("raced", pid, "cn-hangzhou.172.16.0.10", 1);
+  calls_want tagging = {"TagResources", calls + 1};
+  CHECK(ctrl_wait_for(&fx, 10, alibaba_called, &tagging)); /* carried out, answered a second later */
+  touch("raced", "meanwhile");
+  /* counts the patches of NodeClaims from here on (a 1 ms pause each) */
+  ctrl_kube_faults(&fx,
+                   "{\"kind\":\"slow\",\"verb\":\"patch\",\"resource\":\"nodeclaims\",\"seconds\":0.001}", 0);
+  CHECK(ctrl_wait_for(&fx, 10, annotated, "raced"));
+  double before = successes();
+  touch("raced", "after");
+  CHECK(ctrl_wait_for(&fx, 10, succeeded_since, &before)); /* its reconcile ran */
+  CHECK_INT(ctrl_kube_fault_fired(&fx), 2); /* the annotation's patch (no conflict, no repeat) and "after" */
+  CHECK_INT(ctrl_alibaba_calls(&fx, "TagResources"), calls + 1);
+  json_decref(ctrl_admin(&fx, "kubernetes", "DELETE", "/_sim/faults", NULL));
+  json_decref(ctrl_admin(&fx, "alibaba", "DELETE", "/_sim/faults", NULL));
+  free(pid);
+}
+
 static double fake_now = 1000; /* the controllers' clock from test_failure_retried_after_30s on */
 
 static double requeues(void) {
@@ -164,7 +212,7 @@ static int failed_twice(ctrl_fixture *f, const void *ud) {
   return results("failed") >= 2;
 }
 
-/* (ii) A failing call is not repeated on the NodeClaim's updates within 30 s of the controllers' clock,
+/* (iii) A failing call is not repeated on the NodeClaim's updates within 30 s of the controllers' clock,
  * and is after them. */
 static void test_failure_retried_after_30s(void) {
   lp_env_set_clock(lp_controllers_env(fx.manager), ctrl_clock_at, &fake_now);
@@ -186,6 +234,7 @@ int main(void) {
   ctrl_fixture_start(&fx, tagging_only, NULL);
   RUN(test_tagged_once_after_registration);
   RUN(test_conflict_patches_again_without_tagging_again);
+  RUN(test_update_during_the_call_does_not_conflict);
   RUN(test_failure_retried_after_30s);
   ctrl_fixture_stop(&fx);
   return check_summary();
