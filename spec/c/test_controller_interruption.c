@@ -5,7 +5,8 @@
  * NodeClaim deleted, its offering marked unavailable (GetInstanceTypes shows it), a
  * TerminatingOnInterruption event on both, once, and the annotation luaprov.io/interrupted on the
  * NodeClaim, so a restarted manager over the NodeClaim still draining announces nothing again; an
- * on-demand Node, or the condition False, is left alone. */
+ * on-demand Node, or the condition False, is left alone; until the annotation is stored, the memory of
+ * a handled NodeClaim lasts an hour of the controllers' clock. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -203,11 +204,57 @@ static void test_left_alone(void) {
   CHECK(interruptions() == 2);
 }
 
+static double fake_now = 1000; /* the controllers' clock in test_memory_on_the_controllers_clock */
+
+static double errors(void) {
+  return ctrl_metric(&fx, "luaprov_controller_reconciles_total", LP_LABELS("node.interruption", "error"));
+}
+
+static int errored_twice_since(ctrl_fixture *f, const void *ud) {
+  (void)f;
+  return errors() >= *(const double *)ud + 2;
+}
+
+static int interrupted_at_least(ctrl_fixture *f, const void *ud) {
+  (void)f;
+  return interruptions() >= *(const double *)ud;
+}
+
+/* While the annotation cannot be stored (every patch of NodeClaims fails), the memory of the handled
+ * NodeClaim is what keeps the events from repeating: for an hour of the controllers' clock (moved by
+ * the test), not of the wall clock. */
+static void test_memory_on_the_controllers_clock(void) {
+  lp_env_set_clock(lp_controllers_env(fx.manager), ctrl_clock_at, &fake_now);
+  /* skip 1: cluster_node's own status patch */
+  ctrl_kube_faults(&fx, "{\"verb\":\"patch\",\"resource\":\"nodeclaims\",\"status\":500,\"skip\":1}", 0);
+  double want = interruptions() + 1;
+  cluster_node("spot-stuck", "i-bp1spotstuck000000", "spot", "True");
+  CHECK(ctrl_wait_for(&fx, 10, interrupted_at_least, &want));
+
+  fake_now = 1000 + 3599; /* not yet forgotten: the retries (and an update of the Node) announce nothing */
+  double before = errors();
+  CHECK_INT(ctrl_kube_pack(&fx, "PATCH", NODES "/spot-stuck", "{s:{s:{s:s}}}", "metadata", "labels",
+                           "touched", "3599"),
+            200);
+  CHECK(ctrl_wait_for(&fx, 10, errored_twice_since, &before));
+  CHECK(interruptions() == want);
+
+  fake_now = 1000 + 3601; /* forgotten: announced again */
+  CHECK_INT(ctrl_kube_pack(&fx, "PATCH", NODES "/spot-stuck", "{s:{s:{s:s}}}", "metadata", "labels",
+                           "touched", "3601"),
+            200);
+  want += 1;
+  CHECK(ctrl_wait_for(&fx, 10, interrupted_at_least, &want));
+  json_decref(ctrl_admin(&fx, "kubernetes", "DELETE", "/_sim/faults", NULL));
+  CHECK(ctrl_wait_for(&fx, 10, claim_deleting, "spot-stuck"));
+}
+
 int main(void) {
   ctrl_fixture_start(&fx, interruption_only, NULL);
   RUN(test_spot_interruption);
   RUN(test_restart_announces_nothing_again);
   RUN(test_left_alone);
+  RUN(test_memory_on_the_controllers_clock);
   ctrl_fixture_stop(&fx);
   return check_summary();
 }
