@@ -3,11 +3,12 @@
  *
  * Leaked instances (the provider's own instance GC, as the AWS provider runs one): an instance no
  * NodeClaim has as status.providerID, and whose karpenter.sh/nodeclaim tag (the listed NodeClaim's
- * name) names no NodeClaim either (a launch whose providerID is not persisted yet still counts as
- * owned), older than settings.gc_leak_grace_s, is deleted. Its age runs from the later of its launch
- * time (the listed NodeClaim's creationTimestamp) and the first list this process saw it in: a restart
- * makes it wait a grace period again, never less. Listed entries with a
- * deletionTimestamp (shutting down) are left alone.
+ * name) names no NodeClaim either, or names one that has another providerID (a second instance a
+ * repeated create launched before the first one was visible), older than settings.gc_leak_grace_s, is
+ * deleted. A launch whose providerID is not persisted yet still counts as owned by its tag. Its age runs from
+ * the later of its launch time (the listed NodeClaim's creationTimestamp) and the first list this process saw
+ * it in: a restart makes it wait a grace period again, never less. Listed entries with a deletionTimestamp
+ * (shutting down) are left alone.
  *
  * Lost NodeClaims (as Karpenter core; docs/controllers.md#garbage-collection-garbagecollection): a
  * NodeClaim Registered=True, not being deleted, whose providerID the list lacks, is deleted unless its
@@ -157,11 +158,13 @@ static void launch_more(gc_pass *p) {
 
 /* Seconds since the later of the instance's launch and the first list that held it, now being wall
  * time. The later, because a cloud may report launch times to the minute and its clock is not ours:
- * a launch time alone could make a seconds-old instance look past its grace period. */
+ * a launch time alone could make a seconds-old instance look past its grace period. A launch time in
+ * our future says only that the clocks disagree: the first list is then all there is to go by, rather
+ * than waiting for our clock to catch up with the cloud's. */
 static double instance_age(gc_state *s, const json_t *listed, const char *provider_id, double now) {
   double created = lp_rfc3339_parse(lp_obj_str(listed, "metadata.creationTimestamp"));
   double seen = json_real_value(json_object_get(s->first_seen, provider_id));
-  return now - (created > seen ? created : seen);
+  return now - (created > seen && created <= now ? created : seen);
 }
 
 /* Remembers when each listed instance was first seen, forgetting those no longer listed. Returns the
@@ -195,7 +198,10 @@ static void find_leaked(gc_pass *p, json_t *listed, double now) {
     if (!pid || lp_obj_deleting(claim) ||
         lp_env_index_first(env, LP_INDEX_NODECLAIM_BY_PROVIDER_ID, pid, NULL))
       continue;
-    if (name && lp_env_get(env, LP_KIND_NODECLAIM, name)) continue;
+    /* The tag's NodeClaim owns the instance while it has no providerID yet; once it has another one
+     * this instance is a second launch for it (a repeated create whose first answer was lost) */
+    const json_t *owner = name ? lp_env_get(env, LP_KIND_NODECLAIM, name) : NULL;
+    if (owner && !lp_obj_str(owner, "status.providerID")) continue;
     double age = instance_age(state_of(p), claim, pid, now);
     if (age < grace) continue;
     lp_info(lp_controller_logger(p->c), "garbage collecting instance with no nodeclaim",

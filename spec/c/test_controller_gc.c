@@ -159,6 +159,20 @@ static void test_owned_instances_kept(void) {
   free(by_id);
 }
 
+/* A second instance launched for a NodeClaim that already has another one (a repeated create after a
+ * lost answer, with another offering): its tag names a live NodeClaim, but not as that one's instance. */
+static void test_second_instance_of_a_nodeclaim_released(void) {
+  ctrl_fixture *f = &fx;
+  char *second = launch(f, "twice-launched");
+  char *first = launch(f, "twice-launched-first");
+  if (!second || !first) return;
+  create_nodeclaim(f, "twice-launched", first, 0);
+  CHECK(ctrl_wait_for(f, 10, instance_gone, second));
+  CHECK(ctrl_instance_exists(f, first));
+  free(second);
+  free(first);
+}
+
 /* ---- lost NodeClaims ---------------------------------------------------------------------- */
 
 static void test_lost_nodeclaims(void) {
@@ -241,6 +255,7 @@ int main(void) {
   ctrl_fixture_start(&fx, gc_only, &settings);
   nodeclass = mapping_resolved_nodeclass(fx.scripts, fx.sim);
   RUN(test_leaked_instance_released);
+  RUN(test_second_instance_of_a_nodeclaim_released);
   RUN(test_owned_instances_kept);
   RUN(test_lost_nodeclaims);
   RUN(test_list_failing);
