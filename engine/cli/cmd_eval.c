@@ -119,8 +119,6 @@ static int check_fixture(const json_t *doc, const char *what, const char *path, 
   json_array_foreach(mapping_fields, i, f) if (json_is_string(f) && n < INSTANCE_FIELDS_MAX) instance[n++] =
       json_string_value(f);
   instance[n] = NULL;
-  lp_buf listed = LP_BUF_INIT;
-  for (i = 0; i < n; i++) lp_buf_printf(&listed, "%s%s", i ? ", " : "", instance[i]);
   int is_instance = strcmp(what, "instance") == 0;
   const char *kind = json_string_value(json_object_get(doc, "kind"));
   if (!json_is_object(doc)) {
@@ -134,7 +132,6 @@ static int check_fixture(const json_t *doc, const char *what, const char *path, 
                   "is a Kubernetes %s, not an instance; --instance takes the instance shape of "
                   "docs/contracts.md#the-instance-shape (id, zone, instance_type, image_id, ...)%s",
                   kind, "");
-    lp_buf_free(&listed);
     return -1;
   }
   const char *expected = strcmp(what, "nodeclaim") == 0   ? "NodeClaim"
@@ -155,19 +152,21 @@ static int check_fixture(const json_t *doc, const char *what, const char *path, 
     for (const char *const *k = known; *k && !ok; k++) ok = strcmp(key, *k) == 0;
     if (ok) continue;
     const char *near = lp_contract_closest(key, known);
-    if (near)
+    if (near) {
       fixture_error(err, what, path, key, "unknown top-level field '%s'; did you mean '%s'?", key, near);
-    else
-      fixture_error(err, what, path, key,
-                    is_instance ? "unknown top-level field '%s'; the instance shape "
-                                  "(docs/contracts.md#the-instance-shape) has %s"
-                                : "unknown top-level field '%s'; a Kubernetes object has apiVersion, kind, "
-                                  "metadata, spec and status%s",
-                    key, is_instance ? lp_buf_cstr(&listed) : "");
+      return -1;
+    }
+    lp_buf listed = LP_BUF_INIT;
+    for (i = 0; i < n; i++) lp_buf_printf(&listed, "%s%s", i ? ", " : "", instance[i]);
+    fixture_error(err, what, path, key,
+                  is_instance ? "unknown top-level field '%s'; the instance shape "
+                                "(docs/contracts.md#the-instance-shape) has %s"
+                              : "unknown top-level field '%s'; a Kubernetes object has apiVersion, kind, "
+                                "metadata, spec and status%s",
+                  key, is_instance ? lp_buf_cstr(&listed) : "");
     lp_buf_free(&listed);
     return -1;
   }
-  lp_buf_free(&listed);
   if (is_instance) {
     char *problem = lp_check_instance(doc);
     if (problem) {
