@@ -88,6 +88,16 @@ local function instance_path(request, id)
   return reply(200, { id = id, status = state.status(inst) })
 end
 
+-- The user data an instance was launched with, decoded (as the instance's metadata service serves it
+-- at /latest/user-data): tests read back what a launch sent. The simulated cluster's join token is in
+-- it; this path is for tests, like the rest of /_sim/.
+local function get_user_data(id)
+  local inst = state.get(id)
+  if not inst then return reply(404, { error = "no instance " .. id }) end
+  local text = inst.user_data and (luaprov.crypto.base64_decode(inst.user_data) or inst.user_data) or ""
+  return reply(200, { id = id, user_data = text })
+end
+
 -- A spot reclaim with notice: the instance is released notice_seconds (simulated) from now, and its
 -- Node shows InstanceExpired=True meanwhile.
 local function post_reclaim(request)
@@ -131,6 +141,8 @@ function M.handle(request)
     if method == "GET" then return reply(200, { clusters = nodepools.summary() }) end
     if method == "POST" then return post_nodepools(request) end
   end
+  local ud = path:match("^/_sim/instances/([%w%-]+)/user%-data$")
+  if ud and method == "GET" then return get_user_data(ud) end
   local id = path:match("^/_sim/instances/([%w%-]+)$")
   if id and (method == "POST" or method == "DELETE") then return instance_path(request, id) end
   return reply(404, { error = ("no admin path %s %s (see docs/sim.md)"):format(method, path) })
