@@ -106,10 +106,15 @@ local function free_ips(vswitch)
   return status_free_ips(vswitch) - (hit and tonumber(hit.count) or 0)
 end
 
-local function count_launch(vswitch)
+-- count_launch(vswitch, n): n more launches (-1: one fewer, a launch that failed) into the vSwitch.
+-- A launch counts when it chooses the vSwitch, before its first call that waits: the launches of one
+-- scale-up run together, each choosing while the others wait on the API, and must see each other.
+-- One thread runs every script, so this get and set cannot interleave with another call.
+local function count_launch(vswitch, n)
   local hit = discount(vswitch)
-  launches:set(vswitch.id, { base = status_free_ips(vswitch), at = hit and hit.at or M.clock(),
-    count = (hit and tonumber(hit.count) or 0) + 1 })
+  local count = (hit and tonumber(hit.count) or 0) + n
+  launches:set(vswitch.id, count > 0 and { base = status_free_ips(vswitch), at = hit and hit.at or M.clock(),
+    count = count } or nil)
 end
 
 -- The zone's first vSwitch in status.vSwitches, or nil. resolve_nodeclass lists them most free
@@ -300,10 +305,7 @@ local function launch_one(ctx, launch, c, disks)
       performance_level = category == "cloud_essd" and disks.system.performance_level or nil }
     req.client_token = token_for(c.offering.client_token, i)
     local inst, rerr = instances.run(ctx, req)
-    if inst then
-      count_launch(c.vswitch)
-      return inst
-    end
+    if inst then return inst end
     if (rerr.api_code or rerr.code) == "IdempotentParameterMismatch" then
       local found, ferr = already_launched(ctx, launch, instances.DESCRIBE_NEW_ATTEMPTS)
       if found then return found end
@@ -342,8 +344,10 @@ function M.create(ctx, launch)
   end
   local sold_out, last = {}, nil
   for _, c in ipairs(tries) do
+    count_launch(c.vswitch, 1)
     local inst, err = launch_one(ctx, launch, c, disks)
     if inst then return inst end
+    count_launch(c.vswitch, -1)
     if err.code ~= "InsufficientCapacity" then return nil, err end
     sold_out[#sold_out + 1] = out_of_stock(c.offering)
     last = err

@@ -137,6 +137,34 @@ describe("alibaba launch against the simulator", function()
       assert.same({ H, I, J, H }, zones)
     end)
 
+    it("balanced counts a launch from its choice: one made while another waits on the API sees it", function()
+      local nc = class { vSwitchSelectionPolicy = "balanced" }
+      local saved, inner, busy = bootstrap.user_data, nil, false
+      -- While the first launch waits for its user data, a second one (another NodeClaim of the same
+      -- scale-up) chooses and launches, as the engine interleaves them.
+      bootstrap.user_data = function(...)
+        if not busy and not inner then
+          busy = true
+          inner = assert(launch.create(ctx, request(nc, three_zones("inner"), "default-x2")))
+        end
+        return saved(...)
+      end
+      local ok, outer = pcall(launch.create, ctx, request(nc, three_zones("outer")))
+      bootstrap.user_data = saved
+      assert.is_true(ok, outer)
+      assert.equals(H, assert(outer).zone)
+      assert.equals(I, inner.zone)
+    end)
+
+    it("balanced stops counting a launch that failed", function()
+      sim:fault { kind = "nostock", zone = H, instance_type = "ecs.g7.large" }
+      local nc = class { vSwitchSelectionPolicy = "balanced" }
+      assert.equals(I, assert(launch.create(ctx, request(nc, three_zones("failed1")))).zone)
+      sim:admin("DELETE", "/_sim/faults")
+      -- h's failed try holds nothing: h and j are even again, ties by offering order
+      assert.equals(H, assert(launch.create(ctx, request(nc, three_zones("failed2")))).zone)
+    end)
+
     it("balanced forgets its launches when the status shows another count, or after the refresh period", function()
       local nc = class { vSwitchSelectionPolicy = "balanced" }
       local function counts(h, i, j)
