@@ -10,6 +10,8 @@
 --   TTL          seconds an answer is reused (6 h)
 --   clock        function() -> seconds: the time cache entries are dated and aged with (the
 --                engine's clock by default; specs replace it to step over the 6 hours)
+--   WAIT         seconds a get waits for another get of the same script in flight before asking
+--                itself (the launches of a scale-up run together: one asks, the others wait for it)
 --
 -- err is the client's error table ({code, message, action = "DescribeClusterAttachScripts",
 -- request_id, http_status}); its code is never "InsufficientCapacity": a cluster that cannot hand out
@@ -27,6 +29,12 @@ M.clock = luaprov.time.now
 -- The luaprov.cache TTL only bounds memory (it runs on the engine's monotonic clock); freshness is
 -- decided by the age of the entry on M.clock.
 local cache = luaprov.cache.new("alibaba-attach-script", M.TTL, 1000)
+-- The keys a get is asking the APIs for now. Every script runs on one thread, so a get and a set with
+-- no call between them cannot interleave with another call; an entry left by a call that never
+-- finished (a wall-clock timeout) expires after WAIT.
+M.WAIT = 15
+local POLL = 0.05
+local inflight = luaprov.cache.new("alibaba-attach-script-inflight", M.WAIT, 1000)
 
 local function key_of(ctx, cluster_id, format_disk)
   return table.concat({ ctx.endpoint or luaprov.env("LUAPROV_ALIBABA_ENDPOINT") or "", ctx.region or "",
@@ -48,9 +56,7 @@ local function corrected(c, key, cluster_id, entry)
   return entry.script
 end
 
-function M.get(ctx, cluster_id, format_disk)
-  ctx = ctx or {}
-  local key = key_of(ctx, cluster_id, format_disk)
+local function get_now(ctx, cluster_id, format_disk, key)
   local now = M.clock()
   local hit = cache:get(key)
   local c, err
@@ -86,6 +92,19 @@ function M.get(ctx, cluster_id, format_disk)
   luaprov.log.info("alibaba attach script fetched", { cluster_id = cluster_id, format_disk = format_disk and true
     or false, request_id = request_id, cached_for_s = M.TTL })
   return corrected(c, key, cluster_id, { raw = script, at = now })
+end
+
+function M.get(ctx, cluster_id, format_disk)
+  ctx = ctx or {}
+  local key = key_of(ctx, cluster_id, format_disk)
+  -- another get of this scale-up is asking: wait for its answer (then cached) instead of asking too;
+  -- when it failed, the first waiter to wake asks, and the others wait for that one
+  local deadline = luaprov.time.now() + M.WAIT
+  while inflight:get(key) and luaprov.time.now() < deadline do luaprov.time.sleep(POLL) end
+  inflight:set(key, true)
+  local script, err = get_now(ctx, cluster_id, format_disk, key)
+  inflight:delete(key)
+  return script, err
 end
 
 return M

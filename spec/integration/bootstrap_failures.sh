@@ -59,13 +59,13 @@ grep -q '"msg":"reconcile failed, will retry".*"code":"CreateError".*DescribeClu
 curl -sf -X DELETE "$ALI/_sim/faults" >/dev/null
 curl -sf -X POST "$ALI/_sim/faults" -d '{"action":"DescribeClusterAttachScripts","kind":"throttle"}' >/dev/null \
   || fail "throttle fault"
-until_ok "$CLAIM refused for throttling" 20 launch_refused "$CLAIM" Throttled "Throttling.User"
+until_ok "$CLAIM refused for throttling" 40 launch_refused "$CLAIM" Throttled "Throttling.User"
 [[ "$(calls RunInstances)" == 0 && "$(instances)" == 0 ]] || fail "nothing launched while the attach script fails"
 one_claim || fail "the provisioner waits for its NodeClaim: $(claims) NodeClaims"
 ! grep -q '"msg":"offering marked unavailable"' "$ENGINE_LOG" || fail "an attach-script failure marked an offering unavailable"
 
 curl -sf -X DELETE "$ALI/_sim/faults" >/dev/null
-until_ok "$CLAIM launched once the fault is cleared" 30 condition "$NC/$CLAIM" Launched True
+until_ok "$CLAIM launched once the fault is cleared" 60 condition "$NC/$CLAIM" Launched True
 OFFERING="$(curl -sf "$ALI/_sim/state" | jq -r '.instances[0] | "\(.instance_type)/\(.zone)"')"
 [[ "$OFFERING" == "$TYPE/$ZONE" ]] || fail "launched in $OFFERING: the only offering allowed must still be available"
 advance 20

@@ -6,7 +6,7 @@
 #   then karpenter.sh/unregistered:NoExecute, and the class's maxPods -> the simulated kubelet
 #   registers each Node with exactly those labels and taints (and that many pods) -> the engine
 #   removes the unregistered taint -> the NodeClaims are Registered and Initialized. The attach script
-#   is fetched once for the three launches (its cache).
+#   is fetched once for the three launches, even while the first answer is slow (its cache).
 source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sim_lib.sh"
 
@@ -34,6 +34,10 @@ claim() { # claim NAME: labels team=web and the nodepool's, taint dedicated=web:
   "resources":{"requests":{"cpu":"1","memory":"1Gi"}}}}' "$1"
 }
 CLAIMS="join-1 join-2 join-3"
+# The first answer is slow (1 s), so the three launches all ask while it is on its way: they wait
+# for it instead of calling again.
+curl -sf -X POST "$ALI/_sim/faults" -d '{"action":"DescribeClusterAttachScripts","kind":"timeout","seconds":1,"count":1}' \
+  >/dev/null || fail "slow attach-script fault"
 for c in $CLAIMS; do kpost $NC "$(claim "$c")"; done
 for c in $CLAIMS; do until_ok "NodeClaim $c Launched" 15 condition "$NC/$c" Launched True; done
 
