@@ -2,7 +2,8 @@
 # Provisioning against the real scheduler: a Deployment of 150 pods (1 CPU, 1 GiB each) that the
 # kube-scheduler marks Unschedulable becomes NodeClaims, the simulated instances register Nodes, and
 # the real scheduler binds every pod. Every NodeClaim has its instance and its Node, no node is empty,
-# the NodePool's status counts them, and the API server refused luaprov nothing.
+# the NodePool's status counts them, each Node carries its attach command's labels and its instance
+# the tag Name=<node>, and the API server refused luaprov nothing.
 # Prints luaprov's resident memory at idle and with the pods, NodeClaims and Nodes cached.
 source "$(dirname "$0")/lib.sh"
 REPLICAS="${E2E_REPLICAS:-150}"
@@ -37,6 +38,15 @@ kc get nodeclaims -o json | jq -e 'all(.items[]; .status.conditions[]? | select(
   >/dev/null || fail "a NodeClaim is not Ready"
 empty="$(kc get pods -l app=web -o json | jq -r '.items[].spec.nodeName' | sort -u | wc -l)"
 [[ "$empty" == "$nodes" ]] || fail "only $empty of $nodes nodes have a pod: $((nodes - empty)) empty"
+# each Node joined through its attach command (--labels) and its instance is tagged with its name
+for n in $(kc get nodes -o jsonpath='{.items[*].metadata.name}'); do
+  kc get node "$n" -o json | jq -e '.metadata.labels["ack.aliyun.com"] == "luaprov-sim"
+    and .metadata.labels["k8s.aliyun.com"] == "true" and .metadata.labels["karpenter.sh/nodepool"] == "default"' \
+    >/dev/null || fail "Node $n lacks the attach command's labels"
+  id="$(kc get node "$n" -o jsonpath='{.spec.providerID}')"
+  wait_until "instance ${id#*.} tagged Name=$n" 30 bash -c "curl -sf '$ALI/_sim/state' | jq -e --arg i '${id#*.}' \
+    --arg n '$n' '.instances[] | select(.id == \$i) | .tags.Name == \$n' >/dev/null"
+done
 [[ "$(count events -A --field-selector reason=FailedScheduling)" -gt 0 ]] \
   || fail "the scheduler never marked a pod Unschedulable (the test did not test provisioning)"
 
