@@ -41,17 +41,22 @@ nodepool() { # nodepool NAME [TEMPLATE_METADATA]: on-demand $TYPE in $ZONE only
 pod() { kpost /api/v1/namespaces/default/pods "{\"metadata\":{\"name\":\"$1\"},
   \"spec\":{\"containers\":[{\"name\":\"c\",\"image\":\"nginx\",\"resources\":{\"requests\":{\"cpu\":\"500m\"}}}]}}"; }
 one_claim() { [[ "$(claims)" == 1 ]]; }
+# pending_pod_claim: the default class and NodePool, a pending pod, and the NodeClaim the provisioner
+# makes for it (in CLAIM)
+pending_pod_claim() {
+  post_default_nodeclass
+  nodepool default
+  until_ok "ECSNodeClass Ready" 10 condition "$CLASSES/default" Ready True
+  pod web
+  until_ok "the provisioner made a NodeClaim" 15 one_claim
+  CLAIM="$(kget $NC | jq -r '.items[0].metadata.name')"
+}
 
 # ---- (a) the Container Service refuses: Forbidden.RAM, then throttling ----------------------------
 start_sim_engine
 curl -sf -X POST "$ALI/_sim/faults" -d '{"action":"DescribeClusterAttachScripts","code":"Forbidden.RAM"}' >/dev/null \
   || fail "Forbidden.RAM fault"
-post_default_nodeclass
-nodepool default
-until_ok "ECSNodeClass Ready" 10 condition "$CLASSES/default" Ready True
-pod web
-until_ok "the provisioner made a NodeClaim" 15 one_claim
-CLAIM="$(kget $NC | jq -r '.items[0].metadata.name')"
+pending_pod_claim
 until_ok "$CLAIM refused for Forbidden.RAM" 15 launch_refused "$CLAIM" Auth "Forbidden.RAM" "ACK cluster luaprov-sim" "HTTP 403"
 grep -q '"msg":"reconcile failed, will retry".*"code":"CreateError".*DescribeClusterAttachScripts: Auth (Forbidden.RAM).*RequestId' \
   "$ENGINE_LOG" || fail "the refusal logged with the action, code and request ID"
@@ -79,12 +84,7 @@ wait "$ENGINE_PID" || fail "exit status after SIGTERM"
 # ---- (a) a cluster the Container Service does not know ------------------------------------------
 ENGINE_LOG="$WORK/engine-unknown.log"
 start_sim_engine --cluster-id c-unknown
-post_default_nodeclass
-nodepool default
-until_ok "ECSNodeClass Ready" 10 condition "$CLASSES/default" Ready True
-pod web
-until_ok "the provisioner made a NodeClaim" 15 one_claim
-CLAIM="$(kget $NC | jq -r '.items[0].metadata.name')"
+pending_pod_claim
 until_ok "$CLAIM refused: no such cluster" 15 launch_refused "$CLAIM" ErrorClusterNotFound "ACK cluster c-unknown" \
   "ErrorClusterNotFound" "HTTP 404"
 [[ "$(calls RunInstances)" == 0 && "$(instances)" == 0 ]] || fail "nothing launched for an unknown cluster"
