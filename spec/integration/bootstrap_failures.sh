@@ -54,16 +54,18 @@ pending_pod_claim() {
 
 # ---- (a) the Container Service refuses: Forbidden.RAM, then throttling ----------------------------
 start_sim_engine
-curl -sf -X POST "$ALI/_sim/faults" -d '{"action":"DescribeClusterAttachScripts","code":"Forbidden.RAM"}' >/dev/null \
-  || fail "Forbidden.RAM fault"
+RAM_RULE="$(curl -sf -X POST "$ALI/_sim/faults" -d '{"action":"DescribeClusterAttachScripts","code":"Forbidden.RAM"}' \
+  | jq -r '.added[0].id')" || fail "Forbidden.RAM fault"
 pending_pod_claim
 until_ok "$CLAIM refused for Forbidden.RAM" 15 launch_refused "$CLAIM" Auth "Forbidden.RAM" "ACK cluster luaprov-sim" "HTTP 403"
 grep -q '"msg":"reconcile failed, will retry".*"code":"CreateError".*DescribeClusterAttachScripts: Auth (Forbidden.RAM).*RequestId' \
   "$ENGINE_LOG" || fail "the refusal logged with the action, code and request ID"
 
-curl -sf -X DELETE "$ALI/_sim/faults" >/dev/null
+# the throttle rule goes in behind the Forbidden.RAM one (the oldest rule fires), which then goes:
+# no call finds the Container Service answering in between
 curl -sf -X POST "$ALI/_sim/faults" -d '{"action":"DescribeClusterAttachScripts","kind":"throttle"}' >/dev/null \
   || fail "throttle fault"
+curl -sf -X DELETE "$ALI/_sim/faults/$RAM_RULE" >/dev/null || fail "remove the Forbidden.RAM rule"
 until_ok "$CLAIM refused for throttling" 40 launch_refused "$CLAIM" Throttled "Throttling.User"
 [[ "$(calls RunInstances)" == 0 && "$(instances)" == 0 ]] || fail "nothing launched while the attach script fails"
 one_claim || fail "the provisioner waits for its NodeClaim: $(claims) NodeClaims"
@@ -94,7 +96,7 @@ wait "$ENGINE_PID" || fail "exit status after SIGTERM"
 # ---- (b) Custom user data that joins nothing: the registration timeout cleans up ----------------
 cat >"$WORK/config.yaml" <<'YAML'
 controllers:
-  registrationTimeout: 3s
+  registrationTimeout: 5s
   terminateRequeue: 0.5s
 YAML
 ENGINE_LOG="$WORK/engine-custom.log"

@@ -82,7 +82,7 @@ for c in $CLAIMS; do
     and .metadata.labels["karpenter.sh/registered"] == "true" and .status.allocatable.pods == "42"' >/dev/null \
     || fail "$c: Node $node now: $(kget "/api/v1/nodes/$node" | jq -c '{labels: .metadata.labels, taints: .spec.taints}')"
 done
-ATTACH_CALLS="$(curl -sf "$ALI/_sim/state" | jq '.calls.DescribeClusterAttachScripts')"
-[[ "$ATTACH_CALLS" == 1 ]] || fail "still one DescribeClusterAttachScripts, got $ATTACH_CALLS"
+CALLS="$(curl -sf "$ALI/_sim/state" | jq -c '[.calls.DescribeClusterAttachScripts, .calls.DescribeClusterNodePools]')"
+[[ "$CALLS" == "[1,1]" ]] || fail "still one DescribeClusterAttachScripts and one DescribeClusterNodePools, got $CALLS"
 [[ "$(curl -sf "$ALI/_sim/state" | jq '.calls.RunInstances')" == 3 ]] || fail "three launches"
 echo "ok: three NodeClaims joined through the attach command, one attach-script call"
