@@ -104,6 +104,9 @@ made="$(jq -s '[.[] | select(.objectRef.resource == "nodeclaims" and .verb == "c
   and .objectRef.subresource == null and .responseStatus.code == 201)] | length' "$AUDIT_LOG")"
 [[ "$made" == 2 ]] || fail "two NodeClaims made (the first and its replacement), got $made"
 [[ "$(curl -sf "$ALI/_sim/state" | jq '.calls.RunInstances')" == 2 ]] || fail "two launches"
+# the replacement reused the cached attach script (docs/alibaba.md, Cache)
+[[ "$(curl -sf "$ALI/_sim/state" | jq '.calls.DescribeClusterAttachScripts')" == 1 ]] \
+  || fail "one DescribeClusterAttachScripts, got $(curl -sf "$ALI/_sim/state" | jq -c .calls)"
 running_is reclaimed 2 || fail "the pods still run"
 no_rbac_denials
 echo "e2e spot: passed" >&2
