@@ -460,6 +460,14 @@ typedef struct pass_wait {
   double passes;     /* drain passes ended before the touch */
 } pass_wait;
 
+static int pod_cached(ctrl_fixture *f, const void *key) {
+  return lp_env_get(lp_controllers_env(f->manager), LP_KIND_POD, key) != NULL;
+}
+
+static int pod_not_cached(ctrl_fixture *f, const void *key) {
+  return !pod_cached(f, key);
+}
+
 /* A drain pass ended since the touch, and the cache shows the touched pod (or none: evicted). */
 static int drain_passed(ctrl_fixture *f, const void *ud) {
   const pass_wait *w = ud;
@@ -515,7 +523,11 @@ static void test_eviction_backoff(void) {
   CHECK(exists(POD_PATH "i-1"));
 
   /* another pod of the same name replaces it (the old one's next try would be at 91), running at once
-   * so the budget protects it: it starts over, tried on its creation, then 1 s and 2 s later */
+   * so the budget protects it: it starts over, tried on its creation, then 1 s and 2 s later. A pod the
+   * drain must wait for holds the node while i-1 is swapped: a pass between the delete and the create
+   * would otherwise find the node empty and finish the termination. */
+  pod("i-hold", node_name, "{\"annotations\":{\"karpenter.sh/do-not-disrupt\":\"true\"}}", "Running");
+  CHECK(ctrl_wait_for(&fx, 10, pod_cached, "default/i-hold"));
   CHECK_INT(ctrl_kube_pack(&fx, "DELETE", POD_PATH "i-1", NULL), 200);
   double blocked = ctrl_metric(&fx, "luaprov_pods_evictions_total", LP_LABELS("blocked"));
   CHECK_INT(ctrl_kube_pack(&fx, "POST", "/api/v1/namespaces/default/pods",
@@ -528,6 +540,8 @@ static void test_eviction_backoff(void) {
   char count[32];
   snprintf(count, sizeof count, "%g", blocked + 1);
   CHECK(ctrl_wait_for(&fx, 10, evictions_at_least, (const char *const[]){"blocked", count}));
+  CHECK_INT(ctrl_kube_pack(&fx, "DELETE", POD_PATH "i-hold", NULL), 200);
+  CHECK(ctrl_wait_for(&fx, 10, pod_not_cached, "default/i-hold"));
   long long before = evictions_received();
   for (int t = 65; t <= 68; t++) drain_at(t);
   CHECK_INT(evictions_received() - before, 2); /* at 65 and 67; the next is due at 71 */
