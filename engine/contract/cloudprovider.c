@@ -30,7 +30,7 @@ static void op_free(op *o) {
   json_decref(o->nodeclaim);
   json_decref(o->nodeclass);
   json_decref(o->candidates);
-  json_decref(o->types);
+  json_decref(o->allowed);
   json_decref(o->tags);
   json_decref(o->chosen_type);
   json_decref(o->instance);

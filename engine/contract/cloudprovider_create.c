@@ -256,6 +256,35 @@ static void out_of_stock(op *o, lp_error *err) {
   launch_next(o);
 }
 
+/* What an adopted instance is checked against, kept for the create's life instead of the whole answer of
+ * instance_types (hundreds of KB per create, held by every create in flight): each type the NodeClaim
+ * allows, as {"type": {name, requirements, capacity, overhead}, "offerings": {"<zone>|<capacity type>":
+ * true}} for its offerings compatible with the NodeClaim, available or not. */
+static json_t *allowed_offerings(const json_t *nodeclaim, const json_t *types) {
+  static const char *const kept[] = {"name", "requirements", "capacity", "overhead", NULL};
+  json_t *out = json_object();
+  size_t i, k;
+  const json_t *type, *offering;
+  json_array_foreach(types, i, type) {
+    if (type_allowed(nodeclaim, type) != TYPE_ALLOWED) continue;
+    json_t *slim = json_object(), *keys = json_object();
+    for (const char *const *f = kept; *f; f++) {
+      json_t *v = json_object_get(type, *f);
+      if (v) json_object_set(slim, *f, v);
+    }
+    json_array_foreach(json_object_get(type, "offerings"), k, offering) {
+      if (!offering_allowed(nodeclaim, offering)) continue;
+      char *key = lp_xasprintf("%s|%s", json_string_value(json_object_get(offering, "zone")),
+                               json_string_value(json_object_get(offering, "capacity_type")));
+      json_object_set_new(keys, key, json_true());
+      free(key);
+    }
+    json_object_set_new(out, json_string_value(json_object_get(type, "name")),
+                        json_pack("{s:o, s:o}", "type", slim, "offerings", keys));
+  }
+  return out;
+}
+
 /* The type of an instance the mapping found already launched for this NodeClaim (`adopted = true`,
  * rule CP9): when its karpenter.sh/nodeclaim tag names the NodeClaim and its offering is one of a type
  * the NodeClaim allows, available or not, handed or not; else NULL. */
@@ -266,19 +295,13 @@ static const json_t *adopted_type(const op *o, const json_t *instance) {
   if (!json_is_true(json_object_get(instance, "adopted")) || !name || !owner || strcmp(owner, name) != 0)
     return NULL;
   const char *type_name = json_string_value(json_object_get(instance, "instance_type"));
-  size_t i, k;
-  const json_t *type, *offering;
-  json_array_foreach(o->types, i, type) {
-    if (strcmp(json_string_value(json_object_get(type, "name")), type_name) != 0) continue;
-    if (type_allowed(o->nodeclaim, type) != TYPE_ALLOWED) return NULL;
-    json_array_foreach(json_object_get(type, "offerings"), k, offering) {
-      if (compare_field(offering, instance, "zone") == 0 &&
-          compare_field(offering, instance, "capacity_type") == 0 && offering_allowed(o->nodeclaim, offering))
-        return type;
-    }
-    return NULL;
-  }
-  return NULL;
+  const json_t *allowed = type_name ? json_object_get(o->allowed, type_name) : NULL;
+  if (!allowed) return NULL;
+  char *key = lp_xasprintf("%s|%s", json_string_value(json_object_get(instance, "zone")),
+                           json_string_value(json_object_get(instance, "capacity_type")));
+  int known = json_object_get(json_object_get(allowed, "offerings"), key) != NULL;
+  free(key);
+  return known ? json_object_get(allowed, "type") : NULL;
 }
 
 static void launch_done(op *o, json_t *values, lp_error *err) {
@@ -395,8 +418,8 @@ static void create_types_done(op *o, json_t *values, lp_error *err) {
     return;
   }
   char *why = NULL;
-  o->types = json_is_array(types) ? json_incref(types) : json_array();
-  o->candidates = launch_candidates(o->nodeclaim, o->types, &why);
+  o->allowed = allowed_offerings(o->nodeclaim, types);
+  o->candidates = launch_candidates(o->nodeclaim, json_is_array(types) ? types : NULL, &why);
   json_decref(values);
   /* at most max_launch_attempts offerings are ever handed to create, the cheapest */
   while (json_array_size(o->candidates) > o->cp->max_launch_attempts)

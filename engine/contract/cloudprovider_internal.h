@@ -41,7 +41,7 @@ typedef struct op {
   void *ud;
   json_t *nodeclaim, *nodeclass; /* own references */
   json_t *candidates;            /* create: [[type, offering], ...] still to hand, cheapest first */
-  json_t *types;                 /* create: every type instance_types answered (an adopted instance's) */
+  json_t *allowed;               /* create: the types and offerings an adopted instance may be of */
   size_t sold_out;               /* create: the offerings the mapping reported out of stock so far */
   size_t next_candidate;         /* list: the provider_id calls still running */
   json_t *tags;
