@@ -257,9 +257,9 @@ static void out_of_stock(op *o, lp_error *err) {
 }
 
 /* What an adopted instance is checked against, kept for the create's life instead of the whole answer of
- * instance_types (hundreds of KB per create, held by every create in flight): each type the NodeClaim
- * allows, as {"type": {name, requirements, capacity, overhead}, "offerings": {"<zone>|<capacity type>":
- * true}} for its offerings compatible with the NodeClaim, available or not. */
+ * instance_types (hundreds of KB per create, held by every create in flight): for each offering of a
+ * type the NodeClaim allows, compatible with it, available or not, its key (cp_offering_key) -> the
+ * type's name, requirements, capacity and overhead (shared by the type's offerings). */
 static json_t *allowed_offerings(const json_t *nodeclaim, const json_t *types) {
   static const char *const kept[] = {"name", "requirements", "capacity", "overhead", NULL};
   json_t *out = json_object();
@@ -267,20 +267,19 @@ static json_t *allowed_offerings(const json_t *nodeclaim, const json_t *types) {
   const json_t *type, *offering;
   json_array_foreach(types, i, type) {
     if (type_allowed(nodeclaim, type) != TYPE_ALLOWED) continue;
-    json_t *slim = json_object(), *keys = json_object();
+    const char *name = json_string_value(json_object_get(type, "name"));
+    json_t *slim = json_object();
     for (const char *const *f = kept; *f; f++) {
       json_t *v = json_object_get(type, *f);
       if (v) json_object_set(slim, *f, v);
     }
     json_array_foreach(json_object_get(type, "offerings"), k, offering) {
       if (!offering_allowed(nodeclaim, offering)) continue;
-      char *key = lp_xasprintf("%s|%s", json_string_value(json_object_get(offering, "zone")),
-                               json_string_value(json_object_get(offering, "capacity_type")));
-      json_object_set_new(keys, key, json_true());
-      free(key);
+      char key[512];
+      cp_offering_key(key, sizeof key, name, offering);
+      json_object_set(out, key, slim);
     }
-    json_object_set_new(out, json_string_value(json_object_get(type, "name")),
-                        json_pack("{s:o, s:o}", "type", slim, "offerings", keys));
+    json_decref(slim);
   }
   return out;
 }
@@ -292,16 +291,13 @@ static const json_t *adopted_type(const op *o, const json_t *instance) {
   const char *name = claim_name(o);
   const char *owner =
       json_string_value(json_object_get(json_object_get(instance, "tags"), "karpenter.sh/nodeclaim"));
-  if (!json_is_true(json_object_get(instance, "adopted")) || !name || !owner || strcmp(owner, name) != 0)
-    return NULL;
   const char *type_name = json_string_value(json_object_get(instance, "instance_type"));
-  const json_t *allowed = type_name ? json_object_get(o->allowed, type_name) : NULL;
-  if (!allowed) return NULL;
-  char *key = lp_xasprintf("%s|%s", json_string_value(json_object_get(instance, "zone")),
-                           json_string_value(json_object_get(instance, "capacity_type")));
-  int known = json_object_get(json_object_get(allowed, "offerings"), key) != NULL;
-  free(key);
-  return known ? json_object_get(allowed, "type") : NULL;
+  if (!json_is_true(json_object_get(instance, "adopted")) || !name || !owner || strcmp(owner, name) != 0 ||
+      !type_name)
+    return NULL;
+  char key[512];
+  cp_offering_key(key, sizeof key, type_name, instance); /* the instance has the offering's zone fields */
+  return json_object_get(o->allowed, key);
 }
 
 static void launch_done(op *o, json_t *values, lp_error *err) {
