@@ -86,7 +86,7 @@ end
 -- vSwitch and image ------------------------------------------------------------------------------
 
 local function status_free_ips(vswitch)
-  return tonumber(field(vswitch, "availableIpAddressCount")) or 0
+  return tonumber(field(vswitch, "availableIPAddressCount")) or 0
 end
 
 -- The discount entry of the vSwitch, {base, at, count}, while it still applies to the status's count.

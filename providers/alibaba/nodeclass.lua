@@ -3,9 +3,9 @@
 -- conditions as operators see them: docs/controllers.md#ecsnodeclass-status-nodeclass.
 --
 -- Public:
---   resolve(ctx, nodeclass) -> status = {vSwitches = {{id, zoneID, availableIpAddressCount}},
+--   resolve(ctx, nodeclass) -> status = {vSwitches = {{id, zone, zoneID, availableIPAddressCount}},
 --                                        securityGroups = {{id, name}},
---                                        images = {{id, name, requirements}},
+--                                        images = {{id, name, architecture, requirements}},
 --                                        conditions = {{type, status, reason, message}}}
 --   hash(nodeclass) -> hash, version
 --
@@ -119,7 +119,10 @@ local function resolve_vswitches(c, region, terms)
     return util.byte_less(a.id, b.id)
   end)
   local out = array()
-  for i, v in ipairs(list) do out[i] = { id = v.id, zoneID = v.zoneID, availableIpAddressCount = v.ips } end
+  -- zone and zoneID hold the same value, as the official status has both.
+  for i, v in ipairs(list) do
+    out[i] = { id = v.id, zone = v.zoneID, zoneID = v.zoneID, availableIPAddressCount = v.ips }
+  end
   return out, nil, problems
 end
 
@@ -239,6 +242,7 @@ local function resolve_images(c, region, terms)
         out[#out + 1] = {
           id = image.ImageId,
           name = image.ImageName,
+          architecture = arch,
           requirements = array { { key = ARCH_LABEL, operator = "In", values = array { arch } } },
         }
       end
@@ -283,13 +287,13 @@ local function reconcile(nodeclass, spec, empty_ok, run)
 end
 
 local DEPENDENTS = {
-  { type = "VSwitchesReady", field = "vSwitches", action = "DescribeVSwitches",
-    not_found_reason = "vSwitchesNotFound", not_found_message = "VSwitchSelector did not match any VSwitches" },
-  { type = "SecurityGroupsReady", field = "securityGroups", action = "DescribeSecurityGroups",
-    not_found_reason = "SecurityGroupsNotFound",
+  { type = "VSwitchResolved", field = "vSwitches", action = "DescribeVSwitches",
+    not_found_reason = "VSwitchResolutionFailed", not_found_message = "VSwitchSelector did not match any VSwitches" },
+  { type = "SecurityGroupResolved", field = "securityGroups", action = "DescribeSecurityGroups",
+    not_found_reason = "SecurityGroupResolutionFailed",
     not_found_message = "SecurityGroupSelector did not match any SecurityGroups" },
-  { type = "ImagesReady", field = "images", action = "DescribeImages",
-    not_found_reason = "ImagesNotFound", not_found_message = "ImageSelector did not match any Images" },
+  { type = "ImageResolved", field = "images", action = "DescribeImages",
+    not_found_reason = "ImageResolutionFailed", not_found_message = "ImageSelector did not match any Images" },
 }
 
 -- Root Ready, as operatorpkg computes it: True when every dependent is, False when one is False,

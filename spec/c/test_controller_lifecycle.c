@@ -50,7 +50,7 @@ static void set_nodeclass_status(const char *name, int ready) {
   json_object_set_new(
       status, "conditions",
       json_pack("[{s:s, s:s, s:s, s:s, s:s}]", "type", "Ready", "status", ready ? "True" : "False", "reason",
-                ready ? "Ready" : "SecurityGroupsNotFound", "message", "", "lastTransitionTime", now));
+                ready ? "Ready" : "SecurityGroupResolutionFailed", "message", "", "lastTransitionTime", now));
   json_object_set(nc, "status", status);
   json_t *annotations = mapping_hash_annotations(f.scripts, nc);
   char path[256];

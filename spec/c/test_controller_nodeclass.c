@@ -65,7 +65,7 @@ static void test_contract_calls(void) {
   CHECK_INT(json_array_size(json_object_get(o.value, "securityGroups")), 2);
   CHECK_INT(json_array_size(json_object_get(o.value, "images")), 2); /* x86_64 and arm64 */
   json_t *as_class = json_pack("{s:o}", "status", o.value);
-  CHECK_STR(condition_field(as_class, "VSwitchesReady", "status"), "True");
+  CHECK_STR(condition_field(as_class, "VSwitchResolved", "status"), "True");
   json_decref(as_class);
 
   lp_cp_outcome h = {0};
@@ -101,9 +101,9 @@ static void test_ready(void) {
   CHECK_INT(json_array_size(json_object_get(st, "vSwitches")), 4);
   CHECK_INT(json_array_size(json_object_get(st, "securityGroups")), 2);
   CHECK_INT(json_array_size(json_object_get(st, "images")), 2);
-  CHECK_STR(condition_field(nc, "VSwitchesReady", "status"), "True");
-  CHECK_STR(condition_field(nc, "SecurityGroupsReady", "status"), "True");
-  CHECK_STR(condition_field(nc, "ImagesReady", "status"), "True");
+  CHECK_STR(condition_field(nc, "VSwitchResolved", "status"), "True");
+  CHECK_STR(condition_field(nc, "SecurityGroupResolved", "status"), "True");
+  CHECK_STR(condition_field(nc, "ImageResolved", "status"), "True");
   CHECK(condition_field(nc, "Ready", "lastTransitionTime") != NULL);
   CHECK(json_equal(json_object_get(lp_condition_get(nc, "Ready"), "observedGeneration"),
                    json_object_get(json_object_get(nc, "metadata"), "generation")));
@@ -162,10 +162,10 @@ static void test_selector_matches_nothing(void) {
   create_class(f, "nomatch", "no-such-cluster");
   CHECK(ctrl_wait_for(f, 10, class_ready_is, (const char *const[]){"nomatch", "False"}));
   json_t *nc = cached_class(f, "nomatch");
-  CHECK_STR(condition_field(nc, "Ready", "reason"), "vSwitchesNotFound");
+  CHECK_STR(condition_field(nc, "Ready", "reason"), "VSwitchResolutionFailed");
   CHECK_CONTAINS(condition_field(nc, "Ready", "message"), "VSwitchSelector did not match any VSwitches");
-  CHECK_STR(condition_field(nc, "VSwitchesReady", "status"), "False");
-  CHECK_STR(condition_field(nc, "SecurityGroupsReady", "status"), "True");
+  CHECK_STR(condition_field(nc, "VSwitchResolved", "status"), "False");
+  CHECK_STR(condition_field(nc, "SecurityGroupResolved", "status"), "True");
   CHECK_INT(json_array_size(json_object_get(json_object_get(nc, "status"), "vSwitches")), 0);
   CHECK_INT(ctrl_metric(f, "luaprov_nodeclass_ready", LP_LABELS("nomatch")), 0);
 
@@ -191,10 +191,10 @@ static void test_throttled(void) {
   CHECK(ctrl_wait_for(f, 10, ctrl_nodeclass_has_ready, "throttled"));
   json_t *nc = cached_class(f, "throttled");
   CHECK_STR(condition_field(nc, "Ready", "status"), "Unknown");
-  CHECK_STR(condition_field(nc, "VSwitchesReady", "reason"), "DescribeVSwitchesFailed");
-  CHECK_CONTAINS(condition_field(nc, "VSwitchesReady", "message"), "DescribeVSwitches");
-  CHECK_CONTAINS(condition_field(nc, "VSwitchesReady", "message"), "RequestId");
-  CHECK_STR(condition_field(nc, "SecurityGroupsReady", "status"), "True");
+  CHECK_STR(condition_field(nc, "VSwitchResolved", "reason"), "DescribeVSwitchesFailed");
+  CHECK_CONTAINS(condition_field(nc, "VSwitchResolved", "message"), "DescribeVSwitches");
+  CHECK_CONTAINS(condition_field(nc, "VSwitchResolved", "message"), "RequestId");
+  CHECK_STR(condition_field(nc, "SecurityGroupResolved", "status"), "True");
   /* retried with backoff, never Ready while the API throttles, and no status write per retry (the
    * message keeps the first failure's request ID) */
   long status = 0;
@@ -372,7 +372,7 @@ static void test_other_mappings(void) {
                  "reported no conditions");
   CHECK_INT(json_array_size(json_object_get(json_object_get(cached_class(f, "bare"), "status"), "vSwitches")),
             4); /* what the mapping resolved is written as it is */
-  CHECK(lp_condition_get(cached_class(f, "bare"), "VSwitchesReady") == NULL);
+  CHECK(lp_condition_get(cached_class(f, "bare"), "VSwitchResolved") == NULL);
   CHECK_INT(json_array_size(
                 json_object_get(json_object_get(cached_class(f, "ready-only"), "status"), "conditions")),
             1);

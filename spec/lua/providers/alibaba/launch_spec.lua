@@ -99,7 +99,7 @@ describe("alibaba launch against the simulator", function()
         nc.status = nodeclass.resolve(ctx, nc)
       end
       -- An operator's mapping that reorders status.vSwitches (examples/policies/mapping-vswitch) is followed.
-      table.sort(nc.status.vSwitches, function(a, b) return a.availableIpAddressCount < b.availableIpAddressCount end)
+      table.sort(nc.status.vSwitches, function(a, b) return a.availableIPAddressCount < b.availableIPAddressCount end)
       assert.equals("vsw-bp1simh0000002", nc.status.vSwitches[1].id)
       local preferred = assert(launch.create(ctx, request(nc, three_zones("preferred"))))
       assert.equals("vsw-bp1simh0000002", preferred.vswitch_id)
@@ -108,7 +108,7 @@ describe("alibaba launch against the simulator", function()
     it("balanced launches in the zone whose vSwitch has the most free addresses", function()
       local nc = class { vSwitchSelectionPolicy = "balanced" }
       for _, v in ipairs(nc.status.vSwitches) do
-        v.availableIpAddressCount = ({ [H] = 10, [I] = 30, [J] = 20 })[v.zoneID] or 0
+        v.availableIPAddressCount = ({ [H] = 10, [I] = 30, [J] = 20 })[v.zoneID] or 0
       end
       local inst = assert(launch.create(ctx, request(nc, three_zones("bal"))))
       assert.equals(I, inst.zone)
@@ -169,7 +169,7 @@ describe("alibaba launch against the simulator", function()
       local nc = class { vSwitchSelectionPolicy = "balanced" }
       local function counts(h, i, j)
         for _, v in ipairs(nc.status.vSwitches) do
-          v.availableIpAddressCount = ({ [H] = h, [I] = i, [J] = j })[v.zoneID]
+          v.availableIPAddressCount = ({ [H] = h, [I] = i, [J] = j })[v.zoneID]
         end
       end
       local function next_zone(n) return assert(launch.create(ctx, request(nc, three_zones("fresh" .. n)))).zone end
@@ -304,7 +304,7 @@ describe("alibaba launch against the simulator", function()
     end
     -- An operator's order, or a refreshed status, puts the zone's other vSwitch first.
     local function resort(nc)
-      table.sort(nc.status.vSwitches, function(a, b) return a.availableIpAddressCount < b.availableIpAddressCount end)
+      table.sort(nc.status.vSwitches, function(a, b) return a.availableIPAddressCount < b.availableIPAddressCount end)
     end
 
     -- again is first, found (adopted), and the simulator holds that one instance after `calls` RunInstances.

@@ -78,7 +78,8 @@ describe("nodeclass.resolve (fake cloud)", function()
   it("resolves vSwitches by tags, most free addresses first (kept in the status), then by ID", function()
     local status = nodeclass.resolve(cloud.ctx, class(FULL_SPEC))
     assert.same({ "vsw-c", "vsw-a", "vsw-b" }, ids(status.vSwitches))
-    assert.same({ id = "vsw-c", zoneID = "cn-fake-i", availableIpAddressCount = 250 }, status.vSwitches[1])
+    assert.same({ id = "vsw-c", zone = "cn-fake-i", zoneID = "cn-fake-i", availableIPAddressCount = 250 },
+      status.vSwitches[1])
     assert.equals(json.array_mt, getmetatable(status.vSwitches))
   end)
 
@@ -106,8 +107,10 @@ describe("nodeclass.resolve (fake cloud)", function()
     local status = nodeclass.resolve(cloud.ctx, class(FULL_SPEC))
     assert.same({
       { id = "aliyun_3_arm64_20G_alibase_20240819.vhd", name = "aliyun_3_arm64_20G_alibase_20240819.vhd",
+        architecture = "arm64",
         requirements = { { key = "kubernetes.io/arch", operator = "In", values = { "arm64" } } } },
       { id = "aliyun_3_x64_20G_alibase_20240819.vhd", name = "aliyun_3_x64_20G_alibase_20240819.vhd",
+        architecture = "amd64",
         requirements = { { key = "kubernetes.io/arch", operator = "In", values = { "amd64" } } } },
     }, status.images)
   end)
@@ -130,11 +133,11 @@ describe("nodeclass.resolve (fake cloud)", function()
   it("reports every dependent and Ready True when all resolve", function()
     local status = nodeclass.resolve(cloud.ctx, class(FULL_SPEC))
     assert.same({
-      { type = "ImagesReady", status = "True", reason = "ImagesReady", message = "" },
+      { type = "ImageResolved", status = "True", reason = "ImageResolved", message = "" },
       { type = "Ready", status = "True", reason = "Ready", message = "" },
-      { type = "SecurityGroupsReady", status = "True", reason = "SecurityGroupsReady", message = "" },
+      { type = "SecurityGroupResolved", status = "True", reason = "SecurityGroupResolved", message = "" },
       { type = "UserDataReady", status = "True", reason = "UserDataReady", message = "" },
-      { type = "VSwitchesReady", status = "True", reason = "VSwitchesReady", message = "" },
+      { type = "VSwitchResolved", status = "True", reason = "VSwitchResolved", message = "" },
     }, status.conditions)
   end)
 
@@ -160,45 +163,45 @@ describe("nodeclass.resolve (fake cloud)", function()
     local status = nodeclass.resolve(cloud.ctx, class(spec))
     assert.same({}, status.vSwitches)
     assert.equals(json.array_mt, getmetatable(status.vSwitches))
-    assert.same({ type = "VSwitchesReady", status = "False", reason = "vSwitchesNotFound",
-      message = "VSwitchSelector did not match any VSwitches" }, cond(status, "VSwitchesReady"))
-    assert.same({ type = "SecurityGroupsReady", status = "False", reason = "SecurityGroupsNotFound",
-      message = "SecurityGroupSelector did not match any SecurityGroups" }, cond(status, "SecurityGroupsReady"))
-    assert.same({ type = "ImagesReady", status = "False", reason = "ImagesNotFound",
-      message = "ImageSelector did not match any Images" }, cond(status, "ImagesReady"))
+    assert.same({ type = "VSwitchResolved", status = "False", reason = "VSwitchResolutionFailed",
+      message = "VSwitchSelector did not match any VSwitches" }, cond(status, "VSwitchResolved"))
+    assert.same({ type = "SecurityGroupResolved", status = "False", reason = "SecurityGroupResolutionFailed",
+      message = "SecurityGroupSelector did not match any SecurityGroups" }, cond(status, "SecurityGroupResolved"))
+    assert.same({ type = "ImageResolved", status = "False", reason = "ImageResolutionFailed",
+      message = "ImageSelector did not match any Images" }, cond(status, "ImageResolved"))
     assert.same({ type = "Ready", status = "False", reason = "UnhealthyDependents",
-      message = "VSwitchesReady=False, SecurityGroupsReady=False, ImagesReady=False" }, cond(status, "Ready"))
+      message = "VSwitchResolved=False, SecurityGroupResolved=False, ImageResolved=False" }, cond(status, "Ready"))
   end)
 
   it("says which terms could not be sent", function()
     local status = nodeclass.resolve(cloud.ctx, class(spec_with {
       vSwitchSelectorTerms = { { tags = {} } }, securityGroupSelectorTerms = { { id = "" } } }))
-    assert.matches("vSwitchSelectorTerms[1] has neither id nor tags", cond(status, "VSwitchesReady").message, 1, true)
+    assert.matches("vSwitchSelectorTerms[1] has neither id nor tags", cond(status, "VSwitchResolved").message, 1, true)
     assert.matches("securityGroupSelectorTerms[1] has neither id, name nor tags",
-      cond(status, "SecurityGroupsReady").message, 1, true)
+      cond(status, "SecurityGroupResolved").message, 1, true)
     assert.equals(0, cloud.calls.DescribeVSwitches or 0)
   end)
 
   it("says why an unknown image alias matches nothing", function()
     local spec = spec_with { imageSelectorTerms = { { alias = "Ubuntu" } } }
-    local c = cond(nodeclass.resolve(cloud.ctx, class(spec)), "ImagesReady")
-    assert.equals("ImagesNotFound", c.reason)
+    local c = cond(nodeclass.resolve(cloud.ctx, class(spec)), "ImageResolved")
+    assert.equals("ImageResolutionFailed", c.reason)
     assert.matches('unknown image alias "Ubuntu"', c.message, 1, true)
   end)
 
   it("turns an API error into an Unknown condition naming the action and request, not a crash", function()
     cloud.faults.DescribeSecurityGroups = { status = 403, code = "Forbidden.RAM", message = "not authorized" }
     local status = nodeclass.resolve(cloud.ctx, class(FULL_SPEC))
-    local c = cond(status, "SecurityGroupsReady")
+    local c = cond(status, "SecurityGroupResolved")
     assert.equals("Unknown", c.status)
     assert.equals("DescribeSecurityGroupsFailed", c.reason)
     assert.matches("Forbidden.RAM", c.message, 1, true)
     assert.matches("req-fault", c.message, 1, true)
     assert.same({ type = "Ready", status = "Unknown", reason = "ReconcilingDependents",
-      message = "SecurityGroupsReady=Unknown" }, cond(status, "Ready"))
+      message = "SecurityGroupResolved=Unknown" }, cond(status, "Ready"))
     -- the other dependents still resolved
     assert.equals(3, #status.vSwitches)
-    assert.equals("True", cond(status, "VSwitchesReady").status)
+    assert.equals("True", cond(status, "VSwitchResolved").status)
   end)
 
   it("keeps the previously resolved list when the API fails", function()
@@ -206,7 +209,7 @@ describe("nodeclass.resolve (fake cloud)", function()
     local before = { vSwitches = { { id = "vsw-old", zoneID = "cn-fake-h" } } }
     local status = nodeclass.resolve(cloud.ctx, class(FULL_SPEC, before))
     assert.same({ { id = "vsw-old", zoneID = "cn-fake-h" } }, status.vSwitches)
-    assert.matches("keeping the 1 resolved before", cond(status, "VSwitchesReady").message, 1, true)
+    assert.matches("keeping the 1 resolved before", cond(status, "VSwitchResolved").message, 1, true)
   end)
 
   it("reports a client that cannot be built on every dependent", function()
@@ -217,7 +220,7 @@ describe("nodeclass.resolve (fake cloud)", function()
     local ok, status = pcall(nodeclass.resolve, {}, class(FULL_SPEC))
     session.client = saved
     assert.is_true(ok)
-    for _, t in ipairs { "VSwitchesReady", "SecurityGroupsReady", "ImagesReady" } do
+    for _, t in ipairs { "VSwitchResolved", "SecurityGroupResolved", "ImageResolved" } do
       assert.equals("Unknown", cond(status, t).status)
       assert.matches("no Alibaba Cloud region", cond(status, t).message, 1, true)
     end
@@ -351,7 +354,7 @@ describe("nodeclass.resolve against the Alibaba simulator", function()
       .vSwitches))
     local status = resolve { vSwitchSelectorTerms = { { id = "vsw-bp1simh0000002", tags = DISCOVERY } } }
     assert.same({}, status.vSwitches)
-    assert.equals("vSwitchesNotFound", cond(status, "VSwitchesReady").reason)
+    assert.equals("VSwitchResolutionFailed", cond(status, "VSwitchResolved").reason)
   end)
 
   it("resolves security groups by name and by id", function()
@@ -364,7 +367,7 @@ describe("nodeclass.resolve against the Alibaba simulator", function()
 
   it("resolves images by id and by tags", function()
     local status = resolve { imageSelectorTerms = { { id = "m-bp1sim0custom00001" } } }
-    assert.same({ { id = "m-bp1sim0custom00001", name = "luaprov-sim-node-2024",
+    assert.same({ { id = "m-bp1sim0custom00001", name = "luaprov-sim-node-2024", architecture = "amd64",
       requirements = { { key = "kubernetes.io/arch", operator = "In", values = { "amd64" } } } } }, status.images)
     assert.same({ "m-bp1sim0custom00001" }, ids(resolve({ imageSelectorTerms = { { tags = DISCOVERY } } }).images))
   end)
@@ -375,11 +378,11 @@ describe("nodeclass.resolve against the Alibaba simulator", function()
       securityGroupSelectorTerms = { { name = "nobody" } },
       imageSelectorTerms = { { alias = "ContainerOS" } },    -- the simulated region has none
     }
-    assert.equals("vSwitchesNotFound", cond(status, "VSwitchesReady").reason)
-    assert.equals("SecurityGroupsNotFound", cond(status, "SecurityGroupsReady").reason)
-    assert.equals("ImagesNotFound", cond(status, "ImagesReady").reason)
+    assert.equals("VSwitchResolutionFailed", cond(status, "VSwitchResolved").reason)
+    assert.equals("SecurityGroupResolutionFailed", cond(status, "SecurityGroupResolved").reason)
+    assert.equals("ImageResolutionFailed", cond(status, "ImageResolved").reason)
     assert.same({ type = "Ready", status = "False", reason = "UnhealthyDependents",
-      message = "VSwitchesReady=False, SecurityGroupsReady=False, ImagesReady=False" }, cond(status, "Ready"))
+      message = "VSwitchResolved=False, SecurityGroupResolved=False, ImageResolved=False" }, cond(status, "Ready"))
   end)
 
   it("turns API errors into conditions with the action, code and request ID", function()
@@ -387,16 +390,16 @@ describe("nodeclass.resolve against the Alibaba simulator", function()
       { action = "DescribeImages", kind = "5xx", status = 503 } })
     local before = { vSwitches = { { id = "vsw-bp1simh0000001", zoneID = "cn-hangzhou-h" } } }
     local status = nodeclass.resolve(sim.ctx, class(SIM_SPEC, before))
-    local v = cond(status, "VSwitchesReady")
+    local v = cond(status, "VSwitchResolved")
     assert.equals("Unknown", v.status)
     assert.equals("DescribeVSwitchesFailed", v.reason)
     assert.matches("Forbidden.RAM", v.message, 1, true)
     assert.matches("RequestId [%w-]+", v.message)
     assert.same(before.vSwitches, status.vSwitches)
-    local i = cond(status, "ImagesReady")
+    local i = cond(status, "ImageResolved")
     assert.equals("DescribeImagesFailed", i.reason)
     assert.matches("ServiceUnavailable", i.message, 1, true)
-    assert.equals("True", cond(status, "SecurityGroupsReady").status)
+    assert.equals("True", cond(status, "SecurityGroupResolved").status)
     assert.equals("ReconcilingDependents", cond(status, "Ready").reason)
   end)
 end)
