@@ -13,6 +13,7 @@
 local luaprov = require "luaprov"
 local attachscript = require "providers.alibaba.attachscript"
 local mime = require "providers.alibaba.mime"
+local shape = require "providers.alibaba.shape"
 local util = require "providers.alibaba.util"
 
 local M = {}
@@ -133,27 +134,61 @@ local function node_taints(nodeclaim)
   return out
 end
 
--- --node-config: base64 of {"kubelet_config": {...}}, written by hand so the order and the empty
--- object are fixed.
-local function node_config(spec)
-  local kubelet = spec.kubeletConfiguration
-  local max_pods = type(kubelet) == "table" and kubelet.maxPods or nil
-  local doc = '{"kubelet_config":{}}'
-  if present(max_pods) then
-    local n = type(max_pods) == "number" and math.tointeger(max_pods)
-    if not n or n < 1 then
-      return invalid("InvalidNodeClass", "ECSNodeClass spec.kubeletConfiguration.maxPods is %s, not a positive "
-        .. "integer", tostring(max_pods))
-    end
-    doc = ('{"kubelet_config":{"maxPods":%d}}'):format(n)
+-- The kubelet settings the node-config carries, by the type each must have; an unknown one is left
+-- out (the CRD has no others).
+local KUBELET_FIELDS = {
+  clusterDNS = "strings", maxPods = "count", podsPerCore = "count", systemReserved = "map",
+  kubeReserved = "map", evictionHard = "map", evictionSoft = "map", evictionSoftGracePeriod = "map",
+  evictionMaxPodGracePeriod = "count", imageGCHighThresholdPercent = "percent",
+  imageGCLowThresholdPercent = "percent", cpuCFSQuota = "boolean",
+}
+
+local function kubelet_value(kind, v)
+  if kind == "boolean" then return type(v) == "boolean" and v or nil end
+  if kind == "count" or kind == "percent" then
+    local n = type(v) == "number" and math.tointeger(v)
+    if not n or n < 0 or (kind == "percent" and n > 100) then return nil end
+    return n
   end
+  if type(v) ~= "table" then return nil end
+  for k, item in pairs(v) do
+    if type(item) ~= "string" or (kind == "strings" and math.type(k) ~= "integer")
+        or (kind == "map" and type(k) ~= "string") then
+      return nil
+    end
+  end
+  return v
+end
+
+-- --node-config: base64 of {"kubelet_config": {...}} with the class's kubelet settings under their
+-- KubeletConfiguration names (keys sorted, so the same class always gives the same script).
+local function node_config(spec)
+  local kubelet = type(spec.kubelet) == "table" and spec.kubelet or {}
+  local config = {}
+  for name, kind in pairs(KUBELET_FIELDS) do
+    local v = kubelet[name]
+    if present(v) then
+      local ok = kubelet_value(kind, v)
+      if ok == nil or (name == "maxPods" and ok < 1) then
+        return invalid("InvalidNodeClass", "ECSNodeClass spec.kubelet.%s is %s, not %s", name,
+          type(v) == "table" and "a " .. type(v) or tostring(v),
+          ({ strings = "a list of strings", count = name == "maxPods" and "a positive integer" or "a whole number",
+            percent = "a whole number from 0 to 100", map = "a map of strings", boolean = "true or false" })[kind])
+      end
+      config[name] = ok
+    end
+  end
+  if next(config) == nil then return luaprov.crypto.base64_encode('{"kubelet_config":{}}') end
+  local doc = assert(luaprov.json.encode({ kubelet_config = config }))
   return luaprov.crypto.base64_encode(doc)
 end
 
 local function attach_command(ctx, nodeclaim, spec, capacity_type)
-  local cluster_id = ctx.cluster_id
+  -- The class's clusterID names the ACK cluster its nodes join; else the engine's cluster.
+  local cluster_id, source = spec.clusterID, "spec.clusterID"
+  if not present(cluster_id) then cluster_id, source = ctx.cluster_id, "ctx.cluster_id" end
   if not present(cluster_id) or not tostring(cluster_id):find("^[%w_%-]+$") then
-    return invalid("InvalidConfig", "ACK cluster ID %q is not a cluster ID (ctx.cluster_id)", tostring(cluster_id))
+    return invalid("InvalidConfig", "ACK cluster ID %q is not a cluster ID (%s)", tostring(cluster_id), source)
   end
   local labels, err = node_labels(nodeclaim, capacity_type)
   if not labels then return nil, err end
@@ -218,6 +253,9 @@ end
 
 function M.user_data(ctx, nodeclaim, nodeclass, capacity_type)
   ctx = ctx or {}
+  local nerr
+  nodeclass, nerr = shape.normalize(nodeclass)
+  if not nodeclass then return nil, nerr end
   local user, why, spec = user_text(nodeclass)
   if not user then return invalid("InvalidNodeClass", "%s", why) end
   local kind, err = M.cluster_type(ctx)

@@ -5,13 +5,14 @@
 -- exclusive-ENI resource), the rule wins.
 --
 -- Public:
---   capacity(it, nodeclass, settings) -> {resource = quantity}   quantities as Kubernetes strings
---   overhead(it, capacity)            -> {kube_reserved, system_reserved, eviction_threshold}
+--   capacity(it, spec, settings)      -> {resource = quantity}   quantities as Kubernetes strings
+--   overhead(it, capacity, kubelet)   -> {kube_reserved, system_reserved, eviction_threshold}
 --   pods(it, kubelet, cni)            -> integer
 --   memory_mib(it, pct)               -> MiB left after the VM memory overhead
 --   keep_for_cni(it, cni)             -> false when the CNI cannot run pods on the type
 --   quantity_mib(n), quantity_milli(n) -> "15Gi" / "15319Mi", "4" / "3920m"
 -- `it` is a catalogue entry (DescribeInstanceTypes field names). `settings` = {cni, vm_overhead_pct}.
+-- `spec` is the ECSNodeClass spec as shape.spec gives it, `kubelet` its kubelet settings.
 local luaprov = require "luaprov"
 
 local json = luaprov.json
@@ -26,8 +27,6 @@ M.DEFAULT_PODS = 110
 M.FLANNEL_PODS = 256
 -- Upstream's --vm-memory-overhead-percent default: the hypervisor keeps ~6.5 % of the memory.
 M.DEFAULT_VM_OVERHEAD_PCT = 0.065
--- The ephemeral-storage capacity of a node whose ECSNodeClass names no system disk size.
-M.DEFAULT_SYSTEM_DISK = "20Gi"
 -- Terway in shared-ENI mode needs at least 11 pod IPs on the secondary ENIs (upstream filter).
 M.TERWAY_MIN_POD_IPS = 11
 M.EXCLUSIVE_ENI = "alibabacloud.com/exclusive-eni"
@@ -119,15 +118,6 @@ function M.memory_mib(it, pct)
   return mib - overhead
 end
 
--- The system disk is the node's ephemeral storage. volumeSize is a quantity string; upstream's
--- volumesize controller copies the integer `size` (GiB) into it, which we do here instead.
-local function ephemeral_storage(nodeclass)
-  local spec = present(nodeclass) and present(nodeclass.spec) and nodeclass.spec or {}
-  local disk = present(spec.systemDisk) and spec.systemDisk or {}
-  if present(disk.volumeSize) and disk.volumeSize ~= "" then return tostring(disk.volumeSize) end
-  if present(disk.size) and int(disk.size) > 0 then return format("%dGi", int(disk.size)) end
-  return M.DEFAULT_SYSTEM_DISK
-end
 
 -- The GPU vendor is the first word of GPUSpec ("NVIDIA T4", "AMD Radeon Pro V520").
 local function gpu_vendor(it)
@@ -135,14 +125,14 @@ local function gpu_vendor(it)
   return lower(tostring(it.GPUSpec):match("^%s*(%S+)") or "")
 end
 
-function M.capacity(it, nodeclass, settings)
+-- The system disk is the node's ephemeral storage.
+function M.capacity(it, spec, settings)
   settings = settings or {}
-  local spec = present(nodeclass) and present(nodeclass.spec) and nodeclass.spec or {}
   local cap = {
     cpu = format("%d", int(it.CpuCoreCount)),
     memory = M.quantity_mib(M.memory_mib(it, settings.vm_overhead_pct)),
-    pods = format("%d", M.pods(it, spec.kubeletConfiguration, settings.cni)),
-    ["ephemeral-storage"] = ephemeral_storage(nodeclass),
+    pods = format("%d", M.pods(it, spec.kubelet, settings.cni)),
+    ["ephemeral-storage"] = format("%dGi", spec.systemDisk.size),
   }
   local vendor = gpu_vendor(it)
   if vendor == "nvidia" then
@@ -178,18 +168,69 @@ function M.memory_overhead_mib(raw, pods)
   return floor(min(per_pods, quarter)) + 200
 end
 
--- Upstream puts the whole reservation in kube-reserved and leaves system-reserved and the eviction
--- threshold empty; the ECSNodeClass kubelet reservations are not sent to the node either (the ACK
--- bootstrap passes only maxPods), so honouring them here would make allocatable lie.
-function M.overhead(it, cap)
+-- A quantity ("100Mi", "1G", "1.5Gi", "512") in bytes; nil when unreadable.
+local BYTES = { [""] = 1, k = 1e3, M = 1e6, G = 1e9, T = 1e12, Ki = 1024, Mi = 1024 ^ 2, Gi = 1024 ^ 3,
+  Ti = 1024 ^ 4 }
+local function bytes(q)
+  local number, unit = tostring(q):match("^%s*(%d+%.?%d*)%s*(%a*)%s*$")
+  local scale = BYTES[unit or ""]
+  if not number or not scale then return nil end
+  return tonumber(number) * scale
+end
+
+-- An eviction signal's threshold in MiB: a quantity, or a percentage of the resource's capacity.
+local function threshold_mib(value, capacity_mib)
+  local pct = type(value) == "string" and value:match("^%s*(%d+%.?%d*)%%%s*$")
+  if pct then return ceil(capacity_mib * tonumber(pct) / 100 - 1e-9) end
+  local b = bytes(value)
+  return b and ceil(b / 1024 ^ 2 - 1e-9) or nil
+end
+
+-- What the kubelet keeps back before evicting, per resource: the larger of the hard and soft
+-- thresholds of memory.available (memory) and nodefs.available (ephemeral-storage).
+local function eviction_threshold(kubelet, cap)
+  local out = {}
+  local signals = { { "memory.available", "memory" }, { "nodefs.available", "ephemeral-storage" } }
+  for _, s in ipairs(signals) do
+    local signal, resource = s[1], s[2]
+    local capacity_mib = (bytes(cap[resource] or "") or 0) / 1024 ^ 2
+    local most
+    for _, set in ipairs({ kubelet.evictionHard, kubelet.evictionSoft }) do
+      local v = type(set) == "table" and set[signal] or nil
+      local mib = v and threshold_mib(v, capacity_mib)
+      if mib and (not most or mib > most) then most = mib end
+    end
+    if most then out[resource] = M.quantity_mib(most) end
+  end
+  return out
+end
+
+local function strings_map(t)
+  local out = {}
+  if type(t) == "table" then
+    for k, v in pairs(t) do
+      if type(k) == "string" and type(v) == "string" then out[k] = v end
+    end
+  end
+  return out
+end
+
+-- ACK's reservation policy goes in kube-reserved, as upstream does; the class's kubelet settings,
+-- which the bootstrap hands the node (bootstrap.lua, --node-config), replace it resource by resource
+-- (kubeReserved), and add system-reserved and the eviction thresholds, so allocatable is what the
+-- kubelet will report.
+function M.overhead(it, cap, kubelet)
+  kubelet = type(kubelet) == "table" and kubelet or {}
   local pods = int(cap.pods)
+  local kube_reserved = {
+    cpu = M.quantity_milli(M.cpu_overhead_milli(int(it.CpuCoreCount) * 1000)),
+    memory = M.quantity_mib(M.memory_overhead_mib(raw_mib(it), pods)),
+  }
+  for k, v in pairs(strings_map(kubelet.kubeReserved)) do kube_reserved[k] = v end
   return {
-    kube_reserved = {
-      cpu = M.quantity_milli(M.cpu_overhead_milli(int(it.CpuCoreCount) * 1000)),
-      memory = M.quantity_mib(M.memory_overhead_mib(raw_mib(it), pods)),
-    },
-    system_reserved = {},
-    eviction_threshold = {},
+    kube_reserved = kube_reserved,
+    system_reserved = strings_map(kubelet.systemReserved),
+    eviction_threshold = eviction_threshold(kubelet, cap),
   }
 end
 

@@ -206,9 +206,11 @@ end
 
 --- run(ctx, req) -> instance | nil, err
 -- req = {instance_type, zone, capacity_type, vswitch_id, image_id, security_group_ids, tags,
--- client_token, user_data, system_disk = {category, size, performance_level},
--- data_disks = {{size, category, device}}, spot_strategy, spot_price_limit, key_pair_name, password,
--- password_inherit, resource_group_id}: what launch.lua decided. One RunInstances with Amount=1; the
+-- client_token, user_data, system_disk = {category, size, performance_level, encrypted, kms_key_id},
+-- data_disks = {{size, category, device, performance_level, encrypted, kms_key_id, snapshot_id,
+-- delete_with_instance}}, spot_strategy, spot_price_limit, key_pair_name, password, password_inherit,
+-- resource_group_id, ram_role_name, launch_template_id, http_endpoint, http_tokens,
+-- http_put_response_hop_limit}: what launch.lua decided. One RunInstances with Amount=1; the
 -- ClientToken makes a repeated request return the first instance instead of launching a second one.
 -- The password goes on the wire only: never into a log or an error.
 function M.run(ctx, req)
@@ -234,15 +236,23 @@ function M.run(ctx, req)
     Password = req.password,
     PasswordInherit = req.password_inherit,
     ResourceGroupId = req.resource_group_id,
+    RamRoleName = req.ram_role_name,
+    LaunchTemplateId = req.launch_template_id,
+    HttpEndpoint = req.http_endpoint,
+    HttpTokens = req.http_tokens,
+    HttpPutResponseHopLimit = req.http_put_response_hop_limit,
   }
   if type(req.system_disk) == "table" then
-    params.SystemDisk = { Category = req.system_disk.category, Size = req.system_disk.size,
-      PerformanceLevel = req.system_disk.performance_level }
+    local d = req.system_disk
+    params.SystemDisk = { Category = d.category, Size = d.size, PerformanceLevel = d.performance_level,
+      Encrypted = d.encrypted, KMSKeyId = d.kms_key_id }
   end
   if type(req.data_disks) == "table" and #req.data_disks > 0 then
     params.DataDisk = {}
     for i, d in ipairs(req.data_disks) do
-      params.DataDisk[i] = { Size = d.size, Category = d.category, Device = d.device }
+      params.DataDisk[i] = { Size = d.size, Category = d.category, Device = d.device,
+        PerformanceLevel = d.performance_level, Encrypted = d.encrypted, KMSKeyId = d.kms_key_id,
+        SnapshotId = d.snapshot_id, DeleteWithInstance = d.delete_with_instance }
     end
   end
   if type(req.user_data) == "string" and req.user_data ~= "" then

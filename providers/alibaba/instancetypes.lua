@@ -14,7 +14,7 @@
 -- an offering for every zone of the region and both capacity types (offerings.lua, rule CP4 in
 -- docs/contracts.md).
 -- Capacity, overhead and requirements are computed on every call from those (capacity.lua,
--- requirements.lua): they depend on the ECSNodeClass (system disk, kubelet maxPods) and on
+-- requirements.lua): they depend on the ECSNodeClass (system disk, kubelet settings) and on
 -- status.vSwitches (which zones can launch), which change without any API answer changing.
 --
 -- The CNI decides the pods formula (upstream asks ACK's DescribeClusterDetail for it, an API
@@ -27,6 +27,7 @@ local offerings = require "providers.alibaba.offerings"
 local pricing = require "providers.alibaba.pricing"
 local requirements = require "providers.alibaba.requirements"
 local session = require "providers.alibaba.session"
+local shape = require "providers.alibaba.shape"
 
 local json, log = luaprov.json, luaprov.log
 local sort = table.sort
@@ -125,6 +126,9 @@ end
 function M.list(ctx, nodeclass)
   ctx = ctx or {}
   if type(nodeclass) ~= "table" then error("instance_types: nodeclass must be a table", 2) end
+  local normalized, nerr = shape.normalize(nodeclass)
+  if not normalized then return nil, nerr end
+  local spec = normalized.spec
   local c, cerr = session.client(ctx)
   if not c then return fail(cerr, "client") end
   local region = c.region
@@ -163,13 +167,13 @@ function M.list(ctx, nodeclass)
   for _, it in ipairs(types) do
     local name = it.InstanceTypeId
     local offers = offerings.build(name, stock, zones, prices[name], shared)
-    local cap = capacity.capacity(it, nodeclass, settings)
+    local cap = capacity.capacity(it, spec, settings)
     result[#result + 1] = {
       name = name,
       requirements = requirements.for_type(it, region, offers),
       offerings = offers,
       capacity = cap,
-      overhead = capacity.overhead(it, cap),
+      overhead = capacity.overhead(it, cap, spec.kubelet),
     }
   end
   return result

@@ -12,6 +12,7 @@
 local luaprov = require "luaprov"
 local bootstrap = require "providers.alibaba.bootstrap"
 local instances = require "providers.alibaba.instances"
+local shape = require "providers.alibaba.shape"
 
 local json, log = luaprov.json, luaprov.log
 
@@ -25,12 +26,6 @@ M.LAUNCH_DISCOUNT_TTL = 300
 M.clock = luaprov.time.now
 -- The luaprov.cache TTL only bounds memory; the age is judged on M.clock.
 local launches = luaprov.cache.new("alibaba-vswitch-launches", 2 * M.LAUNCH_DISCOUNT_TTL, 10000)
-
-M.SPOT_PRICE_LIMIT_ANNOTATION = "luaprov.io/spot-price-limit"
--- Tried in this order when spec.systemDisk.categories is empty.
-M.DEFAULT_SYSTEM_DISK_CATEGORIES = { "cloud_essd", "cloud_ssd", "cloud_efficiency", "cloud" }
-M.DEFAULT_SYSTEM_DISK_GIB = 20
-M.MIN_DATA_DISK_GIB = 20
 
 -- API codes saying "this instance type does not take that disk category": the next category is tried.
 local CATEGORY_REFUSED = {
@@ -53,35 +48,10 @@ local function field(t, k)
   return nil
 end
 
-local function strings(v)
-  local out = {}
-  if type(v) == "table" then
-    for _, s in ipairs(v) do
-      if type(s) == "string" and s ~= "" then out[#out + 1] = s end
-    end
-  end
-  return out
-end
-
 local function class_name(nodeclass)
   return tostring(field(field(nodeclass, "metadata"), "name") or "?")
 end
 
-local function invalid(nodeclass, message)
-  return { code = "InvalidNodeClass", message = ("ECSNodeClass %s: %s"):format(class_name(nodeclass), message) }
-end
-
--- A Kubernetes quantity ("40Gi", "100G", "21474836480") in GiB, rounded up; nil when unreadable.
-local UNITS = { [""] = 1, k = 1e3, M = 1e6, G = 1e9, T = 1e12, Ki = 1024, Mi = 1024 ^ 2, Gi = 1024 ^ 3,
-  Ti = 1024 ^ 4 }
-local function gib(quantity)
-  if math.type(quantity) == "integer" then return quantity end
-  if type(quantity) ~= "string" then return nil end
-  local number, unit = quantity:match("^%s*(%d+%.?%d*)%s*(%a*)%s*$")
-  local scale = UNITS[unit or ""]
-  if not number or not scale then return nil end
-  return math.ceil(tonumber(number) * scale / 1024 ^ 3 - 1e-9)
-end
 
 -- vSwitch and image ------------------------------------------------------------------------------
 
@@ -204,67 +174,45 @@ end
 
 -- Disks, spot, access ----------------------------------------------------------------------------
 
-local function system_disk(spec)
-  local disk = field(spec, "systemDisk") or {}
-  local categories = strings(field(disk, "categories"))
-  if #categories == 0 then categories = M.DEFAULT_SYSTEM_DISK_CATEGORIES end
-  local size = M.DEFAULT_SYSTEM_DISK_GIB
-  -- The same precedence as the node's ephemeral storage (capacity.lua): volumeSize, then size.
-  if field(disk, "volumeSize") then
-    size = gib(disk.volumeSize)
-    if not size then return nil, ("systemDisk.volumeSize %q is not a quantity"):format(tostring(disk.volumeSize)) end
-  elseif tonumber(field(disk, "size")) then
-    size = math.tointeger(tonumber(disk.size)) or math.ceil(tonumber(disk.size))
-  end
-  return { categories = categories, size = size, performance_level = field(disk, "performanceLevel") }
-end
-
+-- The data disks of the normalized spec as instances.run takes them.
 local function data_disks(spec)
-  local category = strings(field(spec, "dataDiskCategories"))[1] or M.DEFAULT_SYSTEM_DISK_CATEGORIES[1]
   local out = {}
-  for i, d in ipairs(field(spec, "dataDisks") or {}) do
-    local size = gib(field(d, "volumeSize"))
-    if not size then
-      return nil, ("dataDisks[%d].volumeSize %q is not a quantity"):format(i, tostring(field(d, "volumeSize")))
-    end
-    out[i] = { size = math.max(size, M.MIN_DATA_DISK_GIB), category = category, device = field(d, "device") }
+  for i, d in ipairs(spec.dataDisks or {}) do
+    out[i] = { size = d.size, category = d.category, device = d.device, performance_level = d.performanceLevel,
+      encrypted = d.encrypted, kms_key_id = d.kmsKeyID, snapshot_id = d.snapshotID,
+      delete_with_instance = d.deleteWithInstance }
   end
   return out
 end
 
--- SpotAsPriceGo, or SpotWithPriceLimit when the class's annotation sets a limit; NoSpot on demand.
-local function spot(nodeclass, capacity_type)
+-- NoSpot on demand; on spot the class's strategy, SpotAsPriceGo when it names none.
+local function spot(spec, capacity_type)
   if capacity_type ~= "spot" then return "NoSpot" end
-  local annotations = field(field(nodeclass, "metadata"), "annotations")
-  local text = field(annotations, M.SPOT_PRICE_LIMIT_ANNOTATION)
-  if text == nil then return "SpotAsPriceGo" end
-  local limit = type(text) == "string" and text:match("^%s*%d+%.?%d*%s*$") and tonumber(text)
-  if not limit or limit <= 0 then
-    return nil, nil, ("annotation %s: %q is not a price (a decimal number of USD per hour, e.g. \"0.25\")")
-      :format(M.SPOT_PRICE_LIMIT_ANNOTATION, tostring(text))
-  end
-  return "SpotWithPriceLimit", limit
+  local strategy = spec.spotStrategy or "SpotAsPriceGo"
+  return strategy, strategy == "SpotWithPriceLimit" and spec.spotPriceLimit or nil
 end
 
 -- The request of instances.run for one candidate, without the system disk category and token.
-local function request(ctx, launch, c, disks)
-  local spec = field(launch.nodeclass, "spec") or {}
+local function request(ctx, launch, c)
+  local spec = launch.nodeclass.spec
   local offering = c.offering
-  local strategy, limit, problem = spot(launch.nodeclass, offering.capacity_type)
-  if problem then return nil, invalid(launch.nodeclass, problem) end
+  local strategy, limit = spot(spec, offering.capacity_type)
   local text, uerr = bootstrap.user_data(ctx, launch.nodeclaim, launch.nodeclass, offering.capacity_type)
   if text == nil then return nil, uerr end
   local groups = {}
   for _, g in ipairs(field(field(launch.nodeclass, "status"), "securityGroups") or {}) do
     if type(field(g, "id")) == "string" then groups[#groups + 1] = g.id end
   end
+  local metadata = spec.metadataOptions or {}
   return {
     instance_type = offering.instance_type, zone = offering.zone, capacity_type = offering.capacity_type,
     vswitch_id = c.vswitch.id, image_id = c.image.id, security_group_ids = groups, tags = launch.tags,
-    user_data = text, spot_strategy = strategy, spot_price_limit = limit, data_disks = disks.data,
-    key_pair_name = field(spec, "keyPairName"), password = field(spec, "password"),
-    password_inherit = field(spec, "passwordInherit") == true or nil,
-    resource_group_id = field(spec, "resourceGroupId"),
+    user_data = text, spot_strategy = strategy, spot_price_limit = limit, data_disks = data_disks(spec),
+    key_pair_name = spec.keyPairName, password = spec.password,
+    password_inherit = spec.passwordInherit == true or nil, resource_group_id = spec.resourceGroupId,
+    ram_role_name = spec.role, launch_template_id = spec.launchTemplateID,
+    http_endpoint = field(metadata, "httpEndpoint"), http_tokens = field(metadata, "httpTokens"),
+    http_put_response_hop_limit = field(metadata, "httpPutResponseHopLimit"),
   }
 end
 
@@ -295,14 +243,16 @@ end
 -- reused token with other parameters (IdempotentParameterMismatch: the vSwitch, image, user data...
 -- changed since the first attempt) means that attempt launched: its instance is looked up again,
 -- a few times while DescribeInstances catches up.
-local function launch_one(ctx, launch, c, disks)
-  local req, err = request(ctx, launch, c, disks)
+local function launch_one(ctx, launch, c)
+  local req, err = request(ctx, launch, c)
   if not req then return nil, err end
+  local disk = launch.nodeclass.spec.systemDisk
   local last
-  for i, category in ipairs(disks.system.categories) do
+  for i, category in ipairs(disk.categories) do
     -- ECS takes a performance level for ESSDs only.
-    req.system_disk = { category = category, size = disks.system.size,
-      performance_level = category == "cloud_essd" and disks.system.performance_level or nil }
+    req.system_disk = { category = category, size = disk.size,
+      performance_level = category == "cloud_essd" and disk.performanceLevel or nil,
+      encrypted = disk.encrypted, kms_key_id = disk.kmsKeyID }
     req.client_token = token_for(c.offering.client_token, i)
     local inst, rerr = instances.run(ctx, req)
     if inst then return inst end
@@ -329,14 +279,11 @@ function M.create(ctx, launch)
   local existing, lerr = already_launched(ctx, launch, 1)
   if existing then return existing end
   if existing == nil then return nil, lerr end
-  local spec = field(launch.nodeclass, "spec") or {}
-  local system, serr = system_disk(spec)
-  if not system then return nil, invalid(launch.nodeclass, serr) end
-  local data, derr = data_disks(spec)
-  if not data then return nil, invalid(launch.nodeclass, derr) end
-  local disks = { system = system, data = data }
+  local nodeclass, nerr = shape.normalize(launch.nodeclass)
+  if not nodeclass then return nil, nerr end
+  launch = { nodeclaim = launch.nodeclaim, nodeclass = nodeclass, tags = launch.tags, offerings = launch.offerings }
   local list, why = launchable(launch)
-  local tries = candidates(list, field(spec, "vSwitchSelectionPolicy"))
+  local tries = candidates(list, nodeclass.spec.vSwitchSelectionPolicy)
   if #tries == 0 then
     return nil, { code = "InsufficientCapacity",
       message = ("ECSNodeClass %s can launch none of the %d offerings: %s"):format(class_name(launch.nodeclass),
@@ -345,7 +292,7 @@ function M.create(ctx, launch)
   local sold_out, last = {}, nil
   for _, c in ipairs(tries) do
     count_launch(c.vswitch, 1)
-    local inst, err = launch_one(ctx, launch, c, disks)
+    local inst, err = launch_one(ctx, launch, c)
     if inst then return inst end
     count_launch(c.vswitch, -1)
     if err.code ~= "InsufficientCapacity" then return nil, err end

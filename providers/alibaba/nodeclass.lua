@@ -17,6 +17,7 @@ local luaprov = require "luaprov"
 local bootstrap = require "providers.alibaba.bootstrap"
 local util = require "providers.alibaba.util"
 local session = require "providers.alibaba.session"
+local shape = require "providers.alibaba.shape"
 
 local json, crypto = luaprov.json, luaprov.crypto
 local concat, sort = table.concat, table.sort
@@ -26,7 +27,7 @@ local M = {}
 -- Our own hash scheme, not upstream's hashstructure/FNV, so its own version: the engine then
 -- re-stamps NodeClaims on a version change instead of drifting them all (rule CP5: only hashes of the
 -- same version are compared).
-M.HASH_VERSION = "lp1"
+M.HASH_VERSION = "lp2"
 
 local ARCH = { x86_64 = "amd64", arm64 = "arm64" }
 local ARCH_LABEL = "kubernetes.io/arch"
@@ -89,7 +90,7 @@ end
 
 -- vSwitches ----------------------------------------------------------------------------------------
 
--- One DescribeVSwitches per term (terms are ORed; within a term the API ANDs id and tags).
+-- One DescribeVSwitches per term (terms are ORed; within a term the API ANDs id, tags and zoneID).
 local function resolve_vswitches(c, region, terms)
   local by_id, problems = {}, {}
   for i, term in ipairs(terms) do
@@ -97,6 +98,7 @@ local function resolve_vswitches(c, region, terms)
       local params = { RegionId = region }
       if nonempty(term.id) then params.VSwitchId = term.id end
       if has_tags(term) then params.Tag = tag_filter(term.tags) end
+      if nonempty(term.zoneID) then params.ZoneId = term.zoneID end
       local items, err = c:paginate("vpc", "DescribeVSwitches", params,
         { list = "VSwitches.VSwitch", style = "PageNumber", page_size = 50 })
       if not items then return nil, err end
@@ -106,8 +108,10 @@ local function resolve_vswitches(c, region, terms)
         end
       end
     else
-      -- Sent as is, a term with neither id nor tags would match every vSwitch of the region.
-      problems[#problems + 1] = ("vSwitchSelectorTerms[%d] has neither id nor tags"):format(i)
+      -- Sent as is, a term with neither id nor tags would match every vSwitch of the region (or of the
+      -- zone, for a zoneID alone), in every VPC.
+      problems[#problems + 1] = ("vSwitchSelectorTerms[%d] has neither id nor tags%s"):format(i,
+        nonempty(term.zoneID) and " (zoneID only narrows them)" or "")
     end
   end
   local list = {}
@@ -189,42 +193,40 @@ local function family_of(alias)
 end
 
 -- The images of one term, newest first; nil, err on an API failure; nil, nil, problem for a term
--- that names nothing we can look up.
+-- that names nothing we can look up. Within a term the fields are ANDed, as DescribeImages ANDs its
+-- filters; imageOwnerAlias and imageOwnerID only narrow what the other fields select.
 local function images_of_term(c, region, term)
-  if nonempty(term.id) then
-    return describe_images(c, { RegionId = region, ImageId = term.id, ShowExpired = true })
-  end
+  local params, keep = { RegionId = region }, nil
+  if nonempty(term.imageOwnerAlias) then params.ImageOwnerAlias = term.imageOwnerAlias end
+  if nonempty(term.imageOwnerID) then params.ImageOwnerId = term.imageOwnerID end
   if nonempty(term.alias) then
     local family = family_of(term.alias)
-    local keep = family and FAMILIES[family]
+    keep = family and FAMILIES[family]
     if not keep then
       return nil, nil, ("unknown image alias %q (known: AlibabaCloudLinux3, ContainerOS)"):format(term.alias)
     end
-    local items, err = describe_images(c, { RegionId = region, ImageOwnerAlias = "system", OSType = "linux" })
-    if not items then return nil, err end
-    local kept = {}
-    for _, image in ipairs(items) do
-      if type(image) == "table" and keep(image) then kept[#kept + 1] = image end
+    -- the alias families are public images
+    params.ImageOwnerAlias, params.OSType = "system", "linux"
+  elseif nonempty(term.id) or nonempty(term.imageFamily) or nonempty(term.name) or has_tags(term) then
+    if nonempty(term.id) then params.ImageId, params.ShowExpired = term.id, true end
+    if nonempty(term.imageFamily) then params.ImageFamily = term.imageFamily end
+    if has_tags(term) then params.Tag = tag_filter(term.tags) end
+    if nonempty(term.name) then
+      -- ImageName is a fuzzy filter: keep the exact name only
+      params.ImageName = term.name
+      keep = function(image) return image.ImageName == term.name end
     end
-    return newest_first(kept)
+  else
+    return nil, nil, "an image selector term needs id, alias, imageFamily, name or tags "
+      .. "(imageOwnerAlias and imageOwnerID only narrow them)"
   end
-  if nonempty(term.name) then
-    local items, err = describe_images(c, { RegionId = region, ImageName = term.name })
-    if not items then return nil, err end
-    local kept = {}
-    for _, image in ipairs(items) do
-      if type(image) == "table" and image.ImageName == term.name then kept[#kept + 1] = image end
-    end
-    return newest_first(kept)
+  local items, err = describe_images(c, params)
+  if not items then return nil, err end
+  local kept = {}
+  for _, image in ipairs(items) do
+    if type(image) == "table" and (not keep or keep(image)) then kept[#kept + 1] = image end
   end
-  if has_tags(term) then
-    local items, err = describe_images(c, { RegionId = region, Tag = tag_filter(term.tags) })
-    if not items then return nil, err end
-    local kept = {}
-    for _, image in ipairs(items) do kept[#kept + 1] = image end
-    return newest_first(kept)
-  end
-  return nil, nil, "an image selector term needs id, alias, name or tags"
+  return newest_first(kept)
 end
 
 -- One image per architecture: the first found wins, so earlier terms take priority (upstream
@@ -356,10 +358,11 @@ end
 
 -- Hash ---------------------------------------------------------------------------------------------
 
--- Selector terms are excluded, as upstream excludes them: editing them changes what status resolves
--- to, and drift follows from the status (security groups, vSwitches, images), not from the terms
--- themselves.
-local NOT_HASHED = { vSwitchSelectorTerms = true, securityGroupSelectorTerms = true, imageSelectorTerms = true }
+-- Selector terms are excluded: editing them changes what status resolves to, and drift follows from
+-- the status (security groups, vSwitches, images), not from the terms themselves. Capacity
+-- reservations decide where an instance is billed, not what it is, so changing them drifts nothing.
+local NOT_HASHED = { vSwitchSelectorTerms = true, securityGroupSelectorTerms = true, imageSelectorTerms = true,
+  capacityReservationSelectorTerms = true, capacityReservationPreference = true }
 
 
 -- Zero values are dropped (null, false, {} and []), recursively, like hashstructure's
@@ -390,14 +393,17 @@ local function canonical(v)
   return any and out or nil
 end
 
--- hash = the first 16 hex digits of SHA-256 over the canonical JSON of the spec without its
--- selector terms. luaprov.json.encode writes object keys sorted bytewise and integral floats as
+-- hash = the first 16 hex digits of SHA-256 over the canonical JSON of the normalized spec
+-- (shape.lua) without its selector terms: a class written in the official fields and the same class
+-- written in luaprov's earlier ones hash alike, and a default filled in hashes as if written. luaprov.json.encode writes object keys sorted bytewise and integral floats as
 -- integers, so the text does not depend on key order, table iteration order or how the number
 -- was read. Arrays keep their order: the order of systemDisk.categories and dataDisks is the
--- preference order sent to the API, so reordering them is a change.
+-- preference order and the order of the disks sent to the API, so reordering them is a change.
 function M.hash(nodeclass)
   if type(nodeclass) ~= "table" then error("nodeclass_hash: nodeclass must be a table", 2) end
-  local spec = present(nodeclass.spec) and nodeclass.spec or {}
+  -- A spec shape.lua cannot read is hashed as written: the class is not Ready, so nothing launches
+  -- from it, and fixing it changes the hash.
+  local spec = shape.spec(nodeclass) or (present(nodeclass.spec) and nodeclass.spec) or {}
   local hashed = {}
   for k, v in pairs(spec) do
     if type(k) == "string" and not NOT_HASHED[k] then hashed[k] = v end

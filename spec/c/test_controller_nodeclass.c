@@ -73,7 +73,7 @@ static void test_contract_calls(void) {
   lp_cp_outcome_wait(&f->loop, &h);
   CHECK(h.error == NULL);
   CHECK_INT(strlen(json_string_value(json_object_get(h.value, "hash"))), 16);
-  CHECK_STR(json_string_value(json_object_get(h.value, "version")), "lp1");
+  CHECK_STR(json_string_value(json_object_get(h.value, "version")), "lp2");
   /* the hash follows the spec, but not the selector terms (drift follows from status for those) */
   json_t *before = json_incref(json_object_get(h.value, "hash"));
   json_decref(h.value);
@@ -114,7 +114,7 @@ static void test_ready(void) {
   const json_t *annotations = json_object_get(json_object_get(nc, "metadata"), "annotations");
   CHECK_STR(json_string_value(json_object_get(annotations, LP_ANNOTATION_HASH)),
             json_string_value(json_object_get(h.value, "hash")));
-  CHECK_STR(json_string_value(json_object_get(annotations, LP_ANNOTATION_HASH_VERSION)), "lp1");
+  CHECK_STR(json_string_value(json_object_get(annotations, LP_ANNOTATION_HASH_VERSION)), "lp2");
   json_decref(h.value);
   CHECK_INT(ctrl_metric(f, "luaprov_nodeclass_ready", LP_LABELS("default")), 1);
   CHECK(ctrl_metric(f, "luaprov_nodeclass_resolutions_total", LP_LABELS("success")) >= 1);

@@ -33,7 +33,9 @@ labels="$(sed 's/.* --labels \([^ ]*\) .*/\1/' <<<"$attach")"
 [[ ",$labels," == *,karpenter.sh/nodepool=default,* ]] || fail "NodeClaim label: $labels"
 [[ "$attach" == *" --taints karpenter.sh/unregistered:NoExecute" ]] || fail "taints: $attach"
 config="$(sed 's/.* --node-config \([^ ]*\) .*/\1/' <<<"$attach")"
-[[ "$(base64 -d <<<"$config")" == '{"kubelet_config":{"maxPods":110}}' ]] || fail "node config: $config"
+# every kubelet setting of the class, under its KubeletConfiguration name, keys sorted
+[[ "$(base64 -d <<<"$config")" == '{"kubelet_config":{"maxPods":110,"systemReserved":{"cpu":"100m","memory":"200Mi"}}}' ]] \
+  || fail "node config: $config"
 # The lines in order: shebang, pre, the command, post.
 order="$(grep -n -e '^echo before$' -e 'openapi-token' -e '^echo after$' "$WORK/user-data" | cut -d: -f1 | tr '\n' ' ')"
 read -r before cmd after <<<"$order"

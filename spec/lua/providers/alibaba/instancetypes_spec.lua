@@ -245,7 +245,7 @@ describe("instancetypes.list (fake cloud)", function()
     assert.equals("32", g7.capacity.pods)
     assert.equals("60Gi", g7.capacity["ephemeral-storage"])
     local plain = by_name(assert(instancetypes.list(cloud.ctx, nodeclass { systemDisk = json.null })))
-    assert.equals("20Gi", plain["ecs.g7.xlarge"].capacity["ephemeral-storage"])
+    assert.equals("40Gi", plain["ecs.g7.xlarge"].capacity["ephemeral-storage"])
   end)
 
   it("describes ARM types", function()
@@ -421,7 +421,8 @@ describe("instancetypes.list against the Alibaba simulator", function()
     assert.same({ cpu = "2", memory = "957Mi", pods = "110", ["ephemeral-storage"] = "40Gi",
       ["alibabacloud.com/exclusive-eni"] = "1" }, t6.capacity)
     assert.same({ cpu = "70m", memory = "456Mi" }, t6.overhead.kube_reserved)  -- min(1465, 256) + 200
-    assert.same({}, t6.overhead.system_reserved)
+    -- the class's kubelet systemReserved, which the bootstrap hands the node
+    assert.same({ cpu = "100m", memory = "200Mi" }, t6.overhead.system_reserved)
     assert.same({}, t6.overhead.eviction_threshold)
   end)
 

@@ -237,7 +237,7 @@ describe("alibaba launch against the simulator", function()
     assert.equals("kp-nodes", recorded.key_pair)
     assert.is_true(recorded.password_set)
     assert.equals("rg-nodes", recorded.resource_group_id)
-    assert.same({ category = "cloud_essd", size = 20, performance_level = "PL1" }, recorded.system_disk)
+    assert.same({ category = "cloud_essd", size = 40, performance_level = "PL1" }, recorded.system_disk)
   end)
 
   it("never puts the password into an error", function()

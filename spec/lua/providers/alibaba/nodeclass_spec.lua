@@ -238,7 +238,7 @@ describe("nodeclass.hash", function()
     local h, v = nodeclass.hash(base)
     assert.matches("^%x+$", h)
     assert.equals(16, #h)
-    assert.equals("lp1", v)
+    assert.equals("lp2", v)
   end)
 
   it("is stable across key order and table construction", function()
@@ -283,7 +283,10 @@ describe("nodeclass.hash", function()
       function(s) s.systemDisk.volumeSize = "80Gi" end,
       function(s) s.systemDisk.categories = { "cloud_auto", "cloud_essd" } end,
       function(s) s.dataDisks = { { volumeSize = "100Gi" } } end,
-      function(s) s.dataDiskCategories = { "cloud_essd" } end,
+      function(s)
+        s.dataDisks = { { volumeSize = "100Gi" } }
+        s.dataDiskCategories = { "cloud_auto" }
+      end,
       function(s) s.formatDataDisk = true end,
       function(s) s.tags.team = "b" end,
       function(s) s.resourceGroupId = "rg-abc" end,
