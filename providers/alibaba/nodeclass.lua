@@ -344,7 +344,11 @@ function M.resolve(ctx, nodeclass)
     status[dep.field] = list
     conditions[#conditions + 1] = cond
   end
-  -- A userData the launch would refuse makes the class not Ready now, instead of failing every launch.
+  -- A spec the launch could not read, or a userData it would refuse, makes the class not Ready now,
+  -- instead of failing every launch.
+  local _, problem = shape.spec(nodeclass)
+  conditions[#conditions + 1] = problem and condition("ValidationSucceeded", "False", "InvalidSpec", problem)
+    or condition("ValidationSucceeded", "True", "ValidationSucceeded")
   local why = bootstrap.check(ctx, nodeclass)
   conditions[#conditions + 1] = why and condition("UserDataReady", "False", "InvalidUserData", why)
     or condition("UserDataReady", "True", "UserDataReady")

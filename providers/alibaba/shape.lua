@@ -173,12 +173,45 @@ local function spot(nodeclass, spec, out)
   return nil
 end
 
+-- The metadata options with the CRD's defaults filled in, so a class written without the CRD (luaprov
+-- eval, a raw JSON file) launches the same instance; nil when the class sets none.
+local function metadata_options(spec)
+  local m = field(spec, "metadataOptions")
+  if not m then return nil end
+  local out = { httpTokens = field(m, "httpTokens") or "optional", httpEndpoint = field(m, "httpEndpoint") or "enabled",
+    httpPutResponseHopLimit = field(m, "httpPutResponseHopLimit") or 1 }
+  if out.httpTokens ~= "optional" and out.httpTokens ~= "required" then
+    return nil, ("spec.metadataOptions.httpTokens %q is not optional or required"):format(tostring(out.httpTokens))
+  end
+  if out.httpEndpoint ~= "enabled" and out.httpEndpoint ~= "disabled" then
+    return nil, ("spec.metadataOptions.httpEndpoint %q is not enabled or disabled"):format(tostring(out.httpEndpoint))
+  end
+  local hops = math.type(out.httpPutResponseHopLimit) and math.tointeger(out.httpPutResponseHopLimit)
+  if not hops or hops < 1 or hops > 64 then
+    return nil, ("spec.metadataOptions.httpPutResponseHopLimit %s is not a whole number from 1 to 64")
+      :format(tostring(out.httpPutResponseHopLimit))
+  end
+  out.httpPutResponseHopLimit = hops
+  return out
+end
+
+-- The value of an enumerated field, or the problem.
+local function one_of(spec, name, default, allowed)
+  local v = field(spec, name)
+  if v == nil then return default end
+  for _, a in ipairs(allowed) do
+    if v == a then return v end
+  end
+  return nil, ("spec.%s %q is not %s"):format(name, tostring(v), table.concat(allowed, " or "))
+end
+
 function M.spec(nodeclass)
   local spec = field(nodeclass, "spec") or {}
   local out = {}
   for _, k in ipairs(AS_WRITTEN) do out[k] = field(spec, k) end
-  out.vSwitchSelectionPolicy = field(spec, "vSwitchSelectionPolicy") or "cheapest"
   local problem
+  out.vSwitchSelectionPolicy, problem = one_of(spec, "vSwitchSelectionPolicy", "cheapest", { "cheapest", "balanced" })
+  if problem then return nil, problem end
   out.systemDisk, problem = system_disk(spec)
   if problem then return nil, problem end
   out.dataDisks, problem = data_disks(spec)
@@ -189,9 +222,11 @@ function M.spec(nodeclass)
     return nil, both("kubelet", "kubeletConfiguration")
   end
   out.kubelet = field(spec, "kubelet") or field(spec, "kubeletConfiguration")
-  out.metadataOptions = field(spec, "metadataOptions")
-  out.capacityReservationPreference = field(spec, "capacityReservationPreference")
-    or (out.capacityReservationSelectorTerms and "open" or nil)
+  out.metadataOptions, problem = metadata_options(spec)
+  if problem then return nil, problem end
+  out.capacityReservationPreference, problem = one_of(spec, "capacityReservationPreference",
+    out.capacityReservationSelectorTerms and "open" or nil, { "open", "target", "none" })
+  if problem then return nil, problem end
   return out
 end
 

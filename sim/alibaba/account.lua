@@ -13,6 +13,9 @@ M.ACCOUNT_ID = "1234567890123456"
 M.CLUSTER = "luaprov-sim"
 M.RESOURCE_GROUP = "rg-acfmsim0000001"
 M.CREATED = "2024-03-01T08:00:00Z"
+-- The owner account of the public images, and the launch templates the account has.
+M.PUBLIC_IMAGE_OWNER_ID = "1010101010101010"
+M.LAUNCH_TEMPLATE = "lt-bp1sim0nodes00001"
 
 local DISCOVERY = "karpenter.sh/discovery"
 
@@ -51,6 +54,8 @@ end
 local function image(id, spec)
   spec.id = id
   spec.tags = spec.tags or {}
+  -- DescribeImages' ImageOwnerId: the account that owns the image (ours for our own images).
+  spec.owner_id = spec.owner_id or (spec.owner == "self" and M.ACCOUNT_ID or M.PUBLIC_IMAGE_OWNER_ID)
   resources.images[#resources.images + 1] = spec
   resources.image_by_id[id] = spec
   return spec
@@ -59,7 +64,7 @@ end
 --- reset(): the default resources, with one tagged vSwitch per catalogue zone.
 function M.reset()
   resources = { vpcs = {}, vswitches = {}, vswitch_by_id = {}, security_groups = {}, security_group_by_id = {},
-    images = {}, image_by_id = {} }
+    images = {}, image_by_id = {}, launch_templates = { [M.LAUNCH_TEMPLATE] = { name = "luaprov-sim-nodes" } } }
   local tagged = { [DISCOVERY] = M.CLUSTER }
   resources.vpcs = {
     { id = "vpc-bp1sim0cluster0001", name = "luaprov-sim-vpc", cidr = "172.16.0.0/12", tags = tagged },
@@ -100,6 +105,13 @@ function M.reset()
     family = "acs:alibaba_cloud_linux_3_2104_lts_x64", version = "3.2104 LTS", owner = "system",
     arch = "x86_64", os_type = "linux", os_name = alinux, os_name_en = "Alibaba Cloud Linux  3.2104 LTS 64 bit",
     platform = "Aliyun", size = 20, created = "2023-07-27T06:02:44Z", nvme = "supported" })
+  -- The image Alibaba's own provider's example ECSNodeClasses name.
+  image("aliyun_3_x64_20G_container_optimized_alibase_20250629.vhd", {
+    name = "aliyun_3_x64_20G_container_optimized_alibase_20250629.vhd",
+    family = "acs:alibaba_cloud_linux_3_2104_lts_container_optimized_x64", version = "3.2104 LTS", owner = "system",
+    arch = "x86_64", os_type = "linux", os_name = alinux .. " 容器优化版",
+    os_name_en = "Alibaba Cloud Linux  3.2104 LTS 64 bit Container Optimized", platform = "Aliyun", size = 20,
+    created = "2025-06-29T05:20:11Z", nvme = "supported" })
   image("ubuntu_22_04_x64_20G_alibase_20240508.vhd", { name = "ubuntu_22_04_x64_20G_alibase_20240508.vhd",
     family = "acs:ubuntu_22_04_x64", version = "22.04", owner = "system", arch = "x86_64", os_type = "linux",
     os_name = "Ubuntu  22.04 64位", os_name_en = "Ubuntu  22.04 64 bit", platform = "Ubuntu", size = 20,
@@ -117,6 +129,7 @@ function M.security_groups() return resources.security_groups end
 function M.security_group(id) return resources.security_group_by_id[id] end
 function M.images() return resources.images end
 function M.image(id) return resources.image_by_id[id] end
+function M.launch_template(id) return resources.launch_templates[id] end
 
 --- available_ips(vswitch) -> free addresses now.
 function M.available_ips(v)

@@ -354,6 +354,7 @@ function M.DescribeImages(call)
   end
   local name, family = wire.str(p, "ImageName"), wire.str(p, "ImageFamily")
   local owner = wire.one_of(p, "ImageOwnerAlias", nil, "system", "self", "others", "marketplace")
+  local owner_id = wire.str(p, "ImageOwnerId")
   local arch = wire.one_of(p, "Architecture", nil, "i386", "x86_64", "arm64")
   local os_type = wire.one_of(p, "OSType", nil, "linux", "windows")
   -- Every simulated image is Available: a Status filter without it (Deprecated, ...) matches none.
@@ -372,7 +373,7 @@ function M.DescribeImages(call)
       and (not arch or img.arch == arch) and (not os_type or img.os_type == os_type)
       and wire.match_tags(img.tags, tags)
       and (owner and img.owner == owner or (not owner and img.owner ~= "marketplace"))
-      and (not pattern or img.name:find(pattern) ~= nil)
+      and (not pattern or img.name:find(pattern) ~= nil) and (not owner_id or img.owner_id == owner_id)
     if ok then matched[#matched + 1] = img end
   end
   local page, number, size = wire.page_by_number(matched, p, 10, 100)

@@ -82,6 +82,17 @@ local function security_groups(p, vswitch)
   return ids
 end
 
+-- <prefix>Encrypted and <prefix>KMSKeyId: a key without encryption is refused, as ECS refuses it.
+local function encryption(p, prefix, disk)
+  disk.encrypted = wire.bool(p, prefix .. "Encrypted", false)
+  disk.kms_key_id = wire.str(p, prefix .. "KMSKeyId")
+  if disk.kms_key_id and not disk.encrypted then
+    wire.fail(400, "InvalidParameter.KMSKeyId", "The specified parameter " .. prefix
+      .. "KMSKeyId requires " .. prefix .. "Encrypted to be true.")
+  end
+  return disk
+end
+
 local function system_disk(p, t, img)
   local category = wire.str(p, "SystemDisk.Category", t.system_disks[1])
   local supported = false
@@ -97,7 +108,8 @@ local function system_disk(p, t, img)
     wire.fail(403, "InvalidSystemDiskSize.LessThanImageSize",
       "The specified parameter SystemDisk.Size is less than the image size.")
   end
-  return { category = category, size = size, performance_level = wire.str(p, "SystemDisk.PerformanceLevel", "PL1") }
+  return encryption(p, "SystemDisk.", { category = category, size = size,
+    performance_level = wire.str(p, "SystemDisk.PerformanceLevel", "PL1") })
 end
 
 -- DataDisk.N.Size (GiB, 20-32768), .Category (a known category, default cloud_efficiency), .Device
@@ -126,7 +138,9 @@ local function data_disks(p)
     if device and not device:match("^/dev/xvd[b-z]$") then
       wire.fail(400, "InvalidDataDiskDevice.Malformed", "The specified parameter " .. prefix .. "Device is not valid.")
     end
-    out[#out + 1] = { category = category, size = size, device = device }
+    out[#out + 1] = encryption(p, prefix, { category = category, size = size, device = device,
+      performance_level = wire.str(p, prefix .. "PerformanceLevel"), snapshot_id = wire.str(p, prefix .. "SnapshotId"),
+      delete_with_instance = wire.bool(p, prefix .. "DeleteWithInstance", true) })
   end
   if #out > MAX_DATA_DISKS then wire.invalid("DataDisk", ("At most %d data disks."):format(MAX_DATA_DISKS)) end
   return out
@@ -181,6 +195,8 @@ local function new_instance(p, t, zone, vswitch, img, sgs, disks, spot, charge, 
     key_pair = wire.str(p, "KeyPairName", ""), ram_role = wire.str(p, "RamRoleName", ""),
     http_tokens = wire.one_of(p, "HttpTokens", "optional", "optional", "required"),
     http_endpoint = wire.one_of(p, "HttpEndpoint", "enabled", "enabled", "disabled"),
+    http_put_response_hop_limit = wire.int(p, "HttpPutResponseHopLimit", 1, 1, 64),
+    launch_template_id = wire.str(p, "LaunchTemplateId"),
     eni_id = "eni-bp1" .. crypto.sha256_hex("eni" .. id):sub(1, 17),
     mac = ("00:16:3e:%s:%s:%s"):format(mac_hex:sub(1, 2), mac_hex:sub(3, 4), mac_hex:sub(5, 6)),
     client_token = token,
@@ -215,6 +231,11 @@ function M.RunInstances(call)
   user_data(p)
   wire.one_of(p, "HttpTokens", "optional", "optional", "required")
   wire.one_of(p, "HttpEndpoint", "enabled", "enabled", "disabled")
+  wire.int(p, "HttpPutResponseHopLimit", 1, 1, 64)
+  local template = wire.str(p, "LaunchTemplateId")
+  if template and not account.launch_template(template) then
+    wire.fail(404, "InvalidLaunchTemplate.NotFound", "The specified launch template does not exist.")
+  end
 
   local stock = catalogue.stock(t, zone, capacity)
   if not stock then
@@ -279,7 +300,7 @@ local function instance_record(inst, now)
     OperationLocks = { LockReason = list() },
     CpuOptions = { CoreCount = t.api.CpuOptions.Core, ThreadsPerCore = t.api.CpuOptions.ThreadsPerCore, Numa = "" },
     MetadataOptions = { HttpEndpoint = inst.http_endpoint, HttpTokens = inst.http_tokens,
-      HttpPutResponseHopLimit = 1 },
+      HttpPutResponseHopLimit = inst.http_put_response_hop_limit },
     Tags = ecs.ecs_tags(inst.tags),
   }
 end

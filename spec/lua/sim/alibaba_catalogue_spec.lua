@@ -181,7 +181,7 @@ describe("alibaba simulator: catalogue", function()
     assert.equals(1, body.TotalCount)
     assert.equals("arm64", body.Images.Image[1].Architecture)
     body = s.ok(sim, "ecs", "DescribeImages", { RegionId = R, ImageName = "aliyun_3_x64" })
-    assert.equals(2, body.TotalCount)  -- the current image and an older one
+    assert.equals(3, body.TotalCount)  -- the current image, an older one and the container-optimized one
     body = s.ok(sim, "ecs", "DescribeImages", { RegionId = R, ["Tag.1.Key"] = "karpenter.sh/discovery",
       ["Tag.1.Value"] = "luaprov-sim" })
     assert.equals("m-bp1sim0custom00001", body.Images.Image[1].ImageId)

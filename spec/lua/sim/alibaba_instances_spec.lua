@@ -135,8 +135,9 @@ describe("alibaba simulator: instances", function()
       ["DataDisk.1.Device"] = "/dev/xvdb", KeyPairName = "kp-1", ResourceGroupId = "rg-1", Password = "Pa55word!" })
     local inst = s.state(sim).instances[1]
     assert.equals(id, inst.id)
-    assert.same({ { size = 200, category = "cloud_auto", device = "/dev/xvdb" },
-      { size = 20, category = "cloud_efficiency" } }, inst.data_disks)
+    assert.same({ { size = 200, category = "cloud_auto", device = "/dev/xvdb", encrypted = false,
+      delete_with_instance = true }, { size = 20, category = "cloud_efficiency", encrypted = false,
+      delete_with_instance = true } }, inst.data_disks)
     assert.equals("kp-1", inst.key_pair)
     assert.is_true(inst.password_set)
     local described = describe_ids({ id }).Instances.Instance[1]

@@ -218,7 +218,8 @@ describe("alibaba launch against the simulator", function()
     local state = sim:state()
     assert.equals(2, state.calls.RunInstances)
     local recorded = sim_instance(inst.id)
-    assert.same({ category = "cloud_essd", size = 40, performance_level = "PL1" }, recorded.system_disk)
+    assert.same({ category = "cloud_essd", size = 40, performance_level = "PL1", encrypted = false },
+      recorded.system_disk)
     assert.equals("disk-token-c2", recorded.client_token)
     -- A repeated create (a lost answer) walks the same tokens and finds the same instance.
     local again = assert(launch.create(ctx, req))
@@ -232,12 +233,14 @@ describe("alibaba launch against the simulator", function()
       resourceGroupId = "rg-nodes" }
     local inst = assert(launch.create(ctx, request(nc, { offering("ecs.g7.large", H) })))
     local recorded = sim_instance(inst.id)
-    assert.same({ { size = 100, category = "cloud_auto", device = "/dev/xvdb" },
-      { size = 20, category = "cloud_auto" } }, recorded.data_disks)
+    assert.same({ { size = 100, category = "cloud_auto", device = "/dev/xvdb", encrypted = false,
+      delete_with_instance = true }, { size = 20, category = "cloud_auto", encrypted = false,
+      delete_with_instance = true } }, recorded.data_disks)
     assert.equals("kp-nodes", recorded.key_pair)
     assert.is_true(recorded.password_set)
     assert.equals("rg-nodes", recorded.resource_group_id)
-    assert.same({ category = "cloud_essd", size = 40, performance_level = "PL1" }, recorded.system_disk)
+    assert.same({ category = "cloud_essd", size = 40, performance_level = "PL1", encrypted = false },
+      recorded.system_disk)
   end)
 
   it("never puts the password into an error", function()
@@ -273,6 +276,87 @@ describe("alibaba launch against the simulator", function()
       assert.equals("InvalidNodeClass", err.code)
       assert.matches("luaprov.io/spot-price-limit", err.message, 1, true)
       assert.is_nil(sim:state().calls.RunInstances)
+    end)
+
+    it("takes spec.spotStrategy and spec.spotPriceLimit, which win over the annotation", function()
+      local nc = class({ spotStrategy = "SpotWithPriceLimit", spotPriceLimit = 3.25 },
+        { ["luaprov.io/spot-price-limit"] = "5.5" })
+      local recorded = sim_instance(assert(launch.create(ctx, request(nc, { offering("ecs.g7.large", H, "spot", "s1") }))).id)
+      assert.equals("SpotWithPriceLimit", recorded.spot_strategy)
+      assert.equals(3.25, recorded.spot_price_limit)
+      nc = class { spotStrategy = "SpotAsPriceGo" }
+      recorded = sim_instance(assert(launch.create(ctx, request(nc, { offering("ecs.g7.large", H, "spot", "s2") }))).id)
+      assert.equals("SpotAsPriceGo", recorded.spot_strategy)
+      assert.equals(0, recorded.spot_price_limit)
+      -- the strategy applies to spot launches only
+      recorded = sim_instance(assert(launch.create(ctx, request(nc, { offering("ecs.g7.large", H) }))).id)
+      assert.equals("NoSpot", recorded.spot_strategy)
+    end)
+
+    it("refuses SpotWithPriceLimit without a limit, naming the fields, without calling RunInstances", function()
+      local nc = class { spotStrategy = "SpotWithPriceLimit" }
+      local inst, err = launch.create(ctx, request(nc, { offering("ecs.g7.large", H, "spot") }))
+      assert.is_nil(inst)
+      assert.equals("InvalidNodeClass", err.code)
+      assert.matches("spec.spotStrategy SpotWithPriceLimit needs spec.spotPriceLimit", err.message, 1, true)
+      assert.is_nil(sim:state().calls.RunInstances)
+    end)
+  end)
+
+  describe("the official ECSNodeClass fields", function()
+    local OFFICIAL = {
+      role = "KarpenterNodeRole",
+      systemDisk = { category = "cloud_essd", size = 60, performanceLevel = "PL2", encrypted = true,
+        kmsKeyID = "key-hzz0000sim" },
+      dataDisks = { { category = "cloud_auto", size = 120, device = "/dev/xvdb", encrypted = true,
+        snapshotID = "s-bp1sim0data0001", deleteWithInstance = false }, { category = "cloud_essd", size = 30,
+        performanceLevel = "PL0" } },
+      metadataOptions = { httpTokens = "required", httpPutResponseHopLimit = 2, httpEndpoint = "enabled" },
+      launchTemplateID = "lt-bp1sim0nodes00001",
+    }
+
+    it("sends the role, every disk setting, the metadata options and the launch template", function()
+      local recorded = sim_instance(assert(launch.create(ctx, request(class(OFFICIAL), { offering("ecs.g7.large", H) }))).id)
+      assert.equals("KarpenterNodeRole", recorded.ram_role)
+      assert.same({ category = "cloud_essd", size = 60, performance_level = "PL2", encrypted = true,
+        kms_key_id = "key-hzz0000sim" }, recorded.system_disk)
+      assert.same({ { category = "cloud_auto", size = 120, device = "/dev/xvdb", encrypted = true,
+        snapshot_id = "s-bp1sim0data0001", delete_with_instance = false },
+        { category = "cloud_essd", size = 30, performance_level = "PL0", encrypted = false,
+          delete_with_instance = true } }, recorded.data_disks)
+      assert.equals("required", recorded.http_tokens)
+      assert.equals(2, recorded.http_put_response_hop_limit)
+      assert.equals("enabled", recorded.http_endpoint)
+      assert.equals("lt-bp1sim0nodes00001", recorded.launch_template_id)
+    end)
+
+    it("launches the same instance from luaprov's earlier field names", function()
+      local earlier = class { systemDisk = { categories = { "cloud_essd" }, volumeSize = "60Gi", performanceLevel = "PL2" },
+        dataDisks = { { volumeSize = "100Gi" } }, dataDiskCategories = { "cloud_auto" } }
+      local official = class { systemDisk = { category = "cloud_essd", size = 60, performanceLevel = "PL2" },
+        dataDisks = { { category = "cloud_auto", size = 100 } } }
+      local a = sim_instance(assert(launch.create(ctx, request(earlier, { offering("ecs.g7.large", H, nil, "e1") }))).id)
+      local b = sim_instance(assert(launch.create(ctx, request(official, { offering("ecs.g7.large", H, nil, "o1") }))).id)
+      for _, k in ipairs { "system_disk", "data_disks", "spot_strategy", "instance_type", "zone", "image_id" } do
+        assert.same(a[k], b[k], k)
+      end
+      assert.equals(nodeclass.hash(earlier), nodeclass.hash(official))
+    end)
+
+    it("leaves the metadata options and the role to ECS when the class names none", function()
+      local recorded = sim_instance(assert(launch.create(ctx, request(class(), { offering("ecs.g7.large", H) }))).id)
+      assert.equals("", recorded.ram_role)
+      assert.equals("optional", recorded.http_tokens)
+      assert.equals(1, recorded.http_put_response_hop_limit)
+      assert.is_nil(recorded.launch_template_id)
+    end)
+
+    it("passes ECS's refusal of an unknown launch template through, naming the action", function()
+      local inst, err = launch.create(ctx, request(class { launchTemplateID = "lt-missing" },
+        { offering("ecs.g7.large", H) }))
+      assert.is_nil(inst)
+      assert.equals("InvalidLaunchTemplate.NotFound", err.api_code)
+      assert.matches("RunInstances", err.message, 1, true)
     end)
   end)
 

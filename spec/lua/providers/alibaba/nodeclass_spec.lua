@@ -138,7 +138,20 @@ describe("nodeclass.resolve (fake cloud)", function()
       { type = "SecurityGroupResolved", status = "True", reason = "SecurityGroupResolved", message = "" },
       { type = "UserDataReady", status = "True", reason = "UserDataReady", message = "" },
       { type = "VSwitchResolved", status = "True", reason = "VSwitchResolved", message = "" },
+      { type = "ValidationSucceeded", status = "True", reason = "ValidationSucceeded", message = "" },
     }, status.conditions)
+  end)
+
+  it("makes a spec the launch cannot read a condition, not a launch failure", function()
+    local spec = {}
+    for k, v in pairs(FULL_SPEC) do spec[k] = v end
+    spec.kubelet, spec.kubeletConfiguration = { maxPods = 20 }, { maxPods = 30 }
+    local status = nodeclass.resolve(cloud.ctx, class(spec))
+    local c = cond(status, "ValidationSucceeded")
+    assert.equals("False", c.status)
+    assert.equals("InvalidSpec", c.reason)
+    assert.matches("spec.kubelet and spec.kubeletConfiguration (its earlier name) are both set", c.message, 1, true)
+    assert.equals("False", cond(status, "Ready").status)
   end)
 
   it("makes a userData the cluster type cannot use a condition, not a launch failure", function()
