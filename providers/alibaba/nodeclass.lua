@@ -399,7 +399,8 @@ end
 
 -- hash = the first 16 hex digits of SHA-256 over the canonical JSON of the normalized spec
 -- (shape.lua) without its selector terms: a class written in the official fields and the same class
--- written in luaprov's earlier ones hash alike, and a default filled in hashes as if written. luaprov.json.encode writes object keys sorted bytewise and integral floats as
+-- written in luaprov's earlier ones hash alike, and a default filled in hashes as if written.
+-- luaprov.json.encode writes object keys sorted bytewise and integral floats as
 -- integers, so the text does not depend on key order, table iteration order or how the number
 -- was read. Arrays keep their order: the order of systemDisk.categories and dataDisks is the
 -- preference order and the order of the disks sent to the API, so reordering them is a change.

@@ -108,7 +108,9 @@ local function system_disk(spec)
   if field(disk, "volumeSize") then
     if field(disk, "size") then return nil, both("systemDisk.size", "systemDisk.volumeSize") end
     size = gib(disk.volumeSize)
-    if not size then return nil, ("spec.systemDisk.volumeSize %q is not a quantity"):format(tostring(disk.volumeSize)) end
+    if not size then
+      return nil, ("spec.systemDisk.volumeSize %q is not a quantity"):format(tostring(disk.volumeSize))
+    end
   elseif field(disk, "size") then
     size = whole(disk.size)
     if not size then return nil, ("spec.systemDisk.size %q is not a number of GiB"):format(tostring(disk.size)) end
@@ -127,7 +129,9 @@ local function data_disks(spec)
   for i, d in ipairs(disks) do
     local size
     if field(d, "volumeSize") then
-      if field(d, "size") then return nil, both(("dataDisks[%d].size"):format(i), ("dataDisks[%d].volumeSize"):format(i)) end
+      if field(d, "size") then
+        return nil, both(("dataDisks[%d].size"):format(i), ("dataDisks[%d].volumeSize"):format(i))
+      end
       size = gib(d.volumeSize)
       if not size then
         return nil, ("spec.dataDisks[%d].volumeSize %q is not a quantity"):format(i, tostring(d.volumeSize))
@@ -231,7 +235,9 @@ function M.spec(nodeclass)
 end
 
 function M.normalize(nodeclass)
-  if type(nodeclass) ~= "table" then return nil, { code = "InvalidNodeClass", message = "the node class is not an object" } end
+  if type(nodeclass) ~= "table" then
+    return nil, { code = "InvalidNodeClass", message = "the node class is not an object" }
+  end
   local spec, problem = M.spec(nodeclass)
   if not spec then
     return nil, { code = "InvalidNodeClass", message = ("ECSNodeClass %s: %s"):format(class_name(nodeclass), problem) }

@@ -81,6 +81,11 @@ describe("alibaba launch against the simulator", function()
     end
   end
 
+  -- What the simulator recorded of the instance a create for one offering launched.
+  local function launched(nc, one)
+    return sim_instance(assert(launch.create(ctx, request(nc, { one }))).id)
+  end
+
   local function three_zones(token_prefix)
     local out = {}
     for i, zone in ipairs { H, I, J } do out[i] = offering("ecs.g7.large", zone, nil, token_prefix .. "-" .. zone) end
@@ -281,15 +286,15 @@ describe("alibaba launch against the simulator", function()
     it("takes spec.spotStrategy and spec.spotPriceLimit, which win over the annotation", function()
       local nc = class({ spotStrategy = "SpotWithPriceLimit", spotPriceLimit = 3.25 },
         { ["luaprov.io/spot-price-limit"] = "5.5" })
-      local recorded = sim_instance(assert(launch.create(ctx, request(nc, { offering("ecs.g7.large", H, "spot", "s1") }))).id)
+      local recorded = launched(nc, offering("ecs.g7.large", H, "spot", "s1"))
       assert.equals("SpotWithPriceLimit", recorded.spot_strategy)
       assert.equals(3.25, recorded.spot_price_limit)
       nc = class { spotStrategy = "SpotAsPriceGo" }
-      recorded = sim_instance(assert(launch.create(ctx, request(nc, { offering("ecs.g7.large", H, "spot", "s2") }))).id)
+      recorded = launched(nc, offering("ecs.g7.large", H, "spot", "s2"))
       assert.equals("SpotAsPriceGo", recorded.spot_strategy)
       assert.equals(0, recorded.spot_price_limit)
       -- the strategy applies to spot launches only
-      recorded = sim_instance(assert(launch.create(ctx, request(nc, { offering("ecs.g7.large", H) }))).id)
+      recorded = launched(nc, offering("ecs.g7.large", H))
       assert.equals("NoSpot", recorded.spot_strategy)
     end)
 
@@ -316,7 +321,7 @@ describe("alibaba launch against the simulator", function()
     }
 
     it("sends the role, every disk setting, the metadata options and the launch template", function()
-      local recorded = sim_instance(assert(launch.create(ctx, request(class(OFFICIAL), { offering("ecs.g7.large", H) }))).id)
+      local recorded = launched(class(OFFICIAL), offering("ecs.g7.large", H))
       assert.equals("KarpenterNodeRole", recorded.ram_role)
       assert.same({ category = "cloud_essd", size = 60, performance_level = "PL2", encrypted = true,
         kms_key_id = "key-hzz0000sim" }, recorded.system_disk)
@@ -331,12 +336,13 @@ describe("alibaba launch against the simulator", function()
     end)
 
     it("launches the same instance from luaprov's earlier field names", function()
-      local earlier = class { systemDisk = { categories = { "cloud_essd" }, volumeSize = "60Gi", performanceLevel = "PL2" },
+      local earlier = class { systemDisk = { categories = { "cloud_essd" }, volumeSize = "60Gi",
+        performanceLevel = "PL2" },
         dataDisks = { { volumeSize = "100Gi" } }, dataDiskCategories = { "cloud_auto" } }
       local official = class { systemDisk = { category = "cloud_essd", size = 60, performanceLevel = "PL2" },
         dataDisks = { { category = "cloud_auto", size = 100 } } }
-      local a = sim_instance(assert(launch.create(ctx, request(earlier, { offering("ecs.g7.large", H, nil, "e1") }))).id)
-      local b = sim_instance(assert(launch.create(ctx, request(official, { offering("ecs.g7.large", H, nil, "o1") }))).id)
+      local a = launched(earlier, offering("ecs.g7.large", H, nil, "e1"))
+      local b = launched(official, offering("ecs.g7.large", H, nil, "o1"))
       for _, k in ipairs { "system_disk", "data_disks", "spot_strategy", "instance_type", "zone", "image_id" } do
         assert.same(a[k], b[k], k)
       end
@@ -344,7 +350,7 @@ describe("alibaba launch against the simulator", function()
     end)
 
     it("leaves the metadata options and the role to ECS when the class names none", function()
-      local recorded = sim_instance(assert(launch.create(ctx, request(class(), { offering("ecs.g7.large", H) }))).id)
+      local recorded = launched(class(), offering("ecs.g7.large", H))
       assert.equals("", recorded.ram_role)
       assert.equals("optional", recorded.http_tokens)
       assert.equals(1, recorded.http_put_response_hop_limit)

@@ -67,7 +67,7 @@ describe("shape.spec", function()
     assert.same({ maxPods = 32 }, spec_of({ kubeletConfiguration = { maxPods = 32 } }).kubelet)
   end)
 
-  it("takes the spot strategy and limit, the annotation when no limit is set, SpotWithPriceLimit for a bare limit", function()
+  it("takes the spot strategy and limit, else the annotation; a bare limit means SpotWithPriceLimit", function()
     local s = spec_of { spotStrategy = "SpotAsPriceGo" }
     assert.equals("SpotAsPriceGo", s.spotStrategy)
     assert.is_nil(s.spotPriceLimit)
@@ -85,7 +85,8 @@ describe("shape.spec", function()
   end)
 
   it("defaults the capacity reservation preference to open when terms are given", function()
-    assert.equals("open", spec_of({ capacityReservationSelectorTerms = { { id = "cr-1" } } }).capacityReservationPreference)
+    local terms = { { id = "cr-1" } }
+    assert.equals("open", spec_of({ capacityReservationSelectorTerms = terms }).capacityReservationPreference)
     assert.equals("none", spec_of({ capacityReservationSelectorTerms = { { id = "cr-1" } },
       capacityReservationPreference = "none" }).capacityReservationPreference)
   end)
@@ -108,7 +109,8 @@ describe("shape.spec", function()
   end)
 
   it("is idempotent: a normalized class normalizes to itself", function()
-    local once = assert(shape.normalize(class({ systemDisk = { volumeSize = "60Gi" }, dataDisks = { { volumeSize = "5Gi" } },
+    local once = assert(shape.normalize(class({ systemDisk = { volumeSize = "60Gi" },
+      dataDisks = { { volumeSize = "5Gi" } },
       kubeletConfiguration = { maxPods = 20 }, metadataOptions = { httpTokens = "required" } },
       { [shape.SPOT_PRICE_LIMIT_ANNOTATION] = "1" })))
     local twice = assert(shape.normalize(once))
@@ -128,7 +130,8 @@ describe("shape.spec", function()
       problem_of { spotStrategy = "SpotWithPriceLimit" }, 1, true)
     assert.matches('spec.spotStrategy "Cheap" is not', problem_of { spotStrategy = "Cheap" }, 1, true)
     assert.matches("spec.spotPriceLimit -1 is not a positive price", problem_of { spotPriceLimit = -1 }, 1, true)
-    assert.matches("luaprov.io/spot-price-limit", problem_of({}, { [shape.SPOT_PRICE_LIMIT_ANNOTATION] = "x" }), 1, true)
+    local bad_annotation = { [shape.SPOT_PRICE_LIMIT_ANNOTATION] = "x" }
+    assert.matches("luaprov.io/spot-price-limit", problem_of({}, bad_annotation), 1, true)
     assert.matches("httpTokens", problem_of { metadataOptions = { httpTokens = "sometimes" } }, 1, true)
     assert.matches("httpPutResponseHopLimit 65", problem_of { metadataOptions = { httpPutResponseHopLimit = 65 } },
       1, true)
