@@ -1,10 +1,10 @@
--- Alibaba Cloud OpenAPI client for the RPC-style products (ECS, VPC, STS) and the ROA-style
+-- Alibaba Cloud OpenAPI client for the RPC-style products (ECS, VPC, STS, RAM) and the ROA-style
 -- Container Service (cs), with no SDK: builds and signs one request per attempt, sends it through
 -- luaprov.http, decodes the JSON answer and turns every failure into one error table the rest of the
 -- mapping can branch on.
 --
 --   client.new{region, endpoint, signature, credentials, timeout_ms, max_attempts, transport, sleep}
---   c:call(product, action, params [, opts]) -> decoded body | nil, err
+--   c:call(product, action, params [, opts]) -> decoded body | nil, err   (product: ecs, vpc, sts, ram)
 --   c:roa(product, action, {method, path, query, body} [, opts]) -> value, request_id | nil, err
 --   c:paginate(product, action, params, {list, style, page_size}) -> items | nil, err
 --   c:call_all(product, action, list_of_params, {concurrency}) -> results (body | {error = err})
@@ -29,10 +29,13 @@ local EMPTY_SHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b78
 
 -- API version and endpoint prefix per product. Endpoints follow the SDK rule
 -- <product>[-vpc].<region>.aliyuncs.com; STS also has a central endpoint for callers with no region.
+-- RAM is global: one endpoint whatever the region (and one for the VPC network).
 local PRODUCTS = {
   ecs = { version = "2014-05-26", prefix = "ecs" },
   vpc = { version = "2016-04-28", prefix = "vpc" },
   sts = { version = "2015-04-01", prefix = "sts", central = "sts.aliyuncs.com" },
+  ram = { version = "2015-05-01", prefix = "ram", global = "ram.aliyuncs.com",
+    global_vpc = "ram.vpc-proxy.aliyuncs.com" },
   -- Container Service for Kubernetes (ACK): ROA style (resource paths, JSON bodies), c:roa only.
   cs = { version = "2015-12-15", prefix = "cs", roa = true },
 }
@@ -175,6 +178,7 @@ end
 local function endpoint_for(self, product)
   if self.endpoint then return self.endpoint end
   local spec = PRODUCTS[product]
+  if spec.global then return "https://" .. (self.network == "vpc" and spec.global_vpc or spec.global) .. "/" end
   local suffix = self.network == "vpc" and "-vpc" or ""
   if not self.region or self.region == "" then
     if spec.central then return "https://" .. spec.central .. "/" end

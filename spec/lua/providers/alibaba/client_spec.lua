@@ -113,6 +113,24 @@ describe("alibaba client", function()
       local c = client.new { region = "cn-beijing", endpoint = "http://127.0.0.1:4000" }
       assert.equals("http://127.0.0.1:4000", c:endpoint_url("ecs"))
       assert.equals("http://127.0.0.1:4000", c:endpoint_url("sts"))
+      assert.equals("http://127.0.0.1:4000", c:endpoint_url("ram"))
+    end)
+
+    it("uses RAM's global endpoint whatever the region, and its VPC one on the vpc network", function()
+      assert.equals("https://ram.aliyuncs.com/",
+        client.new({ region = "cn-beijing", network = "" }):endpoint_url("ram"))
+      assert.equals("https://ram.aliyuncs.com/", client.new({ network = "" }):endpoint_url("ram"))
+      assert.equals("https://ram.vpc-proxy.aliyuncs.com/",
+        client.new({ region = "cn-beijing", network = "vpc" }):endpoint_url("ram"))
+    end)
+
+    it("calls RAM as an RPC product with its own API version", function()
+      local t = scripted { { body = { RequestId = "r-ram", Role = { RoleName = "KarpenterNodeRole" } } } }
+      local body = assert(new_client(t):call("ram", "GetRole", { RoleName = "KarpenterNodeRole" }))
+      assert.equals("KarpenterNodeRole", body.Role.RoleName)
+      assert.equals("GetRole", t.requests[1].headers["x-acs-action"])
+      assert.equals("2015-05-01", t.requests[1].headers["x-acs-version"])
+      assert.equals("http://127.0.0.1:9/?RoleName=KarpenterNodeRole", t.requests[1].url)
     end)
 
     it("refuses a bad configuration", function()
