@@ -10,6 +10,7 @@ local auth = require "sim.alibaba.auth"
 local catalogue = require "sim.alibaba.catalogue"
 local faults = require "sim.alibaba.faults"
 local nodepools = require "sim.alibaba.nodepools"
+local ram = require "sim.alibaba.ram"
 local reclaim = require "sim.alibaba.reclaim"
 local state = require "sim.alibaba.state"
 local wire = require "sim.alibaba.wire"
@@ -30,6 +31,7 @@ function M.reset_all()
   faults.reset()
   auth.reset()
   nodepools.reset()
+  ram.reset()
 end
 
 local function get_state()

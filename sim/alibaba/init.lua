@@ -1,11 +1,11 @@
--- Alibaba Cloud simulator: ECS, VPC and STS on one endpoint, told apart by the API version, speaking
+-- Alibaba Cloud simulator: ECS, VPC, STS and RAM on one endpoint, told apart by the API version, speaking
 -- the real RPC wire format (V2 and V3 signatures); the Container Service's ROA paths (/clusters/...);
 -- the ECS metadata service's credential paths and the unsigned admin paths under /_sim/. Served by
 -- `luaprov sim` through handle(request).
 --
 -- Routing only; the parts are: wire (parsing, responses, errors), auth (signatures, credentials,
 -- STS, metadata), catalogue and account (what exists), state (instances, tokens, counts), faults,
--- ecs / instances / tags / vpc / cs (the actions), admin (/_sim/).
+-- ecs / instances / tags / vpc / cs / ram (the actions), admin (/_sim/).
 --
 -- handle never raises: bad input gets the API's error, and a bug in an action answers InternalError
 -- (HTTP 500) with the cause logged, the way the real gateway hides its internals.
@@ -16,6 +16,7 @@ local cs = require "sim.alibaba.cs"
 local ecs = require "sim.alibaba.ecs"
 local faults = require "sim.alibaba.faults"
 local instances = require "sim.alibaba.instances"
+local ram = require "sim.alibaba.ram"
 local reclaim = require "sim.alibaba.reclaim"
 local state = require "sim.alibaba.state"
 local tags = require "sim.alibaba.tags"
@@ -54,6 +55,9 @@ local ACTIONS = {
     AssumeRoleWithOIDC = auth.AssumeRoleWithOIDC,
     AssumeRole = auth.AssumeRole,
     GetCallerIdentity = auth.GetCallerIdentity,
+  },
+  ram = {
+    GetRole = ram.GetRole,
   },
 }
 

@@ -8,6 +8,7 @@ local clock = require "sim.clock"
 local account = require "sim.alibaba.account"
 local catalogue = require "sim.alibaba.catalogue"
 local ecs = require "sim.alibaba.ecs"
+local ram = require "sim.alibaba.ram"
 local state = require "sim.alibaba.state"
 local tags = require "sim.alibaba.tags"
 local wire = require "sim.alibaba.wire"
@@ -146,6 +147,19 @@ local function data_disks(p)
   return out
 end
 
+-- RamRoleName, when given, must name a role of the account that ECS may assume.
+local function ram_role(p)
+  local name = wire.str(p, "RamRoleName")
+  if not name then return "" end
+  local role = ram.get(name)
+  if not role then wire.fail(404, "InvalidRamRole.NotFound", "The specified RAMRoleName does not exist.") end
+  if not ram.trusts_ecs(role) then
+    wire.fail(404, "InvalidRamRole.NotEcsRole",
+      "The specified ram role is not authorized for ecs, please check your role policy.")
+  end
+  return name
+end
+
 local function user_data(p)
   local v = wire.str(p, "UserData")
   if not v then return nil end
@@ -192,7 +206,7 @@ local function new_instance(p, t, zone, vswitch, img, sgs, disks, spot, charge, 
     resource_group_id = wire.str(p, "ResourceGroupId", ""), password_set = wire.str(p, "Password") ~= nil,
     password_inherit = wire.bool(p, "PasswordInherit", false),
     deletion_protection = wire.bool(p, "DeletionProtection", false),
-    key_pair = wire.str(p, "KeyPairName", ""), ram_role = wire.str(p, "RamRoleName", ""),
+    key_pair = wire.str(p, "KeyPairName", ""), ram_role = ram_role(p),
     http_tokens = wire.one_of(p, "HttpTokens", "optional", "optional", "required"),
     http_endpoint = wire.one_of(p, "HttpEndpoint", "enabled", "enabled", "disabled"),
     http_put_response_hop_limit = wire.int(p, "HttpPutResponseHopLimit", 1, 1, 64),
@@ -219,6 +233,7 @@ function M.RunInstances(call)
     wire.fail(400, "InvalidParameter.Mismatch", "Specified virtual switch is not in the specified zone.")
   end
   local sgs = security_groups(p, vswitch)
+  ram_role(p)
   if ARCH_OF_TYPE[t.arch] ~= img.arch then
     wire.fail(403, "ImageNotSupportInstanceType", "The specified instance type does not support this image.")
   end

@@ -11,9 +11,10 @@ local array_mt = json.array_mt
 
 local M = {}
 
-M.PRODUCTS = { ["2014-05-26"] = "ecs", ["2016-04-28"] = "vpc", ["2015-04-01"] = "sts" }
-M.HOSTS = { ecs = "ecs.cn-hangzhou.aliyuncs.com", vpc = "vpc.cn-hangzhou.aliyuncs.com", sts = "sts.aliyuncs.com" }
-local PRODUCT_NAMES = { ecs = "Ecs", vpc = "Vpc", sts = "Sts" }
+M.PRODUCTS = { ["2014-05-26"] = "ecs", ["2016-04-28"] = "vpc", ["2015-04-01"] = "sts", ["2015-05-01"] = "ram" }
+M.HOSTS = { ecs = "ecs.cn-hangzhou.aliyuncs.com", vpc = "vpc.cn-hangzhou.aliyuncs.com", sts = "sts.aliyuncs.com",
+  ram = "ram.aliyuncs.com" }
+local PRODUCT_NAMES = { ecs = "Ecs", vpc = "Vpc", sts = "Sts", ram = "Ram" }
 
 -- Parameters every RPC request may carry that are not part of what the call asks for; idempotency
 -- compares what remains.
@@ -85,7 +86,7 @@ M.uuid = uuid
 
 --- parse(request) -> call: what the handler needs to authenticate and dispatch an RPC request.
 --   call = {method, path, headers, body, query, form, params, scheme ("v3" | "v2" | "none"),
---           action, version, product ("ecs" | "vpc" | "sts" | nil), json (bool), request_id}
+--           action, version, product ("ecs" | "vpc" | "sts" | "ram" | nil), json (bool), request_id}
 -- `params` merges the query and a form body: both are business parameters in either scheme.
 function M.parse(request)
   local headers = type(request.headers) == "table" and request.headers or {}

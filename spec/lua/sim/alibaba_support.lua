@@ -9,7 +9,7 @@ local M = {}
 
 M.ACCESS_KEY_ID = "LTAI5simulatoraccess"
 M.ACCESS_KEY_SECRET = "simulator-secret-do-not-use"
-M.VERSIONS = { ecs = "2014-05-26", vpc = "2016-04-28", sts = "2015-04-01" }
+M.VERSIONS = { ecs = "2014-05-26", vpc = "2016-04-28", sts = "2015-04-01", ram = "2015-05-01" }
 M.DEFAULT = { id = M.ACCESS_KEY_ID, secret = M.ACCESS_KEY_SECRET }
 
 local binary = assert(os.getenv("LUAPROV_BINARY_DIR"), "LUAPROV_BINARY_DIR not set") .. "/luaprov"
