@@ -210,8 +210,9 @@ end
 -- data_disks = {{size, category, device, performance_level, encrypted, kms_key_id, snapshot_id,
 -- delete_with_instance}}, spot_strategy, spot_price_limit, key_pair_name, password, password_inherit,
 -- resource_group_id, ram_role_name, launch_template_id, http_endpoint, http_tokens,
--- http_put_response_hop_limit}: what launch.lua decided. One RunInstances with Amount=1; the
--- ClientToken makes a repeated request return the first instance instead of launching a second one.
+-- http_put_response_hop_limit, private_pool = {match_criteria, id}}: what launch.lua decided. One
+-- RunInstances with Amount=1; the ClientToken makes a repeated request return the first instance
+-- instead of launching a second one.
 -- The password goes on the wire only: never into a log or an error.
 function M.run(ctx, req)
   local c, err = client_for(ctx)
@@ -236,7 +237,7 @@ function M.run(ctx, req)
     Password = req.password,
     PasswordInherit = req.password_inherit,
     ResourceGroupId = req.resource_group_id,
-    RamRoleName = req.ram_role_name,
+    RamRoleName = req.ram_role_name ~= "" and req.ram_role_name or nil,
     LaunchTemplateId = req.launch_template_id,
     HttpEndpoint = req.http_endpoint,
     HttpTokens = req.http_tokens,

@@ -6,6 +6,7 @@
 --   resolve(ctx, nodeclass) -> status = {vSwitches = {{id, zone, zoneID, availableIPAddressCount}},
 --                                        securityGroups = {{id, name}},
 --                                        images = {{id, name, architecture, requirements}},
+--                                        ramRole = the role's name (ramrole.lua) | nil,
 --                                        conditions = {{type, status, reason, message}}}
 --   hash(nodeclass) -> hash, version
 --
@@ -15,6 +16,7 @@
 -- the old status too, by returning before it patches).
 local luaprov = require "luaprov"
 local bootstrap = require "providers.alibaba.bootstrap"
+local ramrole = require "providers.alibaba.ramrole"
 local util = require "providers.alibaba.util"
 local session = require "providers.alibaba.session"
 local shape = require "providers.alibaba.shape"
@@ -352,6 +354,10 @@ function M.resolve(ctx, nodeclass)
   local why = bootstrap.check(ctx, nodeclass)
   conditions[#conditions + 1] = why and condition("UserDataReady", "False", "InvalidUserData", why)
     or condition("UserDataReady", "True", "UserDataReady")
+  -- spec.role: RAMRoleResolved and status.ramRole (ramrole.lua).
+  local role, role_condition = ramrole.resolve(c, cerr, nodeclass)
+  status.ramRole = role
+  conditions[#conditions + 1] = role_condition
   local all = { ready(conditions) }
   for _, cond in ipairs(conditions) do all[#all + 1] = cond end
   -- Conditions are a list keyed by type; sorted by type as operatorpkg keeps them.

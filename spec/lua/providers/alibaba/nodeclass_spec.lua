@@ -134,6 +134,8 @@ describe("nodeclass.resolve (fake cloud)", function()
     local status = nodeclass.resolve(cloud.ctx, class(FULL_SPEC))
     assert.same({
       { type = "ImageResolved", status = "True", reason = "ImageResolved", message = "" },
+      { type = "RAMRoleResolved", status = "True", reason = "RAMRoleResolved",
+        message = "no spec.role is set: instances launch without a RAM role" },
       { type = "Ready", status = "True", reason = "Ready", message = "" },
       { type = "SecurityGroupResolved", status = "True", reason = "SecurityGroupResolved", message = "" },
       { type = "UserDataReady", status = "True", reason = "UserDataReady", message = "" },

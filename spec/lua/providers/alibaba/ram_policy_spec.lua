@@ -1,5 +1,5 @@
 -- examples/deploy/ram-policy.json is exactly what the mapping calls: the whole life of a node (class
--- resolved, instance types, a launch with the ACK bootstrap, describe, list, the Name tag, delete) runs
+-- resolved with its node RAM role, instance types, a launch with the ACK bootstrap, describe, list, the Name tag, delete) runs
 -- against the Alibaba simulator, and the actions the simulator counted must all be allowed by the
 -- policy, and the policy must allow nothing else (least privilege, docs/deploying.md).
 local luaprov = require "luaprov"
@@ -12,7 +12,17 @@ local source_dir = os.getenv("LUAPROV_SOURCE_DIR") or "."
 -- The RAM service of each action the simulator serves outside ECS; STS AssumeRoleWithOIDC needs no
 -- permission (the OIDC token is the credential), so it is not in a policy.
 local SERVICE = { DescribeVSwitches = "vpc", DescribeClusterAttachScripts = "cs", DescribeClusterNodePools = "cs",
-  AssumeRoleWithOIDC = false }
+  GetRole = "ram", AssumeRoleWithOIDC = false }
+
+-- Permissions that are no API call of their own: ram:PassRole lets RunInstances hand the instance the
+-- ECSNodeClass's spec.role (RamRoleName); it is needed when a launch sent one.
+local function implied(state)
+  local out = {}
+  for _, inst in ipairs(state.instances) do
+    if inst.ram_role ~= "" then out["ram:PassRole"] = true end
+  end
+  return out
+end
 
 local function policy_actions()
   local f = assert(io.open(source_dir .. "/examples/deploy/ram-policy.json"))
@@ -45,6 +55,7 @@ describe("examples/deploy/ram-policy.json", function()
       vSwitchSelectorTerms = { { tags = { ["karpenter.sh/discovery"] = "luaprov-sim" } } },
       securityGroupSelectorTerms = { { tags = { ["karpenter.sh/discovery"] = "luaprov-sim" } } },
       imageSelectorTerms = { { alias = "AlibabaCloudLinux3" } },
+      role = "KarpenterNodeRole",
     } }
     nc.status = mapping.resolve_nodeclass(ctx, nc)
     local types = assert(mapping.instance_types(ctx, nc))
@@ -62,13 +73,14 @@ describe("examples/deploy/ram-policy.json", function()
       nodeclaim = { spec = {},
         metadata = { name = "default-ram", uid = "uid-ram", labels = { ["karpenter.sh/nodepool"] = "default" } } },
       tags = { ["kubernetes.io/cluster/luaprov-sim"] = "owned" } }))
+    local needed = implied(sim:state()) -- while the instance is there to show what its launch sent
     sim:advance(120) -- Running: an instance still initializing cannot be deleted
     assert(mapping.get(ctx, inst.id))
     assert(mapping.list(ctx))
     assert(mapping.registered(ctx, inst.id, "node-ram"))
     assert(mapping.delete(ctx, inst.id))
 
-    local allowed, called = policy_actions(), {}
+    local allowed, called = policy_actions(), needed
     for action, n in pairs(sim:state().calls) do
       local service = SERVICE[action]
       if service == nil then service = "ecs" end
