@@ -11,6 +11,7 @@ local catalogue = require "sim.alibaba.catalogue"
 local faults = require "sim.alibaba.faults"
 local nodepools = require "sim.alibaba.nodepools"
 local ram = require "sim.alibaba.ram"
+local reservations = require "sim.alibaba.reservations"
 local reclaim = require "sim.alibaba.reclaim"
 local state = require "sim.alibaba.state"
 local wire = require "sim.alibaba.wire"
@@ -32,13 +33,14 @@ function M.reset_all()
   auth.reset()
   nodepools.reset()
   ram.reset()
+  reservations.reset()
 end
 
 local function get_state()
   local summary = state.summary()
   return reply(200, { time = clock.state(), catalogue = catalogue.summary(), faults = fault_list(),
     credentials = auth.state(), instances = summary.instances, calls = summary.calls, errors = summary.errors,
-    total_calls = summary.total_calls })
+    total_calls = summary.total_calls, capacity_reservations = reservations.summary() })
 end
 
 local function post_catalogue(request)
@@ -60,6 +62,7 @@ local function post_catalogue(request)
   end
   account.reset()
   state.reset()
+  reservations.reset()
   for _, r in ipairs(faults.list()) do
     if r.kind == "nostock" then
       catalogue.add_sold_out({ zone = r.zone, instance_type = r.instance_type, capacity_type = r.capacity_type })
@@ -98,6 +101,15 @@ local function get_user_data(id)
   if not inst then return reply(404, { error = "no instance " .. id }) end
   local text = inst.user_data and (luaprov.crypto.base64_decode(inst.user_data) or inst.user_data) or ""
   return reply(200, { id = id, user_data = text })
+end
+
+-- {"used_amount": N}: another workload's use of a capacity reservation changed.
+local function post_capacity_reservation(request, id)
+  local body, err = body_json(request, false)
+  if not body then return bad(err) end
+  local pool, why = reservations.set_used(id, body.used_amount)
+  if not pool then return reply(reservations.get(id) and 400 or 404, { error = why }) end
+  return reply(200, { id = id, used_amount = pool.used, total_amount = pool.total })
 end
 
 -- A spot reclaim with notice: the instance is released notice_seconds (simulated) from now, and its
@@ -143,6 +155,11 @@ function M.handle(request)
     if method == "GET" then return reply(200, { clusters = nodepools.summary() }) end
     if method == "POST" then return post_nodepools(request) end
   end
+  if path == "/_sim/capacity-reservations" and method == "GET" then
+    return reply(200, { capacity_reservations = reservations.summary() })
+  end
+  local crp = path:match("^/_sim/capacity%-reservations/([%w%-]+)$")
+  if crp and method == "POST" then return post_capacity_reservation(request, crp) end
   local ud = path:match("^/_sim/instances/([%w%-]+)/user%-data$")
   if ud and method == "GET" then return get_user_data(ud) end
   local id = path:match("^/_sim/instances/([%w%-]+)$")

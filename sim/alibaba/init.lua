@@ -5,7 +5,7 @@
 --
 -- Routing only; the parts are: wire (parsing, responses, errors), auth (signatures, credentials,
 -- STS, metadata), catalogue and account (what exists), state (instances, tokens, counts), faults,
--- ecs / instances / tags / vpc / cs / ram (the actions), admin (/_sim/).
+-- ecs / instances / reservations / tags / vpc / cs / ram (the actions), admin (/_sim/).
 --
 -- handle never raises: bad input gets the API's error, and a bug in an action answers InternalError
 -- (HTTP 500) with the cause logged, the way the real gateway hides its internals.
@@ -17,6 +17,7 @@ local ecs = require "sim.alibaba.ecs"
 local faults = require "sim.alibaba.faults"
 local instances = require "sim.alibaba.instances"
 local ram = require "sim.alibaba.ram"
+local reservations = require "sim.alibaba.reservations"
 local reclaim = require "sim.alibaba.reclaim"
 local state = require "sim.alibaba.state"
 local tags = require "sim.alibaba.tags"
@@ -36,6 +37,7 @@ local ACTIONS = {
     DescribeSpotPriceHistory = ecs.DescribeSpotPriceHistory,
     DescribeImages = ecs.DescribeImages,
     DescribeSecurityGroups = ecs.DescribeSecurityGroups,
+    DescribeCapacityReservations = reservations.DescribeCapacityReservations,
     RunInstances = instances.RunInstances,
     DescribeInstances = instances.DescribeInstances,
     DescribeInstanceStatus = instances.DescribeInstanceStatus,

@@ -9,6 +9,8 @@ local account = require "sim.alibaba.account"
 local catalogue = require "sim.alibaba.catalogue"
 local ecs = require "sim.alibaba.ecs"
 local ram = require "sim.alibaba.ram"
+local reclaim = require "sim.alibaba.reclaim"
+local reservations = require "sim.alibaba.reservations"
 local state = require "sim.alibaba.state"
 local tags = require "sim.alibaba.tags"
 local wire = require "sim.alibaba.wire"
@@ -256,7 +258,9 @@ function M.RunInstances(call)
   if not stock then
     wire.fail(403, "InvalidInstanceType.ZoneNotSupported", "The specified zone does not support this instancetype.")
   end
-  if not catalogue.has_stock(stock) then
+  -- A private pool holds its capacity for the account: the public stock does not matter to it.
+  local pool, match = reservations.choose(p, t, zone, capacity, amount)
+  if not pool and not catalogue.has_stock(stock) then
     wire.fail(403, "OperationDenied.NoStock", "The requested resource is sold out in the specified zone; try other "
       .. "types of resources or other regions and zones.")
   end
@@ -272,9 +276,11 @@ function M.RunInstances(call)
     local copy = {}
     for k, v in pairs(instance_tags) do copy[k] = v end
     local inst = new_instance(p, t, zone, vswitch, img, sgs, disks, spot, charge, limit, copy, token, i)
+    inst.private_pool = pool and { id = pool.id, match_criteria = match } or nil
     state.add(inst)
     ids[i] = inst.id
   end
+  if pool then reservations.take(pool, count) end
   local price = capacity == "spot" and catalogue.spot_price(t, zone, clock.now()) or catalogue.on_demand_price(t)
   local body = { InstanceIdSets = { InstanceIdSet = list(ids) }, TradePrice = price * count }
   if token then state.remember("RunInstances", token, fingerprint(p), body) end
@@ -424,11 +430,7 @@ local function check_deletable(inst, force)
   end
 end
 
-local function release(inst)
-  state.remove(inst.id)
-  local v = account.vswitch(inst.vswitch_id)
-  if v then account.release_ip(v, inst.ip) end
-end
+local release = reclaim.release
 
 function M.DeleteInstance(call)
   local p = call.params

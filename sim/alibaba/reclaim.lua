@@ -6,6 +6,7 @@
 local luaprov = require "luaprov"
 local clock = require "sim.clock"
 local account = require "sim.alibaba.account"
+local reservations = require "sim.alibaba.reservations"
 local state = require "sim.alibaba.state"
 
 local M = {}
@@ -44,12 +45,13 @@ function M.condition(inst)
     message = ("The spot instance %s will be reclaimed at %s"):format(inst.id, at) }
 end
 
---- release(inst): the cloud releases the instance out of band: gone from every listing, its address
--- freed (a reclaim whose time came, or DELETE /_sim/instances/<id>).
+--- release(inst): the instance is released: gone from every listing, its address and its place in a
+-- capacity reservation freed (DeleteInstance(s), a reclaim whose time came, or DELETE /_sim/instances/<id>).
 function M.release(inst)
   state.remove(inst.id)
   local v = account.vswitch(inst.vswitch_id)
   if v then account.release_ip(v, inst.ip) end
+  reservations.release(inst)
 end
 
 --- sweep(): releases the instances whose reclaim time has passed on the simulated clock.

@@ -98,7 +98,7 @@ function M.summary()
       key_pair = inst.key_pair, password_set = inst.password_set, password_inherit = inst.password_inherit,
       resource_group_id = inst.resource_group_id, ram_role = inst.ram_role, http_endpoint = inst.http_endpoint,
       http_tokens = inst.http_tokens, http_put_response_hop_limit = inst.http_put_response_hop_limit,
-      launch_template_id = inst.launch_template_id }
+      launch_template_id = inst.launch_template_id, private_pool = inst.private_pool }
   end
   local total = 0
   for _, n in pairs(calls) do total = total + n end
