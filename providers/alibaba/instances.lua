@@ -243,6 +243,9 @@ function M.run(ctx, req)
     HttpTokens = req.http_tokens,
     HttpPutResponseHopLimit = req.http_put_response_hop_limit,
   }
+  if type(req.private_pool) == "table" then
+    params.PrivatePoolOptions = { MatchCriteria = req.private_pool.match_criteria, Id = req.private_pool.id }
+  end
   if type(req.system_disk) == "table" then
     local d = req.system_disk
     params.SystemDisk = { Category = d.category, Size = d.size, PerformanceLevel = d.performance_level,

@@ -26,6 +26,7 @@ local capacity = require "providers.alibaba.capacity"
 local offerings = require "providers.alibaba.offerings"
 local pricing = require "providers.alibaba.pricing"
 local requirements = require "providers.alibaba.requirements"
+local reservations = require "providers.alibaba.reservations"
 local session = require "providers.alibaba.session"
 local shape = require "providers.alibaba.shape"
 
@@ -167,6 +168,7 @@ function M.list(ctx, nodeclass)
   for _, it in ipairs(types) do
     local name = it.InstanceTypeId
     local offers = offerings.build(name, stock, zones, prices[name], shared)
+    reservations.apply(offers, name, normalized, zones) -- reserved capacity first (or only)
     local cap = capacity.capacity(it, spec, settings)
     result[#result + 1] = {
       name = name,

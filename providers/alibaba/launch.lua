@@ -13,6 +13,7 @@ local luaprov = require "luaprov"
 local bootstrap = require "providers.alibaba.bootstrap"
 local instances = require "providers.alibaba.instances"
 local shape = require "providers.alibaba.shape"
+local reservations = require "providers.alibaba.reservations"
 
 local json, log = luaprov.json, luaprov.log
 
@@ -254,7 +255,7 @@ local function launch_one(ctx, launch, c)
       performance_level = category == "cloud_essd" and disk.performanceLevel or nil,
       encrypted = disk.encrypted, kms_key_id = disk.kmsKeyID }
     req.client_token = token_for(c.offering.client_token, i)
-    local inst, rerr = instances.run(ctx, req)
+    local inst, rerr = reservations.run(ctx, req, launch.nodeclass, c.offering) -- instances.run, private pool
     if inst then return inst end
     if (rerr.api_code or rerr.code) == "IdempotentParameterMismatch" then
       local found, ferr = already_launched(ctx, launch, instances.DESCRIBE_NEW_ATTEMPTS)

@@ -7,6 +7,8 @@
 --                                        securityGroups = {{id, name}},
 --                                        images = {{id, name, architecture, requirements}},
 --                                        ramRole = the role's name (ramrole.lua) | nil,
+--                                        capacityReservations = {{id, zoneID, instanceType, available,
+--                                                                 matchCriteria}} (reservations.lua),
 --                                        conditions = {{type, status, reason, message}}}
 --   hash(nodeclass) -> hash, version
 --
@@ -17,6 +19,7 @@
 local luaprov = require "luaprov"
 local bootstrap = require "providers.alibaba.bootstrap"
 local ramrole = require "providers.alibaba.ramrole"
+local reservations = require "providers.alibaba.reservations"
 local util = require "providers.alibaba.util"
 local session = require "providers.alibaba.session"
 local shape = require "providers.alibaba.shape"
@@ -58,37 +61,7 @@ local function list_of(v)
   return (present(v) and type(v) == "table") and v or {}
 end
 
-
-local function sorted_keys(t)
-  local keys = {}
-  for k in pairs(t) do
-    if type(k) == "string" then keys[#keys + 1] = k end
-  end
-  sort(keys, util.byte_less)
-  return keys
-end
-
--- Tag.N.Key / Tag.N.Value in key order; "*" means "any value", so the value is left out.
-local function tag_filter(tags)
-  local list = {}
-  for _, k in ipairs(sorted_keys(tags)) do
-    local v = tags[k]
-    if present(v) and v ~= "*" then
-      list[#list + 1] = { Key = k, Value = tostring(v) }
-    else
-      list[#list + 1] = { Key = k }
-    end
-  end
-  return list
-end
-
-local function has_tags(term)
-  return present(term.tags) and type(term.tags) == "table" and next(term.tags) ~= nil
-end
-
-local function nonempty(s)
-  return present(s) and type(s) == "string" and s ~= ""
-end
+local tag_filter, has_tags, nonempty = util.tag_filter, util.has_tags, util.nonempty
 
 -- vSwitches ----------------------------------------------------------------------------------------
 
@@ -301,12 +274,15 @@ local DEPENDENTS = {
 }
 
 -- Root Ready, as operatorpkg computes it: True when every dependent is, False when one is False,
--- else Unknown; the message lists the dependents that are not True, in reconcile order.
-local function ready(conditions)
+-- else Unknown; the message lists the dependents that are not True, in reconcile order. A condition
+-- whose type is in `ignored` is reported but is no dependent.
+local function ready(conditions, ignored)
   local not_true, any_false = {}, false
   for _, c in ipairs(conditions) do
-    if c.status ~= "True" then not_true[#not_true + 1] = c.type .. "=" .. c.status end
-    if c.status == "False" then any_false = true end
+    if not (ignored and ignored[c.type]) then
+      if c.status ~= "True" then not_true[#not_true + 1] = c.type .. "=" .. c.status end
+      if c.status == "False" then any_false = true end
+    end
   end
   if #not_true == 0 then return condition("Ready", "True", "Ready") end
   if any_false then return condition("Ready", "False", "UnhealthyDependents", concat(not_true, ", ")) end
@@ -358,7 +334,11 @@ function M.resolve(ctx, nodeclass)
   local role, role_condition = ramrole.resolve(c, cerr, nodeclass)
   status.ramRole = role
   conditions[#conditions + 1] = role_condition
-  local all = { ready(conditions) }
+  -- Capacity reservations (reservations.lua): a dependent of Ready only when launches need them.
+  local reserved, reserved_condition, gates = reservations.resolve(c, cerr, nodeclass)
+  status.capacityReservations = reserved
+  conditions[#conditions + 1] = reserved_condition
+  local all = { ready(conditions, not gates and { [reserved_condition.type] = true } or nil) }
   for _, cond in ipairs(conditions) do all[#all + 1] = cond end
   -- Conditions are a list keyed by type; sorted by type as operatorpkg keeps them.
   sort(all, function(a, b) return util.byte_less(a.type, b.type) end)

@@ -15,6 +15,43 @@ function M.byte_less(a, b)
   return #a < #b
 end
 
+local function present(v)
+  return v ~= nil and v ~= json.null
+end
+
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do
+    if type(k) == "string" then keys[#keys + 1] = k end
+  end
+  table.sort(keys, M.byte_less)
+  return keys
+end
+
+-- Selector terms (nodeclass.lua, reservations.lua) ------------------------------------------------
+
+-- Tag.N.Key / Tag.N.Value in key order; "*" means "any value", so the value is left out.
+function M.tag_filter(tags)
+  local list = {}
+  for _, k in ipairs(sorted_keys(tags)) do
+    local v = tags[k]
+    if present(v) and v ~= "*" then
+      list[#list + 1] = { Key = k, Value = tostring(v) }
+    else
+      list[#list + 1] = { Key = k }
+    end
+  end
+  return list
+end
+
+function M.has_tags(term)
+  return present(term.tags) and type(term.tags) == "table" and next(term.tags) ~= nil
+end
+
+function M.nonempty(s)
+  return present(s) and type(s) == "string" and s ~= ""
+end
+
 -- A JSON array: tagged as one when decoded, or a table with exactly the keys 1..n (n > 0).
 function M.is_list(t)
   if getmetatable(t) == json.array_mt then return true end

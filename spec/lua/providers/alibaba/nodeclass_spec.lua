@@ -133,6 +133,8 @@ describe("nodeclass.resolve (fake cloud)", function()
   it("reports every dependent and Ready True when all resolve", function()
     local status = nodeclass.resolve(cloud.ctx, class(FULL_SPEC))
     assert.same({
+      { type = "CapacityReservationResolved", status = "True", reason = "CapacityReservationResolved",
+        message = "no capacityReservationSelectorTerms are set" },
       { type = "ImageResolved", status = "True", reason = "ImageResolved", message = "" },
       { type = "RAMRoleResolved", status = "True", reason = "RAMRoleResolved",
         message = "no spec.role is set: instances launch without a RAM role" },

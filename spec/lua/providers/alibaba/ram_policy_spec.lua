@@ -1,8 +1,8 @@
 -- examples/deploy/ram-policy.json is exactly what the mapping calls: the whole life of a node (class
--- resolved with its node RAM role, instance types, a launch with the ACK bootstrap, describe, list,
--- the Name tag, delete) runs against the Alibaba simulator, and the actions the simulator counted
--- must all be allowed by the policy, and the policy must allow nothing else (least privilege,
--- docs/deploying.md).
+-- resolved with its node RAM role and capacity reservations, instance types, a launch with the ACK
+-- bootstrap, describe, list, the Name tag, delete) runs against the Alibaba simulator, and the
+-- actions the simulator counted must all be allowed by the policy, and the policy must allow nothing
+-- else (least privilege, docs/deploying.md).
 local luaprov = require "luaprov"
 local mapping = require "providers.alibaba"
 local session = require "providers.alibaba.session"
@@ -57,6 +57,7 @@ describe("examples/deploy/ram-policy.json", function()
       securityGroupSelectorTerms = { { tags = { ["karpenter.sh/discovery"] = "luaprov-sim" } } },
       imageSelectorTerms = { { alias = "AlibabaCloudLinux3" } },
       role = "KarpenterNodeRole",
+      capacityReservationSelectorTerms = { { tags = { ["karpenter.sh/discovery"] = "luaprov-sim" } } },
     } }
     nc.status = mapping.resolve_nodeclass(ctx, nc)
     local types = assert(mapping.instance_types(ctx, nc))
