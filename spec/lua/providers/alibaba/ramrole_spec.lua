@@ -4,16 +4,13 @@
 -- against the Alibaba simulator over real HTTP.
 local luaprov = require "luaprov"
 local harness = require "spec.fixtures.alibaba.harness"
+local launching = require "spec.fixtures.alibaba.launching"
 local nodeclass = require "providers.alibaba.nodeclass"
 local ramrole = require "providers.alibaba.ramrole"
 
 local json = luaprov.json
 
-local function cond(status, type_)
-  for _, c in ipairs(status.conditions) do
-    if c.type == type_ then return c end
-  end
-end
+local cond = launching.cond
 
 local function trust(statements)
   return assert(json.encode({ Version = "1", Statement = statements }))
@@ -133,51 +130,13 @@ describe("nodeclass.resolve: spec.role (fake cloud)", function()
 end)
 
 describe("spec.role against the Alibaba simulator", function()
-  local simulator = dofile((os.getenv("LUAPROV_SOURCE_DIR") or ".") .. "/spec/fixtures/alibaba/simulator.lua")
-  local session = require "providers.alibaba.session"
-  local instances = require "providers.alibaba.instances"
-  local launch = require "providers.alibaba.launch"
-  local sim, ctx
+  local env = launching.new("c-role")
   local WORKER = "KubernetesWorkerRole-6f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9"
-  local DISCOVERY = { ["karpenter.sh/discovery"] = "luaprov-sim" }
+  setup(env.start) teardown(env.stop) before_each(env.before) after_each(env.after)
 
-  setup(function()
-    sim = simulator.start()
-    ctx = sim:session("c-role")
-    ctx.cluster_type = "Custom"
-  end)
-  teardown(function()
-    if sim then sim:stop() end
-    session.reset()
-  end)
-  local saved_wait
-  before_each(function()
-    sim:reset()
-    saved_wait, instances.DESCRIBE_NEW_WAIT_S = instances.DESCRIBE_NEW_WAIT_S, 0
-  end)
-  after_each(function() instances.DESCRIBE_NEW_WAIT_S = saved_wait end)
-
-  local function sim_class(role)
-    local nc = { metadata = { name = "default" }, spec = { vSwitchSelectorTerms = { { tags = DISCOVERY } },
-      securityGroupSelectorTerms = { { tags = DISCOVERY } }, imageSelectorTerms = { { alias = "AlibabaCloudLinux3" } },
-      role = role } }
-    nc.status = nodeclass.resolve(ctx, nc)
-    return nc
-  end
-
-  local function create(nc, name)
-    return launch.create(ctx, { nodeclaim = { metadata = { name = name, uid = "uid-" .. name } }, nodeclass = nc,
-      tags = { ["kubernetes.io/cluster/c-role"] = "owned", ["karpenter.sh/nodeclaim"] = name },
-      offerings = { { instance_type = "ecs.g7.large", zone = "cn-hangzhou-h", capacity_type = "on-demand",
-        client_token = "tok-" .. name, price = 0.1,
-        type = { requirements = { { key = "kubernetes.io/arch", operator = "In", values = { "amd64" } } } } } } })
-  end
-
-  local function recorded(id)
-    for _, inst in ipairs(sim:state().instances) do
-      if inst.id == id then return inst end
-    end
-  end
+  local function sim_class(role) return env.class { role = role } end
+  local function create(nc) return env.create(nc, "ecs.g7.large", "cn-hangzhou-h") end
+  local recorded = env.recorded
 
   it("resolves the ACK worker role and the official example's role", function()
     for _, role in ipairs { WORKER, "KarpenterNodeRole" } do
@@ -197,17 +156,17 @@ describe("spec.role against the Alibaba simulator", function()
   end)
 
   it("reports a RAM outage as GetRoleFailed", function()
-    sim:fault { action = "GetRole", kind = "5xx", status = 503 }
+    env.sim:fault { action = "GetRole", kind = "5xx", status = 503 }
     local c = cond(sim_class("KarpenterNodeRole").status, "RAMRoleResolved")
-    sim:admin("DELETE", "/_sim/faults")
+    env.sim:admin("DELETE", "/_sim/faults")
     assert.same({ "Unknown", "GetRoleFailed" }, { c.status, c.reason })
     assert.matches("ServiceUnavailable", c.message, 1, true)
   end)
 
   it("launches with RamRoleName = spec.role, and without one when no role is set", function()
-    local inst = assert(create(sim_class("KarpenterNodeRole"), "with-role"))
+    local inst = assert(create(sim_class("KarpenterNodeRole")))
     assert.equals("KarpenterNodeRole", recorded(inst.id).ram_role)
-    local plain = assert(create(sim_class(nil), "no-role"))
+    local plain = assert(create(sim_class(nil)))
     assert.equals("", recorded(plain.id).ram_role)
   end)
 end)

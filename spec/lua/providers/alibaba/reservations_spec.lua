@@ -5,16 +5,13 @@
 -- of the APIs, then against the Alibaba simulator over real HTTP.
 local luaprov = require "luaprov"
 local harness = require "spec.fixtures.alibaba.harness"
+local launching = require "spec.fixtures.alibaba.launching"
 local nodeclass = require "providers.alibaba.nodeclass"
 local reservations = require "providers.alibaba.reservations"
 
 local json = luaprov.json
 
-local function cond(status, type_)
-  for _, c in ipairs(status.conditions) do
-    if c.type == type_ then return c end
-  end
-end
+local cond = launching.cond
 
 local function item(id, status, match, type_, zone, total, used, tags)
   return { PrivatePoolOptionsId = id, Status = status, PrivatePoolOptionsMatchCriteria = match, tags = tags,
@@ -218,61 +215,19 @@ end)
 -- cn-hangzhou-i, 2, team=ml), crp-bp1sim0open000001 (Open, ecs.g7.large in cn-hangzhou-h, 3, 1 used),
 -- crp-bp1sim0prepared01 (not in effect yet); all tagged karpenter.sh/discovery=luaprov-sim.
 describe("capacity reservations against the Alibaba simulator", function()
-  local simulator = dofile((os.getenv("LUAPROV_SOURCE_DIR") or ".") .. "/spec/fixtures/alibaba/simulator.lua")
-  local session = require "providers.alibaba.session"
-  local instances = require "providers.alibaba.instances"
-  local launch = require "providers.alibaba.launch"
   local mapping = require "providers.alibaba"
-  local sim, ctx
+  local instances = require "providers.alibaba.instances"
+  local env = launching.new("c-crp")
   local TARGET, OPEN = "crp-bp1sim0target0001", "crp-bp1sim0open000001"
   local H, I = "cn-hangzhou-h", "cn-hangzhou-i"
   local DISCOVERY = { ["karpenter.sh/discovery"] = "luaprov-sim" }
   local ML = { { tags = { team = "ml" } } }
+  setup(env.start) teardown(env.stop) before_each(env.before) after_each(env.after)
 
-  setup(function()
-    sim = simulator.start()
-    ctx = sim:session("c-crp")
-    ctx.cluster_type = "Custom"
-  end)
-  teardown(function()
-    if sim then sim:stop() end
-    session.reset()
-  end)
-  local saved_wait
-  before_each(function()
-    sim:reset()
-    saved_wait, instances.DESCRIBE_NEW_WAIT_S = instances.DESCRIBE_NEW_WAIT_S, 0
-  end)
-  after_each(function() instances.DESCRIBE_NEW_WAIT_S = saved_wait end)
-
-  local function sim_class(over)
-    local nc = { metadata = { name = "default" }, spec = { vSwitchSelectorTerms = { { tags = DISCOVERY } },
-      securityGroupSelectorTerms = { { tags = DISCOVERY } },
-      imageSelectorTerms = { { alias = "AlibabaCloudLinux3" } } } }
-    for k, v in pairs(over or {}) do nc.spec[k] = v end
-    nc.status = nodeclass.resolve(ctx, nc)
-    return nc
-  end
-
-  local claims = 0
-  local function create(nc, instance_type, zone, capacity_type)
-    claims = claims + 1
-    local name = "crp-claim-" .. claims
-    return launch.create(ctx, { nodeclaim = { metadata = { name = name, uid = "uid-" .. name } }, nodeclass = nc,
-      tags = { ["kubernetes.io/cluster/c-crp"] = "owned", ["karpenter.sh/nodeclaim"] = name },
-      offerings = { { instance_type = instance_type, zone = zone, capacity_type = capacity_type or "on-demand",
-        client_token = "tok-" .. name, price = 0.1,
-        type = { requirements = { { key = "kubernetes.io/arch", operator = "In", values = { "amd64" } } } } } } })
-  end
-
-  local function recorded(id)
-    for _, inst in ipairs(sim:state().instances) do
-      if inst.id == id then return inst end
-    end
-  end
+  local sim_class, create, recorded = env.class, env.create, env.recorded
 
   local function used(id)
-    for _, p in ipairs(sim:state().capacity_reservations) do
+    for _, p in ipairs(env.sim:state().capacity_reservations) do
       if p.id == id then return p.used_amount end
     end
   end
@@ -298,12 +253,12 @@ describe("capacity reservations against the Alibaba simulator", function()
           end
         end
       end
-      local open = assert(mapping.instance_types(ctx, sim_class { capacityReservationSelectorTerms = ML }))
+      local open = assert(mapping.instance_types(env.ctx, sim_class { capacityReservationSelectorTerms = ML }))
       assert.equals(0, offering(open, "ecs.g7.xlarge", I, "on-demand").price)
       assert.is_true(offering(open, "ecs.g7.xlarge", I, "on-demand").available)
       assert.is_true(offering(open, "ecs.g7.xlarge", H, "on-demand").price > 0)
       assert.is_true(offering(open, "ecs.g7.large", I, "on-demand").available)
-      local target = assert(mapping.instance_types(ctx, sim_class { capacityReservationSelectorTerms = ML,
+      local target = assert(mapping.instance_types(env.ctx, sim_class { capacityReservationSelectorTerms = ML,
         capacityReservationPreference = "target" }))
       assert.is_true(offering(target, "ecs.g7.xlarge", I, "on-demand").available)
       assert.is_false(offering(target, "ecs.g7.xlarge", H, "on-demand").available)
@@ -341,9 +296,9 @@ describe("capacity reservations against the Alibaba simulator", function()
 
   it("open: a full targeted pool is retried once with Open in the same create", function()
     local nc = sim_class { capacityReservationSelectorTerms = ML }
-    sim:admin("POST", "/_sim/capacity-reservations/" .. TARGET, { used_amount = 2 }) -- the status still shows room
+    env.sim:admin("POST", "/_sim/capacity-reservations/" .. TARGET, { used_amount = 2 }) -- the status still shows room
     local inst = assert(create(nc, "ecs.g7.xlarge", I))
-    local state = sim:state()
+    local state = env.sim:state()
     assert.equals(2, state.calls.RunInstances)
     assert.equals(1, state.errors.RunInstances)
     assert.is_nil(recorded(inst.id).private_pool) -- open capacity: no open pool holds ecs.g7.xlarge in i
@@ -352,28 +307,28 @@ describe("capacity reservations against the Alibaba simulator", function()
 
   it("target: a full targeted pool is the offering out of stock, and nothing uncovered is launched", function()
     local nc = sim_class { capacityReservationSelectorTerms = ML, capacityReservationPreference = "target" }
-    sim:admin("POST", "/_sim/capacity-reservations/" .. TARGET, { used_amount = 2 })
+    env.sim:admin("POST", "/_sim/capacity-reservations/" .. TARGET, { used_amount = 2 })
     local none, err = create(nc, "ecs.g7.xlarge", I)
     assert.is_nil(none)
     assert.equals("InsufficientCapacity", err.code)
     assert.equals("Invalid.PrivatePoolOptions.status", err.api_code)
     assert.same({ { instance_type = "ecs.g7.xlarge", zone = I, capacity_type = "on-demand" } }, err.offerings)
-    assert.equals(1, sim:state().calls.RunInstances)
+    assert.equals(1, env.sim:state().calls.RunInstances)
     -- an offering no reservation covers is not sent at all
     local uncovered
     uncovered, err = create(nc, "ecs.g7.large", H)
     assert.is_nil(uncovered)
     assert.equals("InsufficientCapacity", err.code)
     assert.same({ { instance_type = "ecs.g7.large", zone = H, capacity_type = "on-demand" } }, err.offerings)
-    assert.equals(1, sim:state().calls.RunInstances)
-    assert.same({}, sim:state().instances)
+    assert.equals(1, env.sim:state().calls.RunInstances)
+    assert.same({}, env.sim:state().instances)
   end)
 
   it("gives the reservation back when the instance is deleted", function()
     local inst = assert(create(sim_class { capacityReservationSelectorTerms = ML }, "ecs.g7.xlarge", I))
     assert.equals(1, used(TARGET))
-    sim:advance(30)
-    assert(instances.delete(ctx, inst.id))
+    env.sim:advance(30)
+    assert(instances.delete(env.ctx, inst.id))
     assert.equals(0, used(TARGET))
   end)
 end)
