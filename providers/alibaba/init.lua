@@ -42,7 +42,22 @@ M.settings = {
     -- no default here: bootstrap.lua takes ACKManaged when ctx.cluster_type is absent
     name = "cluster-type",
     env = { "LUAPROV_ALIBABA_CLUSTER_TYPE" },
-    help = "how nodes join the cluster: ACKManaged (the default; the ACK attach script) or Custom",
+    help = "how nodes join the cluster: ACKManaged (the default; the ACK attach script), Kubeadm "
+      .. "(kubeadm join of spec.clusterEndpoint) or Custom (spec.userData as it is)",
+  },
+  -- Cluster type Kubeadm (providers/alibaba/kubeadm.lua); the sim values are the simulated cluster's
+  -- (sim/alibaba/kubeadm.lua), which the simulated kubelet accepts.
+  {
+    name = "kubeadm-token",
+    env = { "LUAPROV_KUBEADM_TOKEN" },
+    sim = "lpsim1.kubeadmsimulator",
+    help = "cluster type Kubeadm: the bootstrap token nodes join with (kubeadm token create)",
+  },
+  {
+    name = "kubeadm-ca-cert-hash",
+    env = { "LUAPROV_KUBEADM_CA_CERT_HASH" },
+    sim = "sha256:868dca96097a88ad2250dfe5fdeae2c0a897c366fef2207fa7e914d57cad9b25",
+    help = "cluster type Kubeadm: sha256:<hex> of the cluster CA's public key",
   },
 }
 
