@@ -156,7 +156,10 @@ local KUBELET_FIELDS = {
 }
 
 local function kubelet_value(kind, v)
-  if kind == "boolean" then return type(v) == "boolean" and v or nil end
+  if kind == "boolean" then
+    if type(v) == "boolean" then return v end
+    return nil
+  end
   if kind == "count" or kind == "percent" then
     local n = type(v) == "number" and math.tointeger(v)
     if not n or n < 0 or (kind == "percent" and n > 100) then return nil end

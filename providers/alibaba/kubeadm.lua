@@ -37,7 +37,7 @@ end
 -- A DNS name or IPv4 address, or an IPv6 address in brackets.
 local function valid_host(host)
   if host:find("^%[[%x:.]+%]$") then return true end
-  if #host > 253 or not host:find("^[%w][%w%.%-]*$") then return false end
+  if #host > 253 or not host:find("^[%w][%w%.%-]*$") or host:find("..", 1, true) then return false end
   for label in host:gmatch("[^.]+") do
     if #label > 63 or label:sub(-1) == "-" then return false end
   end
