@@ -193,9 +193,11 @@ describe("alibaba bootstrap: cluster type Kubeadm", function()
       for _, bad in ipairs({ "http://10.0.0.1:6443", "10.0.0.1:0", "10.0.0.1:65536", "10.0.0.1:06443",
         "https://h/api", "a b", "h:", "-h", "h..x", "[zz]:6443", "$(reboot)" }) do
         refused(ctx_with(), NODECLAIM, { clusterEndpoint = bad }, "InvalidNodeClass", ("ECSNodeClass "
-          .. "spec.clusterEndpoint %q is not https://host[:port] or host[:port] (the API server nodes join)"):format(bad))
+          .. "spec.clusterEndpoint %q is not https://host[:port] or host[:port] (the API server nodes join)")
+          :format(bad))
       end
-      refused(ctx_with(), NODECLAIM, { clusterEndpoint = 6443 }, "InvalidNodeClass", "^ECSNodeClass spec%.clusterEndpoint")
+      refused(ctx_with(), NODECLAIM, { clusterEndpoint = 6443 }, "InvalidNodeClass",
+        "^ECSNodeClass spec%.clusterEndpoint")
     end)
 
     it("a missing or malformed token, naming the setting, never the token", function()
@@ -203,7 +205,8 @@ describe("alibaba bootstrap: cluster type Kubeadm", function()
       refused(ctx_with { kubeadm_token = false }, NODECLAIM, spec, "InvalidConfig", "the kubeadm bootstrap token is "
         .. "not set: pass --kubeadm-token or set LUAPROV_KUBEADM_TOKEN (cluster type Kubeadm)")
       for _, bad in ipairs({ "ABC123.0123456789abcdef", "abc12.0123456789abcdef", "abc123.0123456789abcde",
-        "abc1230123456789abcdef", "abc123.0123456789abcdef\n", "abc123.0123456789abcdeff", "abc123-0123456789abcdef" }) do
+        "abc1230123456789abcdef", "abc123.0123456789abcdef\n", "abc123.0123456789abcdeff",
+        "abc123-0123456789abcdef" }) do
         local err = refused(ctx_with { kubeadm_token = bad }, NODECLAIM, spec, "InvalidConfig", "the kubeadm-token "
           .. "setting (LUAPROV_KUBEADM_TOKEN) is not a kubeadm bootstrap token: want 6 and 16 characters a-z, 0-9 "
           .. "joined by a dot, as `kubeadm token create` prints")
