@@ -4,8 +4,10 @@
 -- kubelet settings and merges the result with spec.userData; this module owns what is kubeadm's.
 --
 --   endpoint(spec) -> "host:port" | nil, err       the API server of spec.clusterEndpoint
---   credentials(ctx) -> {token, ca_cert_hash} | nil, err   the kubeadm-token and kubeadm-ca-cert-hash
---                                                  settings (ctx, else their environment variables)
+--   credentials(ctx) -> {token, ca_cert_hash} | nil, err   the bootstrap token (ctx.kubeadm_token, else
+--                                                  LUAPROV_KUBEADM_TOKEN: a variable, not a setting,
+--                                                  because the engine logs its settings) and the
+--                                                  kubeadm-ca-cert-hash setting (ctx, else its variable)
 --   script(join) -> the commands (no "#!" line)    join = {endpoint, token, ca_cert_hash, labels =
 --                                                  {"k=v", ...}, taints = {{key, value?, effect}},
 --                                                  kubelet = {KubeletConfiguration fields} | nil}
@@ -61,7 +63,7 @@ function M.endpoint(spec)
   return host .. ":" .. port
 end
 
-local TOKEN_SETTING = { name = "kubeadm-token", key = "kubeadm_token", env = "LUAPROV_KUBEADM_TOKEN" }
+local TOKEN_SETTING = { key = "kubeadm_token", env = "LUAPROV_KUBEADM_TOKEN" }
 local HASH_SETTING = { name = "kubeadm-ca-cert-hash", key = "kubeadm_ca_cert_hash",
   env = "LUAPROV_KUBEADM_CA_CERT_HASH" }
 
@@ -73,23 +75,25 @@ local function setting(ctx, s)
   return nil
 end
 
-local function unset(s, what)
-  return invalid("InvalidConfig", "the %s is not set: pass --%s or set %s (cluster type Kubeadm)", what, s.name, s.env)
-end
 
 function M.credentials(ctx)
   ctx = ctx or {}
   local token = setting(ctx, TOKEN_SETTING)
-  if not token then return unset(TOKEN_SETTING, "kubeadm bootstrap token") end
+  if not token then
+    return invalid("InvalidConfig", "the kubeadm bootstrap token is not set: set %s (cluster type Kubeadm)",
+      TOKEN_SETTING.env)
+  end
   -- The message says what is wrong with it, never what it is.
   if type(token) ~= "string" or not token:find("^[a-z0-9][a-z0-9][a-z0-9][a-z0-9][a-z0-9][a-z0-9]%.[a-z0-9]+$")
       or #token ~= 23 then
-    return invalid("InvalidConfig", "the %s setting (%s) is not a kubeadm bootstrap token: want 6 and 16 "
-      .. "characters a-z, 0-9 joined by a dot, as `kubeadm token create` prints", TOKEN_SETTING.name,
-      TOKEN_SETTING.env)
+    return invalid("InvalidConfig", "%s is not a kubeadm bootstrap token: want 6 and 16 characters a-z, 0-9 "
+      .. "joined by a dot, as `kubeadm token create` prints", TOKEN_SETTING.env)
   end
   local hash = setting(ctx, HASH_SETTING)
-  if not hash then return unset(HASH_SETTING, "kubeadm CA certificate hash") end
+  if not hash then
+    return invalid("InvalidConfig", "the kubeadm CA certificate hash is not set: pass --%s or set %s (cluster "
+      .. "type Kubeadm)", HASH_SETTING.name, HASH_SETTING.env)
+  end
   if type(hash) ~= "string" or not hash:find("^sha256:" .. ("%x"):rep(64) .. "$") then
     return invalid("InvalidConfig", "the %s setting (%s) %q is not sha256:<64 hex digits>, the hash of the "
       .. "cluster CA's public key (`kubeadm token create --print-join-command` prints it)", HASH_SETTING.name,

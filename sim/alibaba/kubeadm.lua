@@ -3,8 +3,9 @@
 -- registers a Node for an instance whose user data runs `kubeadm join --config FILE` with a
 -- JoinConfiguration that discovers this cluster with this token and pins this CA (parse), with the
 -- labels, taints and kubelet settings it names, as it does for the ACK attach command (attach.lua).
---   API_SERVER, TOKEN, CA_CERT_HASH   the cluster's (published: docs/sim.md; the provider's settings
---                                     kubeadm-token and kubeadm-ca-cert-hash have them as sim values)
+--   API_SERVER, TOKEN, CA_CERT_HASH   the cluster's (published: docs/sim.md; under `luaprov run --sim`
+--                                     the provider gets TOKEN as LUAPROV_KUBEADM_TOKEN and CA_CERT_HASH
+--                                     as the sim value of its kubeadm-ca-cert-hash setting)
 --   joins(user_data) -> whether a script of the user data runs `kubeadm join`
 --   parse(user_data) -> {labels, taints, node_config} | nil, why
 --

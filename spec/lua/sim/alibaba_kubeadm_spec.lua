@@ -115,10 +115,11 @@ describe("kubeadm.parse", function()
     assert.equal("general", assert(kubeadm.parse(b64(text))).labels["karpenter.sh/nodepool"])
   end)
 
-  it("is the cluster the provider's kubeadm settings name under --sim", function()
+  it("is the cluster the provider joins under --sim: its token variable and its hash setting", function()
     local sim = {}
     for _, s in ipairs(mapping.settings) do sim[s.name] = s.sim end
-    assert.equal(kubeadm.TOKEN, sim["kubeadm-token"])
+    assert.equal(kubeadm.TOKEN, mapping.sim.env.LUAPROV_KUBEADM_TOKEN)
     assert.equal(kubeadm.CA_CERT_HASH, sim["kubeadm-ca-cert-hash"])
+    assert.is_nil(sim["kubeadm-token"], "the token is no setting: the engine logs settings")
   end)
 end)

@@ -1,8 +1,8 @@
 -- The user data of cluster type Kubeadm (providers/alibaba/bootstrap.lua, kubeadm.lua): the exact
 -- JoinConfiguration and KubeletConfiguration patch the script writes, the NodeClaim's labels and
--- taints, spec.clusterEndpoint's forms, the merge with spec.userData, the kubeadm-token and
--- kubeadm-ca-cert-hash settings and every error, none of which names the token. No API call: the
--- contexts have no endpoint.
+-- taints, spec.clusterEndpoint's forms, the merge with spec.userData, the bootstrap token
+-- (LUAPROV_KUBEADM_TOKEN, or ctx.kubeadm_token as here), the kubeadm-ca-cert-hash setting and every
+-- error, none of which names the token. No API call: the contexts have no endpoint.
 local bootstrap = require "providers.alibaba.bootstrap"
 local kubeadm = require "providers.alibaba.kubeadm"
 local mime = require "providers.alibaba.mime"
@@ -200,16 +200,16 @@ describe("alibaba bootstrap: cluster type Kubeadm", function()
         "^ECSNodeClass spec%.clusterEndpoint")
     end)
 
-    it("a missing or malformed token, naming the setting, never the token", function()
+    it("a missing or malformed token, naming its variable, never the token", function()
       local spec = { clusterEndpoint = "h" }
       refused(ctx_with { kubeadm_token = false }, NODECLAIM, spec, "InvalidConfig", "the kubeadm bootstrap token is "
-        .. "not set: pass --kubeadm-token or set LUAPROV_KUBEADM_TOKEN (cluster type Kubeadm)")
+        .. "not set: set LUAPROV_KUBEADM_TOKEN (cluster type Kubeadm)")
       for _, bad in ipairs({ "ABC123.0123456789abcdef", "abc12.0123456789abcdef", "abc123.0123456789abcde",
         "abc1230123456789abcdef", "abc123.0123456789abcdef\n", "abc123.0123456789abcdeff",
         "abc123-0123456789abcdef" }) do
-        local err = refused(ctx_with { kubeadm_token = bad }, NODECLAIM, spec, "InvalidConfig", "the kubeadm-token "
-          .. "setting (LUAPROV_KUBEADM_TOKEN) is not a kubeadm bootstrap token: want 6 and 16 characters a-z, 0-9 "
-          .. "joined by a dot, as `kubeadm token create` prints")
+        local err = refused(ctx_with { kubeadm_token = bad }, NODECLAIM, spec, "InvalidConfig", "LUAPROV_KUBEADM_TOKEN "
+          .. "is not a kubeadm bootstrap token: want 6 and 16 characters a-z, 0-9 joined by a dot, as `kubeadm token "
+          .. "create` prints")
         assert.is_nil(err.message:find(bad, 1, true))
         assert.is_nil(err.message:find("0123456789", 1, true))
       end
@@ -250,7 +250,7 @@ describe("alibaba bootstrap: cluster type Kubeadm", function()
       assert.matches("^ECSNodeClass spec%.clusterEndpoint \"ftp://h\" is not",
         bootstrap.check(ctx_with(), { spec = { clusterEndpoint = "ftp://h" } }))
       local why = bootstrap.check(ctx_with { kubeadm_token = "x" .. TOKEN }, { spec = { clusterEndpoint = "h" } })
-      assert.matches("^the kubeadm%-token setting", why)
+      assert.matches("^LUAPROV_KUBEADM_TOKEN is not a kubeadm bootstrap token", why)
       assert.is_nil(why:find(TOKEN, 1, true))
       assert.matches("^ECSNodeClass spec%.userData: ", bootstrap.check(ctx_with(),
         { spec = { clusterEndpoint = "h", userData = "Content-Type: text/plain\n\nx" } }))
