@@ -26,15 +26,6 @@ nodeclass() { # nodeclass NAME ENDPOINT-JSON
     "imageSelectorTerms":[{"alias":"AlibabaCloudLinux3"}],"kubelet":{"maxPods":42},
     "clusterEndpoint":'"$2"'}}'
 }
-claim() { # claim NAME CLASS: label team=web, taint dedicated=web:NoSchedule
-  printf '{"apiVersion":"karpenter.sh/v1","kind":"NodeClaim","metadata":{"name":"%s",
-  "labels":{"karpenter.sh/nodepool":"default","team":"web"}},
-  "spec":{"nodeClassRef":{"group":"karpenter.k8s.alibabacloud","kind":"ECSNodeClass","name":"%s"},
-  "taints":[{"key":"dedicated","value":"web","effect":"NoSchedule"}],
-  "requirements":[{"key":"karpenter.sh/capacity-type","operator":"In","values":["on-demand"]},
-  {"key":"kubernetes.io/arch","operator":"In","values":["amd64"]}],
-  "resources":{"requests":{"cpu":"1","memory":"1Gi"}}}}' "$1" "$2"
-}
 instance_of() { kget "$NC/$1" | jq -r .status.providerID | sed 's/^[^.]*\.//'; }
 
 nodeclass kubeadm "\"https://$API_SERVER\""
@@ -52,8 +43,8 @@ kget "$CLASSES/unset" | jq -e '.status.conditions[] | select(.type == "UserDataR
   || fail "UserDataReady names spec.clusterEndpoint: $(kget "$CLASSES/unset" | jq -c .status.conditions)"
 
 # ---- (a) the node joins through kubeadm ---------------------------------------------------------
-kpost $NC "$(claim join-1 kubeadm)"
-kpost $NC "$(claim lost-1 elsewhere)"
+kpost $NC "$(web_claim join-1 kubeadm)"
+kpost $NC "$(web_claim lost-1 elsewhere)"
 for c in join-1 lost-1; do until_ok "NodeClaim $c Launched" 15 condition "$NC/$c" Launched True; done
 ID="$(instance_of join-1)"
 ud="$(curl -sf "$ALI/_sim/instances/$ID/user-data" | jq -r .user_data)" || fail "user data of $ID"
