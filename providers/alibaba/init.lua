@@ -52,7 +52,8 @@ M.settings = {
     name = "kubeadm-ca-cert-hash",
     env = { "LUAPROV_KUBEADM_CA_CERT_HASH" },
     sim = "sha256:868dca96097a88ad2250dfe5fdeae2c0a897c366fef2207fa7e914d57cad9b25",
-    help = "cluster type Kubeadm: sha256:<hex> of the cluster CA's public key",
+    help = "cluster type Kubeadm: sha256:<hex> of the cluster CA's public key (the bootstrap token is read "
+      .. "from $LUAPROV_KUBEADM_TOKEN, never a setting: settings are logged)",
   },
 }
 
