@@ -1,17 +1,20 @@
 -- What an ECS instance runs first: the user data of a launch (docs/alibaba.md#how-a-node-joins-the-cluster-bootstrap).
 --   user_data(ctx, nodeclaim, nodeclass, capacity_type) -> text | nil, err
---   cluster_type(ctx) -> "ACKManaged" | "Custom" | nil, err
+--   cluster_type(ctx) -> "ACKManaged" | "Kubeadm" | "Custom" | nil, err
 --   kubelet_accepts(label_key) -> whether a kubelet takes the label in --node-labels
 --   check(ctx, nodeclass) -> nil | message   why spec.userData cannot make user data for the cluster
 --                                            type (the ECSNodeClass's UserDataReady condition)
 -- text is the raw user data (not base64). For cluster type ACKManaged (the default) it runs the
 -- cluster's attach script (attachscript.lua) with the node's labels, kubelet settings and taints,
 -- between the parts of the ECSNodeClass's spec.userData before and after the separator line, or as
--- one more part of a MIME multi-part spec.userData (mime.lua). For Custom, spec.userData unchanged.
+-- one more part of a MIME multi-part spec.userData (mime.lua). For Kubeadm the same, with a `kubeadm
+-- join` of spec.clusterEndpoint (kubeadm.lua) in place of the attach script. For Custom, spec.userData
+-- unchanged.
 -- err = {code, message, action, request_id, http_status}: "InvalidNodeClass" / "InvalidNodeClaim" for
 -- objects that cannot make a safe script, "InvalidConfig", or the attach-script call's error.
 local luaprov = require "luaprov"
 local attachscript = require "providers.alibaba.attachscript"
+local kubeadm = require "providers.alibaba.kubeadm"
 local mime = require "providers.alibaba.mime"
 local shape = require "providers.alibaba.shape"
 local util = require "providers.alibaba.util"
@@ -21,7 +24,7 @@ local M = {}
 M.SEPARATOR = "#===USERDATA_SEPARATOR==="
 local UNREGISTERED = "karpenter.sh/unregistered"
 local EFFECTS = { NoSchedule = true, PreferNoSchedule = true, NoExecute = true }
-local TYPES = { ACKManaged = true, Custom = true }
+local TYPES = { ACKManaged = true, Kubeadm = true, Custom = true }
 
 local function present(v) return v ~= nil and v ~= "" and v ~= luaprov.json.null end
 
@@ -34,7 +37,7 @@ function M.cluster_type(ctx)
     or luaprov.env("LUAPROV_ALIBABA_CLUSTER_TYPE")
   if not present(value) then return "ACKManaged" end
   if not TYPES[value] then
-    return invalid("InvalidConfig", "cluster type %q is not ACKManaged or Custom (ctx.cluster_type, "
+    return invalid("InvalidConfig", "cluster type %q is not ACKManaged, Kubeadm or Custom (ctx.cluster_type, "
       .. "LUAPROV_ALIBABA_CLUSTER_TYPE)", tostring(value))
   end
   return value
@@ -76,7 +79,9 @@ function M.kubelet_accepts(key)
   return not (in_domain(domain, "kubernetes.io") or in_domain(domain, "k8s.io"))
 end
 
-local function node_labels(nodeclaim, capacity_type)
+-- The NodeClaim's labels (and the capacity type's) the kubelet takes, "k=v" sorted by key; target names
+-- what they are passed to in an error.
+local function node_labels(nodeclaim, capacity_type, target)
   local labels = {}
   local meta = type(nodeclaim) == "table" and nodeclaim.metadata
   local given = type(meta) == "table" and meta.labels
@@ -87,12 +92,12 @@ local function node_labels(nodeclaim, capacity_type)
   local keys = {}
   for k, v in pairs(labels) do
     if not safe_key(k) then
-      return invalid("InvalidNodeClaim", "NodeClaim label key %q cannot be passed to the attach script "
-        .. "(letters, digits, '.', '_', '-', one '/')", tostring(k))
+      return invalid("InvalidNodeClaim", "NodeClaim label key %q cannot be passed to %s "
+        .. "(letters, digits, '.', '_', '-', one '/')", tostring(k), target)
     end
     if not safe_value(v) then
-      return invalid("InvalidNodeClaim", "NodeClaim label %s=%q cannot be passed to the attach script "
-        .. "(at most 63 letters, digits, '.', '_', '-')", k, tostring(v))
+      return invalid("InvalidNodeClaim", "NodeClaim label %s=%q cannot be passed to %s "
+        .. "(at most 63 letters, digits, '.', '_', '-')", k, tostring(v), target)
     end
     if M.kubelet_accepts(k) then keys[#keys + 1] = k end
   end
@@ -102,7 +107,8 @@ local function node_labels(nodeclaim, capacity_type)
   return out
 end
 
-local function node_taints(nodeclaim)
+-- spec.taints, spec.startupTaints, then karpenter.sh/unregistered:NoExecute: {{key, value?, effect}}.
+local function node_taints(nodeclaim, target)
   local spec = type(nodeclaim) == "table" and type(nodeclaim.spec) == "table" and nodeclaim.spec or {}
   local out, unregistered = {}, false
   for _, field in ipairs({ "taints", "startupTaints" }) do
@@ -114,24 +120,30 @@ local function node_taints(nodeclaim)
       local where = ("NodeClaim spec.%s[%d]"):format(field, i - 1)
       if type(t) ~= "table" then return invalid("InvalidNodeClaim", "%s is not a taint object", where) end
       if not safe_key(t.key) then
-        return invalid("InvalidNodeClaim", "%s: key %q cannot be passed to the attach script (letters, digits, "
-          .. "'.', '_', '-', one '/')", where, tostring(t.key))
+        return invalid("InvalidNodeClaim", "%s: key %q cannot be passed to %s (letters, digits, "
+          .. "'.', '_', '-', one '/')", where, tostring(t.key), target)
       end
       if present(t.value) and not safe_value(t.value) then
-        return invalid("InvalidNodeClaim", "%s (%s): value %q cannot be passed to the attach script (at most 63 "
-          .. "letters, digits, '.', '_', '-')", where, t.key, tostring(t.value))
+        return invalid("InvalidNodeClaim", "%s (%s): value %q cannot be passed to %s (at most 63 "
+          .. "letters, digits, '.', '_', '-')", where, t.key, tostring(t.value), target)
       end
       if not EFFECTS[t.effect] then
         return invalid("InvalidNodeClaim", "%s (%s): effect %q is not NoSchedule, PreferNoSchedule or NoExecute",
           where, t.key, tostring(t.effect))
       end
-      out[#out + 1] = t.key .. (present(t.value) and ("=" .. t.value) or "") .. ":" .. t.effect
+      out[#out + 1] = { key = t.key, value = present(t.value) and t.value or nil, effect = t.effect }
       if t.key == UNREGISTERED and t.effect == "NoExecute" then unregistered = true end
     end
   end
   -- Karpenter removes this taint once the node registered; the node must come up with it.
-  if not unregistered then out[#out + 1] = UNREGISTERED .. ":NoExecute" end
+  if not unregistered then out[#out + 1] = { key = UNREGISTERED, effect = "NoExecute" } end
   return out
+end
+
+local function taint_list(taints)
+  local out = {}
+  for i, t in ipairs(taints) do out[i] = t.key .. (t.value and ("=" .. t.value) or "") .. ":" .. t.effect end
+  return table.concat(out, ",")
 end
 
 -- The kubelet settings the node-config carries, by the type each must have; an unknown one is left
@@ -144,7 +156,10 @@ local KUBELET_FIELDS = {
 }
 
 local function kubelet_value(kind, v)
-  if kind == "boolean" then return type(v) == "boolean" and v or nil end
+  if kind == "boolean" then
+    if type(v) == "boolean" then return v end
+    return nil
+  end
   if kind == "count" or kind == "percent" then
     local n = type(v) == "number" and math.tointeger(v)
     if not n or n < 0 or (kind == "percent" and n > 100) then return nil end
@@ -160,9 +175,8 @@ local function kubelet_value(kind, v)
   return v
 end
 
--- --node-config: base64 of {"kubelet_config": {...}} with the class's kubelet settings under their
--- KubeletConfiguration names (keys sorted, so the same class always gives the same script).
-local function node_config(spec)
+-- The class's kubelet settings under their KubeletConfiguration names: {name = value} ({} for none).
+local function kubelet_settings(spec)
   local kubelet = type(spec.kubelet) == "table" and spec.kubelet or {}
   local config = {}
   for name, kind in pairs(KUBELET_FIELDS) do
@@ -178,6 +192,14 @@ local function node_config(spec)
       config[name] = ok
     end
   end
+  return config
+end
+
+-- --node-config: base64 of {"kubelet_config": {...}} with the class's kubelet settings (keys sorted,
+-- so the same class always gives the same script).
+local function node_config(spec)
+  local config, err = kubelet_settings(spec)
+  if not config then return nil, err end
   if next(config) == nil then return luaprov.crypto.base64_encode('{"kubelet_config":{}}') end
   local doc = assert(luaprov.json.encode({ kubelet_config = config }))
   return luaprov.crypto.base64_encode(doc)
@@ -190,10 +212,10 @@ local function attach_command(ctx, nodeclaim, spec, capacity_type)
   if not present(cluster_id) or not tostring(cluster_id):find("^[%w_%-]+$") then
     return invalid("InvalidConfig", "ACK cluster ID %q is not a cluster ID (%s)", tostring(cluster_id), source)
   end
-  local labels, err = node_labels(nodeclaim, capacity_type)
+  local labels, err = node_labels(nodeclaim, capacity_type, "the attach script")
   if not labels then return nil, err end
   local taints
-  taints, err = node_taints(nodeclaim)
+  taints, err = node_taints(nodeclaim, "the attach script")
   if not taints then return nil, err end
   local config
   config, err = node_config(spec)
@@ -209,7 +231,29 @@ local function attach_command(ctx, nodeclaim, spec, capacity_type)
   table.insert(labels, 1, "ack.aliyun.com=" .. cluster_id)
   table.insert(labels, 1, "k8s.aliyun.com=true")
   return ("%s --labels %s --node-config %s --taints %s"):format(script, table.concat(labels, ","), config,
-    table.concat(taints, ","))
+    taint_list(taints))
+end
+
+-- The commands of cluster type Kubeadm: checks what is the class's and the settings' before the
+-- NodeClaim's, as attach_command does.
+local function kubeadm_command(ctx, nodeclaim, spec, capacity_type)
+  local endpoint, err = kubeadm.endpoint(spec)
+  if not endpoint then return nil, err end
+  local creds
+  creds, err = kubeadm.credentials(ctx)
+  if not creds then return nil, err end
+  local kubelet
+  kubelet, err = kubelet_settings(spec)
+  if not kubelet then return nil, err end
+  local labels
+  labels, err = node_labels(nodeclaim, capacity_type, "kubeadm")
+  if not labels then return nil, err end
+  local taints
+  taints, err = node_taints(nodeclaim, "kubeadm")
+  if not taints then return nil, err end
+  local script = kubeadm.script { endpoint = endpoint, token = creds.token, ca_cert_hash = creds.ca_cert_hash,
+    labels = labels, taints = taints, kubelet = kubelet }
+  return (script:gsub("\n$", ""))
 end
 
 -- The text before the separator line runs before the attach command, the text after it (or all of
@@ -237,18 +281,29 @@ local function user_text(nodeclass)
   return user, nil, spec
 end
 
--- The launch-independent half of user_data: what is wrong with spec.userData for this cluster type.
--- A MIME document must parse and survive the merge; a bootstrap part stands in for the attach
--- command, which cannot change the outcome (it never holds the boundary).
-function M.check(ctx, nodeclass)
-  local user, why = user_text(nodeclass)
-  if not user then return why end
-  local kind, err = M.cluster_type(ctx or {})
-  if not kind then return err.message end
+-- What is wrong with spec.userData (user) for cluster type kind: a MIME document must parse and
+-- survive the merge; a bootstrap part stands in for the join command, which cannot change the
+-- outcome (it never holds the boundary).
+local function user_data_problem(kind, user)
   if kind == "Custom" or not mime.is_mime(user) then return nil end
   local _, merr = mime.merge("#!/bin/bash\n", user)
   if merr then return "ECSNodeClass spec.userData: " .. merr end
   return nil
+end
+
+-- The launch-independent half of user_data: what is wrong with spec.userData for this cluster type,
+-- and for Kubeadm with spec.clusterEndpoint and the token and hash settings (never the token itself).
+function M.check(ctx, nodeclass)
+  local user, why, spec = user_text(nodeclass)
+  if not user then return why end
+  local kind, err = M.cluster_type(ctx or {})
+  if not kind then return err.message end
+  if kind == "Kubeadm" then
+    local ok, kerr = kubeadm.endpoint(spec)
+    if ok then ok, kerr = kubeadm.credentials(ctx) end
+    if not ok then return kerr.message end
+  end
+  return user_data_problem(kind, user)
 end
 
 function M.user_data(ctx, nodeclaim, nodeclass, capacity_type)
@@ -265,10 +320,14 @@ function M.user_data(ctx, nodeclaim, nodeclass, capacity_type)
     return invalid("InvalidArgument", "capacity type %q is not spot or on-demand", tostring(capacity_type))
   end
   -- A broken document is the node class's fault: say so before asking the cluster for anything.
-  why = M.check(ctx, nodeclass)
+  why = user_data_problem(kind, user)
   if why then return invalid("InvalidNodeClass", "%s", why) end
   local command
-  command, err = attach_command(ctx, nodeclaim, spec, capacity_type)
+  if kind == "Kubeadm" then
+    command, err = kubeadm_command(ctx, nodeclaim, spec, capacity_type)
+  else
+    command, err = attach_command(ctx, nodeclaim, spec, capacity_type)
+  end
   if not command then return nil, err end
   if mime.is_mime(user) then
     local text, merr = mime.merge("#!/bin/bash\n" .. command .. "\n", user)

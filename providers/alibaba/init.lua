@@ -42,18 +42,32 @@ M.settings = {
     -- no default here: bootstrap.lua takes ACKManaged when ctx.cluster_type is absent
     name = "cluster-type",
     env = { "LUAPROV_ALIBABA_CLUSTER_TYPE" },
-    help = "how nodes join the cluster: ACKManaged (the default; the ACK attach script) or Custom",
+    help = "how nodes join the cluster: ACKManaged (the default; the ACK attach script), Kubeadm "
+      .. "(kubeadm join of spec.clusterEndpoint) or Custom (spec.userData as it is)",
+  },
+  -- Cluster type Kubeadm (providers/alibaba/kubeadm.lua). Its bootstrap token is a secret, and the
+  -- engine logs every setting, so it is no setting: the mapping reads LUAPROV_KUBEADM_TOKEN itself, as
+  -- it reads its credentials. The sim values are the simulated cluster's (sim/alibaba/kubeadm.lua).
+  {
+    name = "kubeadm-ca-cert-hash",
+    env = { "LUAPROV_KUBEADM_CA_CERT_HASH" },
+    sim = "sha256:868dca96097a88ad2250dfe5fdeae2c0a897c366fef2207fa7e914d57cad9b25",
+    help = "cluster type Kubeadm: sha256:<hex> of the cluster CA's public key (the bootstrap token is read "
+      .. "from $LUAPROV_KUBEADM_TOKEN, never a setting: settings are logged)",
   },
 }
 
 -- Under `luaprov run --sim`: the simulator standing in for Alibaba Cloud (sim/alibaba), the variable
--- that sends every product to its URL, and the simulator's own, published credentials (docs/sim.md).
+-- that sends every product to its URL, and the simulator's own, published credentials and kubeadm
+-- bootstrap token (docs/sim.md).
 M.sim = {
   service = "alibaba",
   endpoint_env = "LUAPROV_ALIBABA_ENDPOINT",
   env = {
     ALIBABA_CLOUD_ACCESS_KEY_ID = "LTAI5simulatoraccess",
     ALIBABA_CLOUD_ACCESS_KEY_SECRET = "simulator-secret-do-not-use",
+    -- the simulated kubeadm cluster's bootstrap token (cluster type Kubeadm)
+    LUAPROV_KUBEADM_TOKEN = "lpsim1.kubeadmsimulator",
   },
 }
 

@@ -15,6 +15,9 @@
 --                                 version} instead of the script_runtime when given), or nil when
 --                                 there is no such cluster
 --   parse(user_data) -> {cluster_id, labels, taints, node_config, format_disk, runtime} | nil, why
+--   labels(text, option) -> {k = v} | nil, why   "k=v,..." as a kubelet's --node-labels takes it
+--                                 (option names the text in why: "--labels")
+--   taint(key, value, effect, option) -> nil | why   a taint a kubelet registers with
 local luaprov = require "luaprov"
 local account = require "sim.alibaba.account"
 local catalogue = require "sim.alibaba.catalogue"
@@ -82,19 +85,19 @@ local function kubelet_refuses(key)
 end
 
 -- "k=v,k=v" -> {k = v}
-local function parse_labels(text)
+function M.labels(text, option)
   local labels = {}
   for item in (text .. ","):gmatch("([^,]*),") do
     local key, value = item:match("^([^=]*)=([^=]*)$")
-    if not key then return nil, ("--labels item %q is not key=value"):format(item) end
-    if not valid_label_key(key) then return nil, ("--labels key %q is not a valid label key"):format(key) end
+    if not key then return nil, ("%s item %q is not key=value"):format(option, item) end
+    if not valid_label_key(key) then return nil, ("%s key %q is not a valid label key"):format(option, key) end
     if not valid_label_value(value) then
-      return nil, ("--labels value %q of %s is not a valid label value"):format(value, key)
+      return nil, ("%s value %q of %s is not a valid label value"):format(option, value, key)
     end
-    if labels[key] then return nil, ("--labels names %s twice"):format(key) end
+    if labels[key] then return nil, ("%s names %s twice"):format(option, key) end
     if kubelet_refuses(key) then
-      return nil, ("--labels %s: the kubelet refuses unknown kubernetes.io and k8s.io labels and does not start")
-        :format(key)
+      return nil, ("%s %s: the kubelet refuses unknown kubernetes.io and k8s.io labels and does not start")
+        :format(option, key)
     end
     labels[key] = value
   end
@@ -102,6 +105,17 @@ local function parse_labels(text)
 end
 
 local EFFECTS = { NoSchedule = true, PreferNoSchedule = true, NoExecute = true }
+
+function M.taint(key, value, effect, option)
+  if not valid_label_key(key) then return ("%s key %q is not a valid taint key"):format(option, key) end
+  if value and not valid_label_value(value) then
+    return ("%s value %q of %s is not a valid taint value"):format(option, value, key)
+  end
+  if not EFFECTS[effect] then
+    return ("%s effect %q of %s is not NoSchedule, PreferNoSchedule or NoExecute"):format(option, effect, key)
+  end
+  return nil
+end
 
 -- "key=value:Effect,key:Effect" -> {{key, value?, effect}, ...} in the given order; "" -> none
 local function parse_taints(text)
@@ -112,13 +126,8 @@ local function parse_taints(text)
     if not spec then return nil, ("--taints item %q is not key[=value]:Effect"):format(item) end
     local key, value = spec:match("^([^=]*)=(.*)$")
     key = key or spec
-    if not valid_label_key(key) then return nil, ("--taints key %q is not a valid taint key"):format(key) end
-    if value and not valid_label_value(value) then
-      return nil, ("--taints value %q of %s is not a valid taint value"):format(value, key)
-    end
-    if not EFFECTS[effect] then
-      return nil, ("--taints effect %q of %s is not NoSchedule, PreferNoSchedule or NoExecute"):format(effect, key)
-    end
+    local why = M.taint(key, value, effect, "--taints")
+    if why then return nil, why end
     taints[#taints + 1] = { key = key, value = value ~= "" and value or nil, effect = effect }
   end
   return taints
@@ -242,7 +251,7 @@ local function check(line)
   local opts, why = options(line.args)
   if not opts then return nil, why end
   if not opts["--labels"] then return nil, "no --labels (it must name ack.aliyun.com=<cluster id>)" end
-  local labels, lerr = parse_labels(opts["--labels"])
+  local labels, lerr = M.labels(opts["--labels"], "--labels")
   if not labels then return nil, lerr end
   local cluster_id = labels["ack.aliyun.com"]
   if not cluster_id then return nil, "--labels has no ack.aliyun.com=<cluster id>" end

@@ -1,7 +1,8 @@
 -- The simulated kubelet of every instance the Alibaba simulator runs: a Node registers once its
--- instance is Running and its user data runs a valid ACK attach command (sim.alibaba.attach.parse),
--- with the providerID, capacity and Ready condition a real ACK kubelet posts and the labels, taints
--- and maxPods the command names; an instance without one never joins, and summary() says why. Its
+-- instance is Running and its user data runs a valid ACK attach command (sim.alibaba.attach.parse) or
+-- a kubeadm join of the simulated kubeadm cluster (sim.alibaba.kubeadm.parse), with the providerID,
+-- capacity and Ready condition a real ACK kubelet posts and the labels, taints and maxPods the command
+-- names; an instance without one never joins, and summary() says why. Its
 -- conditions turn Unknown once the instance is released or Stopped, as the node lifecycle controller
 -- marks a node whose kubelet went silent.
 --
@@ -15,6 +16,7 @@ local luaprov = require "luaprov"
 local capacity = require "providers.alibaba.capacity"
 local clock = require "sim.clock"
 local attach = require "sim.alibaba.attach"
+local kubeadm = require "sim.alibaba.kubeadm"
 local catalogue = require "sim.alibaba.catalogue"
 local reclaim = require "sim.alibaba.reclaim"
 local state = require "sim.alibaba.state"
@@ -44,11 +46,13 @@ function M.reset()
   registered, forced, fingerprint, attachments = {}, {}, nil, {}
 end
 
--- The attach command of inst's user data, or nil when it has none that joins this cluster.
+-- The attach command (or kubeadm join) of inst's user data, or nil when it has none that joins this
+-- cluster.
 local function attachment(inst)
   local a = attachments[inst.id]
   if not a or a.user_data ~= inst.user_data then
-    local parsed, why = attach.parse(inst.user_data)
+    local parse = kubeadm.joins(inst.user_data) and kubeadm.parse or attach.parse
+    local parsed, why = parse(inst.user_data)
     a = { user_data = inst.user_data, parsed = parsed, why = why }
     attachments[inst.id] = a
     if not parsed then

@@ -24,21 +24,12 @@ kpost /apis/karpenter.sh/v1/nodepools '{"apiVersion":"karpenter.sh/v1","kind":"N
   "requirements":[{"key":"karpenter.sh/capacity-type","operator":"In","values":["on-demand"]}]}}}}'
 until_ok "ECSNodeClass Ready" 10 condition "$CLASS" Ready True
 
-claim() { # claim NAME: labels team=web and the nodepool's, taint dedicated=web:NoSchedule
-  printf '{"apiVersion":"karpenter.sh/v1","kind":"NodeClaim","metadata":{"name":"%s",
-  "labels":{"karpenter.sh/nodepool":"default","team":"web"}},
-  "spec":{"nodeClassRef":{"group":"karpenter.k8s.alibabacloud","kind":"ECSNodeClass","name":"default"},
-  "taints":[{"key":"dedicated","value":"web","effect":"NoSchedule"}],
-  "requirements":[{"key":"karpenter.sh/capacity-type","operator":"In","values":["on-demand"]},
-  {"key":"kubernetes.io/arch","operator":"In","values":["amd64"]}],
-  "resources":{"requests":{"cpu":"1","memory":"1Gi"}}}}' "$1"
-}
 CLAIMS="join-1 join-2 join-3"
 # The first answer is slow (1 s), so the three launches all ask while it is on its way: they wait
 # for it instead of calling again.
 curl -sf -X POST "$ALI/_sim/faults" -d '{"action":"DescribeClusterAttachScripts","kind":"timeout","seconds":1,"count":1}' \
   >/dev/null || fail "slow attach-script fault"
-for c in $CLAIMS; do kpost $NC "$(claim "$c")"; done
+for c in $CLAIMS; do kpost $NC "$(web_claim "$c")"; done
 for c in $CLAIMS; do until_ok "NodeClaim $c Launched" 15 condition "$NC/$c" Launched True; done
 
 # ---- what each launch sent: the attach command with the NodeClaim's settings ------------------

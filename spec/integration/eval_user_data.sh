@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # luaprov eval user-data against `luaprov sim`: the user data a launch would send for an ACK managed
 # cluster (the attach command from the simulated Container Service with its node pools' runtime,
-# labels, node config, taints), the Custom passthrough, and the error an operator gets for an unknown
-# cluster.
+# labels, node config, taints), the Custom passthrough, the kubeadm join of cluster type Kubeadm, and
+# the errors an operator gets for an unknown cluster or a missing kubeadm token.
 source "$(dirname "$0")/lib.sh"
 
 start_alibaba_sim
 export ALIBABA_CLOUD_ACCESS_KEY_ID=LTAI5simulatoraccess ALIBABA_CLOUD_ACCESS_KEY_SECRET=simulator-secret-do-not-use
-unset LUAPROV_ALIBABA_CLUSTER_TYPE LUAPROV_ALIBABA_ENDPOINT
+unset LUAPROV_ALIBABA_CLUSTER_TYPE LUAPROV_ALIBABA_ENDPOINT LUAPROV_KUBEADM_CA_CERT_HASH
 
 F="$LUAPROV_SOURCE_DIR/spec/fixtures/alibaba"
 # The node class with user data around the separator line.
@@ -54,4 +54,28 @@ got="$("$LUAPROV" eval user-data --nodeclaim "$F/nodeclaim.json" --nodeclass "$W
   --endpoint "$ENDPOINT" --cluster-id c-unknown)" && fail "an unknown cluster should exit 1"
 jq -e '.error | test("DescribeClusterAttachScripts: ErrorClusterNotFound: .*RequestId [0-9A-F-]+, HTTP 404")' \
   <<<"$got" >/dev/null || fail "unknown cluster message: $got"
+# Kubeadm: the token from LUAPROV_KUBEADM_TOKEN (never a setting), the CA hash from --kubeadm-ca-cert-hash
+# (else its variable, else the simulated cluster's), the API server from spec.clusterEndpoint; no call.
+jq '.spec.clusterEndpoint = "https://10.0.0.10"' "$WORK/nodeclass.json" > "$WORK/kubeadm-class.json"
+HASH="sha256:$(printf 'ab%.0s' $(seq 32))"
+calls="$(curl -s "$ENDPOINT/_sim/state" | jq -c '[.calls.DescribeClusterAttachScripts, .calls.DescribeClusterNodePools]')"
+LUAPROV_KUBEADM_TOKEN=abc123.0123456789abcdef "$LUAPROV" eval user-data --nodeclaim "$F/nodeclaim.json" \
+  --nodeclass "$WORK/kubeadm-class.json" --endpoint "$ENDPOINT" --cluster-type Kubeadm \
+  --kubeadm-ca-cert-hash "$HASH" > "$WORK/kubeadm" || fail "Kubeadm: $(cat "$WORK/kubeadm")"
+grep -qx 'kubeadm join --config /etc/kubernetes/luaprov/kubeadm-join.json' "$WORK/kubeadm" || fail "Kubeadm: $(cat "$WORK/kubeadm")"
+order="$(grep -n -e '^echo before$' -e '^kubeadm join' -e '^echo after$' "$WORK/kubeadm" | cut -d: -f1 | tr '\n' ' ')"
+read -r before cmd after <<<"$order"
+(( before < cmd && cmd < after )) || fail "Kubeadm: order of the parts: $order"
+sed -n "/<<'LUAPROV_JOIN_CONFIGURATION'/,/^LUAPROV_JOIN_CONFIGURATION$/p" "$WORK/kubeadm" | sed '1d;$d' \
+  | jq -e --arg h "$HASH" '.discovery.bootstrapToken == {"apiServerEndpoint": "10.0.0.10:6443",
+    "token": "abc123.0123456789abcdef", "caCertHashes": [$h]}' >/dev/null || fail "Kubeadm discovery: $(cat "$WORK/kubeadm")"
+grep -qx '{"maxPods":110,"systemReserved":{"cpu":"100m","memory":"200Mi"}}' "$WORK/kubeadm" \
+  || fail "Kubeadm kubelet patch: $(cat "$WORK/kubeadm")"
+calls2="$(curl -s "$ENDPOINT/_sim/state" | jq -c '[.calls.DescribeClusterAttachScripts, .calls.DescribeClusterNodePools]')"
+[[ "$calls2" == "$calls" ]] || fail "Kubeadm calls the Container Service: $calls2"
+# Without the token: one error naming the variable.
+got="$(env -u LUAPROV_KUBEADM_TOKEN "$LUAPROV" eval user-data --nodeclaim "$F/nodeclaim.json" \
+  --nodeclass "$WORK/kubeadm-class.json" --cluster-type Kubeadm)" && fail "Kubeadm without a token should exit 1"
+jq -e '.error | test("the kubeadm bootstrap token is not set: set LUAPROV_KUBEADM_TOKEN")' <<<"$got" >/dev/null \
+  || fail "Kubeadm without a token: $got"
 echo "eval user-data: ok"

@@ -8,6 +8,9 @@ help="$("$LUAPROV" run --help)"
 grep -q -- '--region VALUE .*(env \$REGION_ID, \$ALIBABA_CLOUD_REGION_ID; required)' <<<"$help" \
   || fail "--help lists the mapping's region setting: $help"
 grep -q -- '--cluster-type VALUE .*(env \$LUAPROV_ALIBABA_CLUSTER_TYPE)' <<<"$help" || fail "--help lists cluster-type"
+grep -q -- '--kubeadm-ca-cert-hash VALUE .*(env \$LUAPROV_KUBEADM_CA_CERT_HASH)' <<<"$help" \
+  || fail "--help lists kubeadm-ca-cert-hash"
+! grep -q -- '--kubeadm-token' <<<"$help" || fail "the kubeadm token is no setting"
 
 # a setting of an operator's mapping shows in --help with --scripts
 mkdir -p "$WORK/scripts/providers/alibaba"
@@ -34,11 +37,13 @@ fi
 grep -q '"msg":"the controllers need the settings of the CloudProvider mapping".*"error":"the region is not set: pass --region VALUE or set REGION_ID or set ALIBABA_CLOUD_REGION_ID"' \
   "$ENGINE_LOG" || fail "the missing region named"
 
-# --region reaches the mapping's ctx (the controllers log the settings they start with)
-unset LUAPROV_ALIBABA_CLUSTER_TYPE
+# --region reaches the mapping's ctx (the controllers log the settings they start with), next to the
+# simulated kubeadm cluster's CA hash (a sim value); the kubeadm token is no setting and never logged
+unset LUAPROV_ALIBABA_CLUSTER_TYPE LUAPROV_KUBEADM_CA_CERT_HASH
 start_engine --sim --region cn-beijing
 wait_for "controllers starting" grep -q '"msg":"controllers starting"' "$ENGINE_LOG"
-grep -q '"msg":"controllers starting".*"settings":{"region":"cn-beijing"}' "$ENGINE_LOG" \
+grep -q '"msg":"controllers starting".*"settings":{"kubeadm_ca_cert_hash":"sha256:[0-9a-f]\{64\}","region":"cn-beijing"}' \
+  "$ENGINE_LOG" \
   || fail "--region in the settings"
 kill -TERM "$ENGINE_PID"
 wait "$ENGINE_PID" || fail "exit status $? after SIGTERM"

@@ -43,3 +43,15 @@ post_default_nodeclass() {
     "securityGroupSelectorTerms":[{"tags":{"karpenter.sh/discovery":"luaprov-sim"}}],
     "imageSelectorTerms":[{"alias":"AlibabaCloudLinux3"}]}}'
 }
+
+# web_claim NAME [CLASS]: a NodeClaim of NodePool default for ECSNodeClass CLASS (default "default"):
+# label team=web, taint dedicated=web:NoSchedule, on-demand amd64, 1 CPU and 1Gi.
+web_claim() {
+  printf '{"apiVersion":"karpenter.sh/v1","kind":"NodeClaim","metadata":{"name":"%s",
+  "labels":{"karpenter.sh/nodepool":"default","team":"web"}},
+  "spec":{"nodeClassRef":{"group":"karpenter.k8s.alibabacloud","kind":"ECSNodeClass","name":"%s"},
+  "taints":[{"key":"dedicated","value":"web","effect":"NoSchedule"}],
+  "requirements":[{"key":"karpenter.sh/capacity-type","operator":"In","values":["on-demand"]},
+  {"key":"kubernetes.io/arch","operator":"In","values":["amd64"]}],
+  "resources":{"requests":{"cpu":"1","memory":"1Gi"}}}}' "$1" "${2:-default}"
+}

@@ -177,6 +177,36 @@ describe("kubernetes simulator: kubelet", function()
     assert.same({ nodes = {} }, ok("GET", "/_sim/kubelet/nodes"), "nor in another API server")
   end)
 
+  it("registers an instance that runs kubeadm join of the simulated kubeadm cluster, refuses a wrong token", function()
+    local kubeadm = require "sim.alibaba.kubeadm"
+    local bootstrap = require "providers.alibaba.bootstrap"
+    local function kubeadm_data(token)
+      local ctx = { cluster_type = "Kubeadm", kubeadm_token = token, kubeadm_ca_cert_hash = kubeadm.CA_CERT_HASH }
+      local nodeclaim = { metadata = { labels = { ["karpenter.sh/nodepool"] = "general" } },
+        spec = { taints = { { key = "dedicated", value = "web", effect = "NoSchedule" } } } }
+      return luaprov.crypto.base64_encode(assert(bootstrap.user_data(ctx, nodeclaim,
+        { spec = { clusterEndpoint = kubeadm.API_SERVER, kubelet = { maxPods = 42 } } }, "on-demand")))
+    end
+    local joined = launch({ UserData = kubeadm_data(kubeadm.TOKEN) })
+    local wrong = launch({ UserData = kubeadm_data("abcdef.0123456789abcdef") })
+    advance(15)
+    local list = nodes()
+    assert.equal(1, #list)
+    local node = list[1]
+    assert.equal("cn-hangzhou." .. joined, node.spec.providerID)
+    assert.equal("general", node.metadata.labels["karpenter.sh/nodepool"])
+    assert.equal("on-demand", node.metadata.labels["karpenter.sh/capacity-type"])
+    assert.is_nil(node.metadata.labels["ack.aliyun.com"])
+    assert.same({ { key = "dedicated", value = "web", effect = "NoSchedule" },
+      { key = "karpenter.sh/unregistered", effect = "NoExecute" } }, node.spec.taints)
+    assert.same({ "42", "42" }, { node.status.capacity.pods, node.status.allocatable.pods })
+    local why
+    for _, n in ipairs(ok("GET", "/_sim/state").kubelet.nodes) do
+      if n.instance_id == wrong then why = n.not_registered end
+    end
+    assert.equal("kubeadm join: discovery.bootstrapToken.token is not a bootstrap token of the cluster", why)
+  end)
+
   it("reads the user data again when an Alibaba reset gives the instance ID to another launch", function()
     local refused = launch({ UserData = false })
     advance(15)
