@@ -114,7 +114,9 @@ end
 local expected_crds = {
   ["nodepools.karpenter.sh"] = { version = "v1", scale = true },
   ["nodeclaims.karpenter.sh"] = { version = "v1" },
-  ["ecsnodeclasses.karpenter.k8s.alibabacloud"] = { version = "v1alpha1" },
+  ["ecsnodeclasses.karpenter.alibabacloud.com"] = { version = "v1alpha1" },
+  -- luaprov's earlier group, still served
+  ["ecsnodeclasses.karpenter.k8s.alibabacloud"] = { version = "v1alpha1", deprecated = true },
 }
 for name, want in pairs(expected_crds) do
   if not find("CustomResourceDefinition", name) then problem("no CRD %s", name) end
@@ -130,6 +132,9 @@ for _, crd in ipairs(all("CustomResourceDefinition")) do
     for _, v in ipairs(list(spec.versions)) do
       if v.storage then storage = storage + 1 end
       if v.name == want.version and not (v.served and v.storage) then problem("%s: %s not served+storage", name, v.name) end
+      if (v.deprecated == true) ~= (want.deprecated == true) then
+        problem("%s/%s: deprecated is %s, want %s", name, v.name, tostring(v.deprecated), tostring(want.deprecated == true))
+      end
       local schema = (v.schema or {}).openAPIV3Schema
       if type(schema) ~= "table" or schema.type ~= "object" then
         problem("%s/%s: the root schema is not type: object", name, v.name)
@@ -222,6 +227,8 @@ for _, g in ipairs({
   { "karpenter.sh", "nodeclaims", "create" }, { "karpenter.sh", "nodeclaims/status", "patch" },
   { "karpenter.sh", "nodepools", "watch" }, { "karpenter.sh", "nodepools/status", "patch" },
   { "karpenter.k8s.alibabacloud", "ecsnodeclasses/status", "patch" },
+  { "karpenter.alibabacloud.com", "ecsnodeclasses", "watch" }, { "karpenter.alibabacloud.com", "ecsnodeclasses", "patch" },
+  { "karpenter.alibabacloud.com", "ecsnodeclasses/status", "patch" },
 }) do
   if not grants(cr, g[1], g[2], g[3]) then problem("ClusterRole luaprov does not grant %s %s/%s", g[3], g[1], g[2]) end
 end
