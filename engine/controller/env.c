@@ -51,7 +51,7 @@ lp_kube_ref lp_env_ref(lp_ctrl_env *env, lp_kind kind) {
 }
 
 const lp_nodeclass_desc *lp_env_nodeclass(lp_ctrl_env *env) {
-  static const lp_nodeclass_desc none = {"", "", "", "", "", "", ""}; /* a manager with no CloudProvider */
+  static const lp_nodeclass_desc none = {"", "", "", "", "", "", "", NULL, 0}; /* a manager with no CloudProvider */
   return env->cloud ? lp_cloudprovider_nodeclass(env->cloud) : &none;
 }
 
