@@ -158,7 +158,7 @@ json_t *lp_env_nodeclass_of(lp_ctrl_env *env, const json_t *ref);
 /* The name part of a node class key ("default" of "group/default"), borrowed from key. */
 const char *lp_nodeclass_key_name(const char *key);
 /* How messages name the class at key, malloc'd: "<Kind> <name>" in the descriptor's group,
- * "<Kind> <name> (<group>)" in an alias group ("ECSNodeClass default (karpenter.example.com)"). */
+ * "<Kind> <name> (<group>)" in an alias group ("ExampleNodeClass default (karpenter.example.com)"). */
 char *lp_env_nodeclass_label(lp_ctrl_env *env, const char *key);
 
 /* The cached object of kind at key, borrowed (valid until the cache changes that key; json_incref to
