@@ -150,10 +150,14 @@ static void refresh_tick(uv_timer_t *t) {
 void cp_remember_class(lp_cloudprovider *cp, const json_t *nodeclass) {
   const char *name = json_string_value(json_object_get(json_object_get(nodeclass, "metadata"), "name"));
   if (!name) return;
+  /* by apiVersion too: a class of the same name in an alias group (nodeclass_desc.h) is another one */
+  const char *api_version = json_string_value(json_object_get(nodeclass, "apiVersion"));
+  char *key = lp_xasprintf("%s %s", api_version ? api_version : "", name);
   /* every Create passes the class: copy it only when it changed since the last call */
-  json_t *known = json_object_get(cp->known_classes, name);
+  json_t *known = json_object_get(cp->known_classes, key);
   if (!known || !json_equal(known, (json_t *)nodeclass))
-    json_object_set_new(cp->known_classes, name, json_deep_copy(nodeclass));
+    json_object_set_new(cp->known_classes, key, json_deep_copy(nodeclass));
+  free(key);
 }
 
 /* What the mapping exports besides functions, read once: the node class descriptor (pinned, so a
@@ -223,6 +227,7 @@ static void destroy(lp_cloudprovider *cp) {
   free(cp->name);
   json_decref(cp->ctx);
   lp_nodeclass_desc_unpin(cp->nodeclass_json);
+  lp_nodeclass_desc_release(&cp->desc);
   json_decref(cp->nodeclass_json);
   json_decref(cp->drift_reasons);
   lp_cache_free(cp->unavailable);
@@ -260,8 +265,12 @@ const char *lp_cloudprovider_name(lp_cloudprovider *cp) {
 }
 
 json_t *lp_cloudprovider_supported_nodeclasses(const lp_cloudprovider *cp) {
-  return json_pack("[{s:s, s:s, s:s}]", "group", cp->desc.group, "version", cp->desc.version, "kind",
-                   cp->desc.kind);
+  const lp_nodeclass_desc *d = &cp->desc;
+  json_t *out = json_array();
+  for (size_t i = 0; i <= d->naliases; i++)
+    json_array_append_new(out, json_pack("{s:s, s:s, s:s}", "group", i ? d->aliases[i - 1] : d->group,
+                                         "version", d->version, "kind", d->kind));
+  return out;
 }
 
 const lp_nodeclass_desc *lp_cloudprovider_nodeclass(const lp_cloudprovider *cp) {

@@ -60,8 +60,8 @@ uint64_t lp_cloudprovider_script_generation(const lp_cloudprovider *cp);
 
 /* The mapping's `name` (the provider name Karpenter reports), valid while the provider lives. */
 const char *lp_cloudprovider_name(lp_cloudprovider *cp);
-/* [{"group", "version", "kind"}] of the node classes this provider serves (its descriptor's); caller
- * decrefs. */
+/* [{"group", "version", "kind"}] of the node classes this provider serves: its descriptor's group
+ * first, then each of its aliases (the same version and kind); caller decrefs. */
 json_t *lp_cloudprovider_supported_nodeclasses(const lp_cloudprovider *cp);
 /* The node class descriptor the mapping exported when the provider started (nodeclass_desc.h): the
  * resource the controllers watch, its finalizer and hash annotations. Valid while the provider lives;

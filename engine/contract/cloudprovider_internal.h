@@ -16,7 +16,7 @@ struct lp_cloudprovider {
   char *name;
   json_t *ctx;            /* {cluster_id, endpoint, <the mapping's settings>} passed to every mapping call */
   json_t *nodeclass_json; /* the mapping's `nodeclass` table, pinned (nodeclass_desc.h) */
-  lp_nodeclass_desc desc; /* pointers into nodeclass_json */
+  lp_nodeclass_desc desc; /* pointers into nodeclass_json (its alias list allocated) */
   json_t *drift_reasons;  /* the mapping's `drift_reasons`: an array of strings */
   lp_cache *unavailable;
   unsigned max_launch_attempts;
@@ -24,7 +24,7 @@ struct lp_cloudprovider {
   lp_metric *drift_evaluations; /* luaprov_drift_policy_evaluations_total{generation, result} */
   /* background refresh: every node class seen, asked for its instance types again periodically so
    * expired prices and availability are fetched before a Create needs them */
-  json_t *known_classes; /* name -> node class */
+  json_t *known_classes; /* "apiVersion name" -> node class */
   uv_timer_t *refresh_timer;
   unsigned refreshing; /* background GetInstanceTypes in flight */
   int freed;           /* lp_cloudprovider_free ran; the last background call frees the struct */

@@ -32,7 +32,8 @@ typedef enum {
   LP_KIND_NODECLAIM = 0, /* karpenter.sh/v1 nodeclaims */
   LP_KIND_NODE,          /* v1 nodes */
   LP_KIND_NODEPOOL,      /* karpenter.sh/v1 nodepools */
-  LP_KIND_NODECLASS,     /* the mapping's node class (lp_env_nodeclass: group, version, resource) */
+  LP_KIND_NODECLASS,     /* the mapping's node class (lp_env_nodeclass: group, version, resource), in
+                            its group and each alias group: see "node classes" below for its keys */
   LP_KIND_POD,           /* v1 pods, every namespace */
   LP_KIND_DAEMONSET,     /* apps/v1 daemonsets: their pod templates are every new node's overhead */
   LP_KIND_COUNT,
@@ -43,7 +44,9 @@ typedef enum {
 typedef enum {
   LP_INDEX_NODE_BY_PROVIDER_ID = 0,  /* spec.providerID -> node keys */
   LP_INDEX_NODECLAIM_BY_PROVIDER_ID, /* status.providerID -> nodeclaim keys */
-  LP_INDEX_NODECLAIM_BY_NODECLASS,   /* spec.nodeClassRef.name -> nodeclaim keys */
+  LP_INDEX_NODECLAIM_BY_NODECLASS,   /* spec.nodeClassRef.name -> nodeclaim keys, whatever the ref's
+                                        group (two groups may hold classes of one name: compare
+                                        lp_env_nodeclass_key of the ref with the class's key) */
   LP_INDEX_POD_BY_NODE,              /* spec.nodeName -> pod keys */
   LP_INDEX_COUNT
 } lp_index;
@@ -131,13 +134,35 @@ const lp_kube_ref *lp_kind_ref(lp_kind kind);
  * (at least strlen(key) + 1 bytes) holds the split namespace. Not for LP_KIND_NODECLASS. */
 lp_kube_ref lp_kind_ref_for(lp_kind kind, const char *key, char *buf);
 /* The resource of any kind, LP_KIND_NODECLASS included (the strings of the mapping's descriptor, valid
- * while the CloudProvider lives). */
+ * while the CloudProvider lives; for LP_KIND_NODECLASS the descriptor's own group, not an alias). */
 lp_kube_ref lp_env_ref(lp_ctrl_env *env, lp_kind kind);
 /* The CloudProvider mapping's node class descriptor (kind for messages, finalizer, hash annotations). */
 const lp_nodeclass_desc *lp_env_nodeclass(lp_ctrl_env *env);
 
+/* ---- node classes ------------------------------------------------------------------------ */
+
+/* The node class kind is served in the descriptor's group and in each of its aliases
+ * (lp_nodeclass_desc.aliases), one informer a group, and a class is named by group and name: the
+ * same name in two groups is two classes. Its keys (LP_KIND_NODECLASS in lp_env_get, lp_env_each,
+ * lp_env_patch, lp_env_annotate and a controller's keys) are "name" in the descriptor's group and
+ * "group/name" in an alias group: a node class is cluster-scoped and a name holds no '/', so neither
+ * reads as the other. The finalizer and the hash annotations are the descriptor's in every group. */
+
+/* The key of the class a nodeClassRef ({group, kind, name}; borrowed) names, malloc'd: "name" when its
+ * group is the descriptor's, "group/name" when it is an alias; NULL when it has no name or another
+ * group. A ref with no group (or "") is taken as the descriptor's group, as before aliases existed
+ * (Karpenter requires the group, and lp_nodeclass_ref_supported does not accept such a ref). */
+char *lp_env_nodeclass_key(lp_ctrl_env *env, const json_t *ref);
+/* The cached class a nodeClassRef names (lp_env_get of lp_env_nodeclass_key), borrowed, or NULL. */
+json_t *lp_env_nodeclass_of(lp_ctrl_env *env, const json_t *ref);
+/* The name part of a node class key ("default" of "group/default"), borrowed from key. */
+const char *lp_nodeclass_key_name(const char *key);
+/* How messages name the class at key, malloc'd: "<Kind> <name>" in the descriptor's group,
+ * "<Kind> <name> (<group>)" in an alias group ("ExampleNodeClass default (karpenter.example.com)"). */
+char *lp_env_nodeclass_label(lp_ctrl_env *env, const char *key);
+
 /* The cached object of kind at key, borrowed (valid until the cache changes that key; json_incref to
- * keep across an await), or NULL. */
+ * keep across an await), or NULL. LP_KIND_NODECLASS: every group's, by the keys above. */
 json_t *lp_env_get(lp_ctrl_env *env, lp_kind kind, const char *key);
 /* Calls fn for every cached object of kind (borrowed). fn must not change the caches. */
 void lp_env_each(lp_ctrl_env *env, lp_kind kind, void (*fn)(const char *key, json_t *obj, void *ud),

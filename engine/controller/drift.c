@@ -162,6 +162,7 @@ static void on_change(lp_controller *c, lp_kind kind, const json_t *old_obj, con
     pool_scan s = {c, lp_obj_name(obj)};
     lp_env_each(env, LP_KIND_NODECLAIM, enqueue_if_pool, &s);
   } else if (kind == LP_KIND_NODECLASS && lp_obj_name(obj)) {
+    /* by name: the claims of a same-named class in another group are checked again too, for nothing */
     lp_env_index_each(env, LP_INDEX_NODECLAIM_BY_NODECLASS, lp_obj_name(obj), enqueue_claim, c);
   }
 }
@@ -271,8 +272,7 @@ static void reconcile(lp_controller *c, const char *key) {
   r->now = lp_clock_wall();
   r->claim = json_incref(claim);
   r->nodepool = json_incref(nodepool);
-  const char *class_name = lp_obj_str(claim, "spec.nodeClassRef.name");
-  r->nodeclass = class_name ? json_incref(lp_env_get(env, LP_KIND_NODECLASS, class_name)) : NULL;
+  r->nodeclass = json_incref(lp_env_nodeclass_of(env, lp_obj_get(claim, "spec.nodeClassRef")));
   if (!lp_condition_is(claim, "Launched", "True"))
     drift_verdict(r, DRIFT_CLEAN, NULL, NULL, NULL);
   else

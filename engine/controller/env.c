@@ -45,14 +45,7 @@ const lp_kube_ref *lp_kind_ref(lp_kind kind) {
 }
 
 lp_kube_ref lp_env_ref(lp_ctrl_env *env, lp_kind kind) {
-  if (kind != LP_KIND_NODECLASS) return kind_refs[kind];
-  const lp_nodeclass_desc *d = lp_env_nodeclass(env);
-  return (lp_kube_ref){.group = d->group, .version = d->version, .resource = d->resource};
-}
-
-const lp_nodeclass_desc *lp_env_nodeclass(lp_ctrl_env *env) {
-  static const lp_nodeclass_desc none = {"", "", "", "", "", "", ""}; /* a manager with no CloudProvider */
-  return env->cloud ? lp_cloudprovider_nodeclass(env->cloud) : &none;
+  return kind == LP_KIND_NODECLASS ? env_nodeclass_group_ref(env, 0) : kind_refs[kind];
 }
 
 static lp_kube_ref split_key(lp_kube_ref ref, const char *key, char *buf) {
@@ -100,15 +93,20 @@ void lp_env_set_clock(lp_ctrl_env *env, double (*now)(void *ud), void *ud) {
 /* ---- caches and indices -------------------------------------------------------------------- */
 
 json_t *lp_env_get(lp_ctrl_env *env, lp_kind kind, const char *key) {
+  if (kind == LP_KIND_NODECLASS) return env_nodeclass_get(env, key);
   return env->informers[kind] ? lp_informer_get(env->informers[kind], key) : NULL;
 }
 
 void lp_env_each(lp_ctrl_env *env, lp_kind kind, void (*fn)(const char *key, json_t *obj, void *ud),
                  void *ud) {
-  if (env->informers[kind]) lp_informer_list(env->informers[kind], fn, ud);
+  if (kind == LP_KIND_NODECLASS)
+    env_nodeclass_each(env, fn, ud);
+  else if (env->informers[kind])
+    lp_informer_list(env->informers[kind], fn, ud);
 }
 
 size_t lp_env_count(lp_ctrl_env *env, lp_kind kind) {
+  if (kind == LP_KIND_NODECLASS) return env_nodeclass_count(env);
   return env->informers[kind] ? lp_informer_size(env->informers[kind]) : 0;
 }
 
@@ -250,13 +248,19 @@ void lp_env_event(lp_ctrl_env *env, const json_t *involved, const char *type, co
 
 /* ---- writes -------------------------------------------------------------------------------- */
 
+/* The reference of the object of kind at key; buf (strlen(key) + 1 bytes) holds a split namespace. A
+ * node class's key names its group instead (env_nodeclass.c). */
+static lp_kube_ref object_ref(lp_ctrl_env *env, lp_kind kind, const char *key, char *buf) {
+  return kind == LP_KIND_NODECLASS ? env_nodeclass_ref_for(env, key) : split_key(kind_refs[kind], key, buf);
+}
+
 void lp_env_patch(lp_ctrl_env *env, lp_kind kind, const char *key, const char *resource_version,
                   const char *subresource, json_t *patch, lp_kube_done_fn done, void *ud) {
   json_t *meta = json_object_get(patch, "metadata");
   if (!meta) json_object_set_new(patch, "metadata", meta = json_object());
   json_object_set_new(meta, "resourceVersion", json_string(resource_version ? resource_version : ""));
   char *buf = lp_xmalloc(strlen(key) + 1); /* the namespace of a namespaced key */
-  lp_kube_ref ref = split_key(lp_env_ref(env, kind), key, buf);
+  lp_kube_ref ref = object_ref(env, kind, key, buf);
   lp_kube_merge_patch(env->kube, &ref, subresource, patch, done, ud);
   free(buf);
   json_decref(patch);
@@ -266,7 +270,7 @@ void lp_env_annotate(lp_ctrl_env *env, lp_kind kind, const char *key, const char
                      const char *value, lp_kube_done_fn done, void *ud) {
   json_t *patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", annotation, value);
   char *buf = lp_xmalloc(strlen(key) + 1);
-  lp_kube_ref ref = split_key(lp_env_ref(env, kind), key, buf);
+  lp_kube_ref ref = object_ref(env, kind, key, buf);
   lp_kube_merge_patch(env->kube, &ref, NULL, patch, done, ud);
   free(buf);
   json_decref(patch);

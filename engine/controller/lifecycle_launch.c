@@ -141,12 +141,17 @@ void lc_launch(lc_run *r) {
     lc_launch_done(r);
     return;
   }
-  const char *class_name = lp_obj_str(r->claim, "spec.nodeClassRef.name");
-  const json_t *nodeclass = class_name ? lp_env_get(r->env, LP_KIND_NODECLASS, class_name) : NULL;
+  const json_t *ref = lp_obj_get(r->claim, "spec.nodeClassRef");
+  const json_t *nodeclass = lp_env_nodeclass_of(r->env, ref); /* by group and name */
   if (!nodeclass) {
-    launch_failed(r, lp_error_new("NodeClassNotReady", "%s %s not found",
-                                  lp_obj_str(r->claim, "spec.nodeClassRef.kind") ?: "node class",
-                                  class_name ? class_name : "(no name)"));
+    char *key = lp_env_nodeclass_key(r->env, ref);
+    char *label = key ? lp_env_nodeclass_label(r->env, key) : NULL;
+    launch_failed(r, label ? lp_error_new("NodeClassNotReady", "%s not found", label)
+                           : lp_error_new("NodeClassNotReady", "%s %s not found",
+                                          lp_obj_str(r->claim, "spec.nodeClassRef.kind") ?: "node class",
+                                          lp_obj_str(r->claim, "spec.nodeClassRef.name") ?: "(no name)"));
+    free(label);
+    free(key);
     return;
   }
   lp_cp_create(lp_env_cloud(r->env), r->claim, nodeclass, created, r);

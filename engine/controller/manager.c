@@ -11,9 +11,12 @@
 
 #define LOGGER "controller.manager"
 
+/* One informer: a kind's, or the node class's in one of its groups. */
 typedef struct informer_ud {
   lp_controllers *m;
   lp_kind kind;
+  const char *alias; /* LP_KIND_NODECLASS in an alias group: that group (keys "group/name"), else NULL */
+  lp_informer *inf;
 } informer_ud;
 
 struct lp_controllers {
@@ -22,7 +25,8 @@ struct lp_controllers {
   size_t ndefs;
   lp_controller **running; /* ndefs entries while active, else NULL */
   size_t closing;          /* controllers still stopping */
-  informer_ud informer_uds[LP_KIND_COUNT];
+  informer_ud *informers;  /* every kind's, then the node class's alias groups' */
+  size_t ninformers;
   lp_leader *leader;
   int leader_elect, leading, synced, stopping;
   int current; /* every informer current (lp_informer_current): listed, not relisting */
@@ -50,10 +54,19 @@ static void fan_out(lp_controllers *m, lp_kind kind, const char *key, const json
   }
 }
 
+/* The controllers' key of obj: the informer's, with the group in front in a node class alias group. */
+static char *key_of(const informer_ud *iu, const json_t *obj) {
+  char *key = lp_informer_key(obj);
+  if (!key || !iu->alias) return key;
+  char *keyed = env_nodeclass_key_in(iu->alias, key);
+  free(key);
+  return keyed;
+}
+
 static void on_add(lp_informer *inf, json_t *obj, void *ud) {
   (void)inf;
   informer_ud *iu = ud;
-  char *key = lp_informer_key(obj);
+  char *key = key_of(iu, obj);
   if (key) fan_out(iu->m, iu->kind, key, NULL, obj);
   free(key);
 }
@@ -61,7 +74,7 @@ static void on_add(lp_informer *inf, json_t *obj, void *ud) {
 static void on_update(lp_informer *inf, json_t *old_obj, json_t *new_obj, void *ud) {
   (void)inf;
   informer_ud *iu = ud;
-  char *key = lp_informer_key(new_obj);
+  char *key = key_of(iu, new_obj);
   if (key) fan_out(iu->m, iu->kind, key, old_obj, new_obj);
   free(key);
 }
@@ -69,7 +82,7 @@ static void on_update(lp_informer *inf, json_t *old_obj, json_t *new_obj, void *
 static void on_delete(lp_informer *inf, json_t *obj, void *ud) {
   (void)inf;
   informer_ud *iu = ud;
-  char *key = lp_informer_key(obj);
+  char *key = key_of(iu, obj);
   if (key) fan_out(iu->m, iu->kind, key, obj, NULL);
   free(key);
 }
@@ -77,11 +90,11 @@ static void on_delete(lp_informer *inf, json_t *obj, void *ud) {
 static void on_synced(lp_informer *inf, void *ud) {
   (void)inf;
   lp_controllers *m = ((informer_ud *)ud)->m;
-  for (int k = 0; k < LP_KIND_COUNT; k++)
-    if (!lp_informer_synced(m->env.informers[k])) return;
+  for (size_t i = 0; i < m->ninformers; i++)
+    if (!lp_informer_synced(m->informers[i].inf)) return;
   m->synced = 1;
   size_t counts[LP_KIND_COUNT];
-  for (int k = 0; k < LP_KIND_COUNT; k++) counts[k] = lp_informer_size(m->env.informers[k]);
+  for (int k = 0; k < LP_KIND_COUNT; k++) counts[k] = lp_env_count(&m->env, (lp_kind)k);
   lp_info(LOGGER, "caches synced", LPF_INT("nodeclaims", counts[LP_KIND_NODECLAIM]),
           LPF_INT("nodes", counts[LP_KIND_NODE]), LPF_INT("nodepools", counts[LP_KIND_NODEPOOL]),
           LPF_INT("nodeclasses", counts[LP_KIND_NODECLASS]), LPF_INT("pods", counts[LP_KIND_POD]),
@@ -147,8 +160,8 @@ static void set_paused(lp_controllers *m, int paused) {
 
 static void caches_changed(lp_controllers *m) {
   int current = 1;
-  for (int k = 0; k < LP_KIND_COUNT && current; k++)
-    current = m->env.informers[k] && lp_informer_current(m->env.informers[k]);
+  for (size_t i = 0; i < m->ninformers && current; i++)
+    current = m->informers[i].inf && lp_informer_current(m->informers[i].inf);
   m->current = current;
   lp_gauge_set(m->synced_gauge, NULL, current);
   set_paused(m, !current);
@@ -189,8 +202,8 @@ static void started_leading(lp_leader *le, void *ud) {
   lp_controllers *m = ud;
   m->leading = 1;
   lp_info(LOGGER, "leading: relisting every cache before the controllers run");
-  for (int k = 0; k < LP_KIND_COUNT; k++)
-    if (m->env.informers[k]) lp_informer_relist(m->env.informers[k]);
+  for (size_t i = 0; i < m->ninformers; i++)
+    if (m->informers[i].inf) lp_informer_relist(m->informers[i].inf);
   caches_changed(m);
 }
 
@@ -254,12 +267,23 @@ lp_controllers *lp_controllers_start(const lp_controllers_config *cfg, lp_error 
                             .on_delete = on_delete,
                             .on_synced = on_synced,
                             .on_current = on_current};
-  for (int k = 0; k < LP_KIND_COUNT; k++) {
-    m->informer_uds[k] = (informer_ud){m, (lp_kind)k};
-    h.ud = &m->informer_uds[k];
-    lp_kube_ref ref = lp_env_ref(&m->env, (lp_kind)k);
-    m->env.informers[k] =
-        lp_informer_start(cfg->kube, &ref, &(lp_informer_opts){.metrics = m->env.metrics}, &h);
+  /* every kind, then the node class once more in each alias group (controller.h "node classes") */
+  const lp_nodeclass_desc *d = lp_env_nodeclass(&m->env);
+  m->ninformers = LP_KIND_COUNT + d->naliases;
+  m->informers = lp_xcalloc(m->ninformers, sizeof *m->informers);
+  if (d->naliases) m->env.alias_informers = lp_xcalloc(d->naliases, sizeof *m->env.alias_informers);
+  for (size_t i = 0; i < m->ninformers; i++) {
+    size_t alias = i < LP_KIND_COUNT ? 0 : i - LP_KIND_COUNT + 1; /* 0: not an alias group */
+    informer_ud *iu = &m->informers[i];
+    *iu =
+        (informer_ud){m, alias ? LP_KIND_NODECLASS : (lp_kind)i, alias ? d->aliases[alias - 1] : NULL, NULL};
+    h.ud = iu;
+    lp_kube_ref ref = alias ? env_nodeclass_group_ref(&m->env, alias) : lp_env_ref(&m->env, (lp_kind)i);
+    iu->inf = lp_informer_start(cfg->kube, &ref, &(lp_informer_opts){.metrics = m->env.metrics}, &h);
+    if (alias)
+      m->env.alias_informers[alias - 1] = iu->inf;
+    else
+      m->env.informers[i] = iu->inf;
   }
   return m;
 }
@@ -282,16 +306,21 @@ static void done_timer_closed(uv_handle_t *h) {
   void (*cb)(void *) = m->on_done;
   void *ud = m->on_done_ud;
   env_free(&m->env);
+  free(m->env.alias_informers);
+  free(m->informers);
   free(m);
   if (cb) cb(ud);
 }
 
 static void finish_stop_part(lp_controllers *m) {
   if (--m->pending_stop > 0) return;
-  for (int k = 0; k < LP_KIND_COUNT; k++) {
-    if (m->env.informers[k]) lp_informer_stop(m->env.informers[k]);
-    m->env.informers[k] = NULL;
+  for (size_t i = 0; i < m->ninformers; i++) {
+    if (m->informers[i].inf) lp_informer_stop(m->informers[i].inf);
+    m->informers[i].inf = NULL;
   }
+  memset(m->env.informers, 0, sizeof m->env.informers);
+  for (size_t i = 0; m->env.alias_informers && i < m->ninformers - LP_KIND_COUNT; i++)
+    m->env.alias_informers[i] = NULL;
   uv_close((uv_handle_t *)&m->done_timer, done_timer_closed);
 }
 

@@ -1,5 +1,6 @@
-/* The controller manager: one informer per cached kind (controller.h), the secondary indices, Lease
- * leader election, and the controllers, started only while this process leads.
+/* The controller manager: one informer per cached kind (controller.h; the node class's once per group
+ * its descriptor serves it in, aliases included), the secondary indices, Lease leader election, and
+ * the controllers, started only while this process leads.
  *
  * Start-up: the informers list and watch at once, leader or not, so a standby has warm caches. Once
  * every informer is current (lp_informer_current: listed, not relisting) and (with leader election)

@@ -1,5 +1,6 @@
 /* The node class status controller ("nodeclass"): resolves each class (the resource of the mapping's
- * node class descriptor, lp_cloudprovider_nodeclass) through the mapping (lp_cp_resolve_nodeclass)
+ * node class descriptor, lp_cloudprovider_nodeclass, in its group and in each alias group: its keys
+ * name the group, controller.h "node classes") through the mapping (lp_cp_resolve_nodeclass)
  * into its status (whatever the mapping resolves, and its conditions), stamps the descriptor's hash
  * annotations that static drift compares, and holds a deleted class (the descriptor's finalizer) until
  * no NodeClaim references it. As the upstream providers' nodeclass controllers do.
@@ -66,6 +67,7 @@ static void state_free(void *state) {
 typedef struct pass {
   lp_controller *c;
   const char *key;
+  char *label;     /* how messages name it (lp_env_nodeclass_label) */
   json_t *cached;  /* the object as the cache had it (own reference) */
   json_t *desired; /* a copy carrying the new status */
   char *hash, *hash_version;
@@ -81,6 +83,7 @@ static void pass_end(pass *p, lp_error *err, double requeue_after_s) {
   lp_controller_done(p->c, p->key, err, requeue_after_s);
   json_decref(p->cached);
   json_decref(p->desired);
+  free(p->label);
   free(p->hash);
   free(p->hash_version);
   free(p->resource_version);
@@ -139,7 +142,7 @@ static void apply_status(pass *p, json_t *status, double now) {
     deps[ndeps++] = type;
     set_condition(p->desired, type, st, json_string_value(json_object_get(cond, "reason")), message, now);
     if (strcmp(st, "Unknown") == 0 && !p->failure)
-      p->failure = lp_error_new("NodeClassNotResolved", "%s %s: %s: %s", desc_of(p->c)->kind, p->key, type,
+      p->failure = lp_error_new("NodeClassNotResolved", "%s: %s: %s", p->label, type,
                                 message ? message : "(no message)");
   }
   if (ndeps > 0)
@@ -176,7 +179,7 @@ static void apply_failure(pass *p, lp_error *err, double now) {
     reason[n++] = ok ? *s : '_';
   }
   reason[n] = '\0';
-  char *message = lp_xasprintf("resolving %s %s: %s", desc_of(p->c)->kind, p->key, err->message);
+  char *message = lp_xasprintf("resolving %s: %s", p->label, err->message);
   set_condition(p->desired, "Ready", transient(err->code) ? "Unknown" : "False", n ? reason : "Error",
                 message, now);
   p->failure = lp_error_new(err->code, "%s", message);
@@ -362,6 +365,20 @@ static char *first_names(names *ns) {
   return out;
 }
 
+/* The NodeClaims referencing one class: the index holds those of its name in every group. */
+typedef struct claims_of {
+  lp_ctrl_env *env;
+  const char *key; /* the class's */
+  names *ns;
+} claims_of;
+
+static void add_claim_of(const char *key, json_t *claim, void *ud) {
+  claims_of *co = ud;
+  char *class_key = lp_env_nodeclass_key(co->env, lp_obj_get(claim, "spec.nodeClassRef"));
+  if (class_key && strcmp(class_key, co->key) == 0) add_name(key, claim, co->ns);
+  free(class_key);
+}
+
 typedef struct removal {
   lp_controller *c;
   const char *key;
@@ -387,7 +404,8 @@ static void finalize(lp_controller *c, const char *key, const json_t *obj) {
     return;
   }
   names ns = {0};
-  lp_env_index_each(env, LP_INDEX_NODECLAIM_BY_NODECLASS, key, add_name, &ns);
+  claims_of claims = {env, key, &ns};
+  lp_env_index_each(env, LP_INDEX_NODECLAIM_BY_NODECLASS, lp_nodeclass_key_name(key), add_claim_of, &claims);
   if (ns.n > 0) {
     /* no requeue: each NodeClaim's deletion enqueues this class (on_change) */
     char *list = first_names(&ns);
@@ -432,16 +450,21 @@ static void reconcile(lp_controller *c, const char *key) {
   pass *p = lp_xcalloc(1, sizeof *p);
   p->c = c;
   p->key = key;
+  p->label = lp_env_nodeclass_label(env, key);
   p->cached = json_incref(obj);
   p->desired = json_deep_copy(obj);
   p->resource_version = lp_xstrdup(lp_obj_resource_version(obj));
   lp_cp_nodeclass_hash(lp_env_cloud(env), obj, hashed, p);
 }
 
-/* A NodeClaim appearing or going: the class it references may be waiting for its last one. */
+/* A NodeClaim appearing or going: the class it references (by group and name) may be waiting for its
+ * last one. */
 static void on_change(lp_controller *c, lp_kind kind, const json_t *old_obj, const json_t *new_obj) {
   if (kind != LP_KIND_NODECLAIM || (old_obj && new_obj)) return;
-  lp_controller_enqueue(c, lp_obj_str(old_obj ? old_obj : new_obj, "spec.nodeClassRef.name"));
+  char *key = lp_env_nodeclass_key(lp_controller_env(c),
+                                   lp_obj_get(old_obj ? old_obj : new_obj, "spec.nodeClassRef"));
+  if (key) lp_controller_enqueue(c, key);
+  free(key);
 }
 
 /* resync_s stays 0: the period is a setting, so each reconcile asks for the next one itself. */

@@ -267,8 +267,7 @@ static void reconcile(lp_controller *c, const char *key) {
   json_int_t nodes = 0;
   json_object_set_new(status, "resources", pool_resources(env, key, &nodes));
   json_object_set_new(status, "nodes", json_integer(nodes));
-  const char *class_name = json_string_value(json_object_get(ref, "name"));
-  const json_t *nc = class_name ? lp_env_get(env, LP_KIND_NODECLASS, class_name) : NULL;
+  const json_t *nc = lp_env_nodeclass_of(env, ref); /* by group and name */
   json_t *generation = json_object_get(json_object_get(nc, "metadata"), "generation");
   if (json_is_integer(generation)) json_object_set(status, "nodeClassObservedGeneration", generation);
   set_validation(desired, now);
@@ -300,6 +299,8 @@ typedef struct class_change {
   const char *name;
 } class_change;
 
+/* By name alone: a class of that name in another group enqueues the pool too, for nothing (its ref's
+ * group is compared in reconcile), so the changed object's group need not be known. */
 static void enqueue_if_refers(const char *key, json_t *pool, void *ud) {
   class_change *cc = ud;
   const char *name = lp_obj_str(pool, "spec.template.spec.nodeClassRef.name");

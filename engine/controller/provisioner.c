@@ -296,7 +296,7 @@ static void solve(pv_pass *p) {
 
 typedef struct fetch {
   pv_pass *p;
-  char *nodeclass;
+  char *nodeclass; /* its key */
 } fetch;
 
 static void types_fetched(json_t *value, lp_error *err, void *ud) {
@@ -305,14 +305,14 @@ static void types_fetched(json_t *value, lp_error *err, void *ud) {
   if (err) {
     lp_warn(lp_controller_logger(p->c), "could not list instance types", LPF_STR("nodeclass", f->nodeclass),
             LPF_STR("code", err->code), LPF_STR("error", err->message));
+    char *label = lp_env_nodeclass_label(p->env, f->nodeclass);
     for (size_t i = 0; i < p->npools; i++) {
       pv_pool *pool = &p->pools[i];
       if (!pool->skip_why && pool->nodeclass && strcmp(pool->nodeclass, f->nodeclass) == 0)
-        pool->skip_why = lp_xasprintf("listing the instance types of %s %s failed: %s",
-                                      lp_env_nodeclass(p->env)->kind, f->nodeclass, err->message);
+        pool->skip_why = lp_xasprintf("listing the instance types of %s failed: %s", label, err->message);
     }
-    lp_error_keep_first(&p->err, lp_error_new(err->code, "instance types of %s %s: %s",
-                                              lp_env_nodeclass(p->env)->kind, f->nodeclass, err->message));
+    lp_error_keep_first(&p->err, lp_error_new(err->code, "instance types of %s: %s", label, err->message));
+    free(label);
     lp_error_free(err);
   } else {
     json_object_set_new(p->types, f->nodeclass, value);
@@ -326,9 +326,9 @@ static void types_fetched(json_t *value, lp_error *err, void *ud) {
 static void fetch_types(pv_pass *p) {
   json_t *asked = json_object();
   for (size_t i = 0; i < p->npools; i++) {
-    const char *name = p->pools[i].nodeclass;
-    if (p->pools[i].skip_why || !name || json_object_get(asked, name)) continue;
-    json_object_set_new(asked, name, json_true());
+    const char *key = p->pools[i].nodeclass; /* group and name: one fetch per class */
+    if (p->pools[i].skip_why || !key || json_object_get(asked, key)) continue;
+    json_object_set_new(asked, key, json_true());
     p->fetching++;
   }
   if (p->fetching == 0) {
@@ -336,13 +336,13 @@ static void fetch_types(pv_pass *p) {
     solve(p);
     return;
   }
-  const char *name;
+  const char *key;
   json_t *v;
-  json_object_foreach(asked, name, v) {
+  json_object_foreach(asked, key, v) {
     fetch *f = lp_xmalloc(sizeof *f);
     f->p = p;
-    f->nodeclass = lp_xstrdup(name);
-    lp_cp_get_instance_types(lp_env_cloud(p->env), lp_env_get(p->env, LP_KIND_NODECLASS, name), types_fetched,
+    f->nodeclass = lp_xstrdup(key);
+    lp_cp_get_instance_types(lp_env_cloud(p->env), lp_env_get(p->env, LP_KIND_NODECLASS, key), types_fetched,
                              f);
   }
   json_decref(asked);

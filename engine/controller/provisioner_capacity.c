@@ -244,8 +244,7 @@ static const char *unusable(pv_pass *p, const json_t *supported, const json_t *p
   if (lp_obj_deleting(pool)) return "the nodepool is being deleted";
   if (!lp_nodeclass_ref_supported(supported, lp_obj_get(pool, "spec.template.spec.nodeClassRef")))
     return "its nodeClassRef is not a node class this provider serves";
-  const char *class_name = lp_obj_str(pool, "spec.template.spec.nodeClassRef.name");
-  const json_t *nc = class_name ? lp_env_get(p->env, LP_KIND_NODECLASS, class_name) : NULL;
+  const json_t *nc = lp_env_nodeclass_of(p->env, lp_obj_get(pool, "spec.template.spec.nodeClassRef"));
   const char *problem = !nc                                     ? "was not found"
                         : lp_obj_deleting(nc)                   ? "is being deleted"
                         : !lp_condition_is(nc, "Ready", "True") ? "is not Ready"
@@ -339,7 +338,7 @@ void pv_collect_pools(pv_pass *p) {
     pv_pool *pool = &p->pools[i];
     pool->obj = json_incref(s.found[i]);
     pool->name = lp_obj_name(pool->obj);
-    pool->nodeclass = lp_obj_str(pool->obj, "spec.template.spec.nodeClassRef.name");
+    pool->nodeclass = lp_env_nodeclass_key(p->env, lp_obj_get(pool->obj, "spec.template.spec.nodeClassRef"));
     pool->taints = json_object_get(
         json_object_get(json_object_get(json_object_get(pool->obj, "spec"), "template"), "spec"), "taints");
     char *why = NULL;
@@ -395,8 +394,9 @@ void pv_pool_set_types(pv_pass *p, pv_pool *pool, const json_t *types) {
       if (t->capacity.v[k] == 0) t->allocatable.v[k] = 0;
   }
   if (pool->ntypes == 0 && !pool->skip_why) {
-    pool->skip_why = lp_xasprintf("no instance type of %s %s is compatible with its requirements",
-                                  lp_env_nodeclass(p->env)->kind, pool->nodeclass ? pool->nodeclass : "?");
+    char *label = lp_env_nodeclass_label(p->env, pool->nodeclass ? pool->nodeclass : "?");
+    pool->skip_why = lp_xasprintf("no instance type of %s is compatible with its requirements", label);
+    free(label);
     lp_env_event(p->env, pool->obj, "Warning", "NoCompatibleInstanceTypes",
                  "NodePool requirements filtered out all compatible available instance types");
   }
@@ -410,6 +410,7 @@ void pv_pools_free(pv_pass *p) {
     json_decref(pool->provider_keys);
     free(pool->types);
     free(pool->skip_why);
+    free(pool->nodeclass);
   }
   free(p->pools);
   p->pools = NULL;

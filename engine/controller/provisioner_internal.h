@@ -105,8 +105,8 @@ typedef struct pv_type {
 
 typedef struct pv_pool {
   const char *name;
-  json_t *obj; /* own reference */
-  const char *nodeclass;
+  json_t *obj;           /* own reference */
+  char *nodeclass;       /* the key of its node class (lp_env_nodeclass_key) */
   const json_t *taints;  /* spec.template.spec.taints */
   json_t *reqs;          /* template requirements, template labels (In) and nodepool In [name]; NULL
                             when they contradict each other (skip_why says how) */
@@ -170,7 +170,7 @@ typedef struct pv_pass {
   size_t nbins;
   pv_pool *pools; /* by weight, then name */
   size_t npools;
-  json_t *types; /* nodeclass name -> its instance types (own) */
+  json_t *types; /* node class key -> its instance types (own) */
   size_t fetching;
   pv_claim *claims;
   size_t nclaims, claims_cap;

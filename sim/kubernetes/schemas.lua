@@ -62,6 +62,10 @@ local ecsnodeclass_spec = object({
   keyPairName = str(), passwordInherit = bool(),
 }, { "vSwitchSelectorTerms", "securityGroupSelectorTerms", "imageSelectorTerms" })
 
+-- The ECSNodeClass spec of karpenter.alibabacloud.com (Alibaba's official provider's group): for now
+-- the same fields as luaprov's own group's.
+local official_ecsnodeclass_spec = ecsnodeclass_spec
+
 local lease_spec = object { holderIdentity = str(), leaseDurationSeconds = int(), acquireTime = time(),
   renewTime = time(), leaseTransitions = int(), strategy = str(), preferredHolder = str() }
 
@@ -76,6 +80,7 @@ local event_body = {
 }
 
 -- Bodies by kind name; the resource list (store.RESOURCES) says which group/version each is in.
+-- GROUP_BODIES overrides a kind in one group, where two groups serve a kind of one name.
 local BODIES = {
   Namespace = resource_body(free(), free()),
   Node = resource_body(free(), free()),
@@ -88,6 +93,16 @@ local BODIES = {
   NodeClaim = resource_body(nodeclaim_spec, free()),
   ECSNodeClass = resource_body(ecsnodeclass_spec, free()),
 }
+
+local GROUP_BODIES = {
+  ["karpenter.alibabacloud.com"] = { ECSNodeClass = resource_body(official_ecsnodeclass_spec, free()) },
+}
+
+--- body(group, kind) -> the top-level properties of kind as group serves it, or nil.
+local function body_of(group, kind)
+  local in_group = GROUP_BODIES[group]
+  return in_group and in_group[kind] or BODIES[kind]
+end
 
 -- Kinds that are only ever the body of an action subresource.
 local ACTION_BODIES = {
@@ -160,7 +175,7 @@ end
 function M.components(resources)
   local out = meta_schemas()
   for _, r in ipairs(resources) do
-    out[M.name(r.group, r.version, r.kind)] = kind_schema(BODIES[r.kind], r.group, r.version, r.kind)
+    out[M.name(r.group, r.version, r.kind)] = kind_schema(body_of(r.group, r.kind), r.group, r.version, r.kind)
     out[M.name(r.group, r.version, r.kind .. "List")] = list_schema(r.group, r.version, r.kind)
     for _, a in ipairs(r.actions or {}) do
       out[M.name(a.group, a.version, a.kind)] = kind_schema(ACTION_BODIES[a.kind], a.group, a.version, a.kind)
@@ -192,11 +207,11 @@ local function walk(schema, value, path, out)
   end
 end
 
---- unknown_fields(kind, obj) -> the sorted paths ("spec.weigth") of fields obj has that its kind's
--- schema does not declare.
-function M.unknown_fields(kind, obj)
+--- unknown_fields(group, kind, obj) -> the sorted paths ("spec.weigth") of fields obj has that the
+-- schema of kind in group does not declare.
+function M.unknown_fields(group, kind, obj)
   local out = {}
-  local body = BODIES[kind] or ACTION_BODIES[kind]
+  local body = body_of(group, kind) or ACTION_BODIES[kind]
   if body then walk(object(body), obj, "", out) end
   table.sort(out)
   return out

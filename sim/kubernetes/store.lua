@@ -39,6 +39,10 @@ M.RESOURCES = {
     namespaced = false, status = true, crd = true, categories = { "karpenter" } },
   { group = "karpenter.k8s.alibabacloud", version = "v1alpha1", name = "ecsnodeclasses", kind = "ECSNodeClass",
     singular = "ecsnodeclass", namespaced = false, status = true, crd = true, categories = { "karpenter" } },
+  -- the same kind in the group of Alibaba's official Karpenter provider; its spec schema is its own
+  -- (schemas.lua, by group and kind)
+  { group = "karpenter.alibabacloud.com", version = "v1alpha1", name = "ecsnodeclasses", kind = "ECSNodeClass",
+    singular = "ecsnodeclass", namespaced = false, status = true, crd = true, categories = { "karpenter" } },
 }
 
 for _, r in ipairs(M.RESOURCES) do

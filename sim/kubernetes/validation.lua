@@ -45,7 +45,7 @@ end
 
 local function check_fields(res, obj, opts)
   if opts.validation == "Ignore" then return end
-  local unknown = schemas.unknown_fields(res.kind, obj)
+  local unknown = schemas.unknown_fields(res.group, res.kind, obj)
   if #unknown == 0 then return end
   local said = {}
   for i, field in ipairs(unknown) do said[i] = 'unknown field "' .. field .. '"' end

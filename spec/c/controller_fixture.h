@@ -66,14 +66,17 @@ static inline lp_controllers_config ctrl_manager_config(ctrl_fixture *f,
 
 /* Starts everything; controllers NULL-terminated (lp_controllers_default for all of them; a test naming
  * only some links only those), settings may be NULL (defaults, but fast GC and timeouts are up to the
- * test). Aborts when something cannot start. */
-static inline void ctrl_fixture_start(ctrl_fixture *f, const lp_controller_def *const *controllers,
-                                      const lp_ctrl_settings *settings) {
+ * test), scripts_dir the operator's script tree over the source tree's (NULL: none; e.g.
+ * LUAPROV_SOURCE_DIR "/spec/fixtures/nodeclass_aliases", a mapping of another descriptor). Aborts when
+ * something cannot start. */
+static inline void ctrl_fixture_start_tree(ctrl_fixture *f, const lp_controller_def *const *controllers,
+                                           const lp_ctrl_settings *settings, const char *scripts_dir) {
   memset(f, 0, sizeof *f);
   lp_log_configure(getenv("LUAPROV_TEST_LOG") ? LP_LOG_DEBUG : LP_LOG_ERROR, LP_LOG_FORMAT_JSON, 2);
   setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", "LTAI5simulatoraccess", 1);
   setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "simulator-secret-do-not-use", 1);
-  if (sim_fixture_start(&f->loop, "kubernetes", &f->sim, &f->http, &f->scripts) != 0) abort();
+  if (sim_fixture_start_tree(&f->loop, "kubernetes", &f->sim, &f->http, &f->scripts, scripts_dir) != 0)
+    abort();
   f->cloud = lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &f->loop,
                                                              .scripts = f->scripts,
                                                              .cluster_id = "luaprov-sim",
@@ -103,6 +106,12 @@ static inline void ctrl_fixture_start(ctrl_fixture *f, const lp_controller_def *
     fprintf(stderr, "manager: %s\n", err ? err->message : "?");
     abort();
   }
+}
+
+/* ctrl_fixture_start_tree over the source tree's scripts alone (the Alibaba mapping as it ships). */
+static inline void ctrl_fixture_start(ctrl_fixture *f, const lp_controller_def *const *controllers,
+                                      const lp_ctrl_settings *settings) {
+  ctrl_fixture_start_tree(f, controllers, settings, NULL);
 }
 
 /* Runs the loop until cond(f, ud) is non-zero or timeout_s passes; returns cond's last value. */

@@ -66,10 +66,12 @@ static inline json_t *sim_admin(uv_loop_t *loop, lp_http_client *http, lp_sim *s
 }
 
 /* Starts the in-process simulators of the source tree, an HTTP client and an engine script host with
- * the contract modules, all on loop. Returns 0, or -1 after printing why (service's simulator
- * missing, scripts not loading). */
-static inline int sim_fixture_start(uv_loop_t *loop, const char *service, lp_sim **sim, lp_http_client **http,
-                                    lp_script_host **scripts) {
+ * the contract modules, all on loop; the host's operator tree is scripts_dir (NULL: none, the source
+ * tree's scripts alone). Returns 0, or -1 after printing why (service's simulator missing, scripts not
+ * loading). */
+static inline int sim_fixture_start_tree(uv_loop_t *loop, const char *service, lp_sim **sim,
+                                         lp_http_client **http, lp_script_host **scripts,
+                                         const char *scripts_dir) {
   uv_loop_init(loop);
   lp_error *err = NULL;
   *sim = lp_sim_start(loop, &(lp_sim_options){.scripts_dir = LUAPROV_SOURCE_DIR}, &err);
@@ -78,8 +80,11 @@ static inline int sim_fixture_start(uv_loop_t *loop, const char *service, lp_sim
     return -1;
   }
   *http = lp_http_client_new(loop, NULL, &err);
-  lp_script_host_config cfg = {
-      .loop = loop, .defaults_dir = LUAPROV_SOURCE_DIR, .modules = lp_contract_modules, .http = *http};
+  lp_script_host_config cfg = {.loop = loop,
+                               .scripts_dir = scripts_dir,
+                               .defaults_dir = LUAPROV_SOURCE_DIR,
+                               .modules = lp_contract_modules,
+                               .http = *http};
   lp_problems problems = {0};
   *scripts = lp_script_host_new(&cfg, &problems);
   if (!*scripts) {
@@ -90,6 +95,12 @@ static inline int sim_fixture_start(uv_loop_t *loop, const char *service, lp_sim
     return -1;
   }
   return 0;
+}
+
+/* sim_fixture_start_tree with the source tree's scripts alone. */
+static inline int sim_fixture_start(uv_loop_t *loop, const char *service, lp_sim **sim, lp_http_client **http,
+                                    lp_script_host **scripts) {
+  return sim_fixture_start_tree(loop, service, sim, http, scripts, NULL);
 }
 
 /* ---- an operator's script tree ------------------------------------------------------------ */

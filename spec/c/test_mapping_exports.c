@@ -167,6 +167,93 @@ static void test_descriptor_checks(void) {
   json_decref(pinned), json_decref(other), json_decref(same);
 }
 
+/* aliases: absent, empty (a Lua {} arrives as an object) or a list of distinct other group names */
+static void test_descriptor_aliases(void) {
+  json_t *d = descriptor("ExampleNodeClass");
+  lp_nodeclass_desc out;
+  lp_nodeclass_desc_from_json(d, &out);
+  CHECK_INT((int)out.naliases, 0);
+  CHECK(out.aliases == NULL);
+  json_object_set_new(d, "aliases", json_object());
+  CHECK(lp_nodeclass_desc_problem(d) == NULL);
+  json_object_set_new(d, "aliases", json_pack("[s, s]", "karpenter.example.com", "old.example.com"));
+  CHECK(lp_nodeclass_desc_problem(d) == NULL);
+  lp_nodeclass_desc_from_json(d, &out);
+  CHECK_INT((int)out.naliases, 2);
+  CHECK_STR(out.aliases[0], "karpenter.example.com");
+  CHECK_STR(out.aliases[1], "old.example.com");
+  lp_nodeclass_desc_release(&out);
+  CHECK(out.aliases == NULL && out.naliases == 0);
+
+  static const struct {
+    const char *aliases, *problem;
+  } bad[] = {
+      {"\"karpenter.example.com\"", "nodeclass.aliases is not a list of API group names"},
+      {"{\"a\": \"karpenter.example.com\"}", "nodeclass.aliases is not a list of API group names"},
+      {"[\"karpenter.example.com\", 7]", "nodeclass.aliases[2] is not a non-empty string"},
+      {"[\"\"]", "nodeclass.aliases[1] is not a non-empty string"},
+      {"[\"Karpenter.Example.com\"]",
+       "nodeclass.aliases[1] \"Karpenter.Example.com\" is not an API group name"},
+      {"[\"karpenter.example.com/v1\"]",
+       "nodeclass.aliases[1] \"karpenter.example.com/v1\" is not an API group"},
+      {"[\"old.example.com\", \"karpenter.k8s.example.com\"]",
+       "nodeclass.aliases[2] \"karpenter.k8s.example.com\" is nodeclass.group itself"},
+      {"[\"a.example.com\", \"b.example.com\", \"a.example.com\"]",
+       "nodeclass.aliases[3] \"a.example.com\" repeats aliases[1]"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    json_object_set_new(d, "aliases", json_loads(bad[i].aliases, JSON_DECODE_ANY, NULL));
+    char *problem = lp_nodeclass_desc_problem(d);
+    CHECK_CONTAINS(problem, bad[i].problem);
+    free(problem);
+    /* a descriptor with a problem of its own is not pinned */
+    lp_nodeclass_desc_pin(d);
+    json_t *plain = descriptor("OtherNodeClass");
+    CHECK(lp_nodeclass_desc_problem(plain) == NULL);
+    json_decref(plain);
+    lp_nodeclass_desc_unpin(d);
+    /* and reads as having none */
+    lp_nodeclass_desc_from_json(d, &out);
+    CHECK_INT((int)out.naliases, 0);
+  }
+
+  /* pinned: adding, dropping, reordering or renaming an alias is a change; the same list is not */
+  json_t *pinned = descriptor("ExampleNodeClass");
+  json_object_set_new(pinned, "aliases", json_pack("[s, s]", "a.example.com", "b.example.com"));
+  lp_nodeclass_desc_pin(pinned);
+  static const char *const changed[] = {"[]", "[\"a.example.com\"]", "[\"b.example.com\", \"a.example.com\"]",
+                                        "[\"a.example.com\", \"c.example.com\"]", NULL};
+  for (const char *const *c = changed; *c; c++) {
+    json_object_set_new(d, "aliases", json_loads(*c, JSON_DECODE_ANY, NULL));
+    char *problem = lp_nodeclass_desc_problem(d);
+    CHECK_CONTAINS(problem, "nodeclass.aliases changed from [\"a.example.com\",\"b.example.com\"] to ");
+    CHECK_CONTAINS(problem, "restart luaprov to change the node class");
+    free(problem);
+  }
+  json_object_del(d, "aliases");
+  char *problem = lp_nodeclass_desc_problem(d);
+  CHECK_CONTAINS(problem, "nodeclass.aliases changed from [\"a.example.com\",\"b.example.com\"] to none");
+  free(problem);
+  json_object_set_new(d, "aliases", json_pack("[s, s]", "a.example.com", "b.example.com"));
+  CHECK(lp_nodeclass_desc_problem(d) == NULL);
+  lp_nodeclass_desc_unpin(pinned);
+  json_decref(pinned);
+
+  /* pinned without aliases: an empty table is still none, a new alias is a change */
+  pinned = descriptor("ExampleNodeClass");
+  lp_nodeclass_desc_pin(pinned);
+  json_object_set_new(d, "aliases", json_object());
+  CHECK(lp_nodeclass_desc_problem(d) == NULL);
+  json_object_set_new(d, "aliases", json_pack("[s]", "a.example.com"));
+  problem = lp_nodeclass_desc_problem(d);
+  CHECK_CONTAINS(problem,
+                 "nodeclass.aliases changed from none to [\"a.example.com\"] since the engine started");
+  free(problem);
+  lp_nodeclass_desc_unpin(pinned);
+  json_decref(pinned);
+  json_decref(d);
+}
+
 /* ---- through the script host ------------------------------------------------------------- */
 
 static char tree[] = "/tmp/luaprov-exports-XXXXXX";
@@ -245,6 +332,47 @@ static void test_provider_reads_exports(void) {
   uv_run(&loop, UV_RUN_DEFAULT);
 }
 
+/* A mapping with aliases answers GetSupportedNodeClasses with every group, primary first; a reload
+ * that changes the aliases is refused. */
+static void test_provider_aliases(void) {
+  write_mapping("M.nodeclass.aliases = { 'karpenter.alibabacloud.com', 'old.example.com' }");
+  lp_problems problems = {0};
+  lp_script_host *h = host_of(&problems);
+  CHECK(h != NULL);
+  lp_problems_free(&problems);
+  if (!h) return;
+  lp_cloudprovider *cp =
+      lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &loop, .scripts = h, .refresh_interval_s = -1});
+  const lp_nodeclass_desc *d = lp_cloudprovider_nodeclass(cp);
+  CHECK_INT((int)d->naliases, 2);
+  json_t *supported = lp_cloudprovider_supported_nodeclasses(cp);
+  char *text = json_dumps(supported, JSON_COMPACT | JSON_SORT_KEYS);
+  CHECK_STR(text,
+            "[{\"group\":\"karpenter.k8s.alibabacloud\",\"kind\":\"ECSNodeClass\",\"version\":\"v1alpha1\"},"
+            "{\"group\":\"karpenter.alibabacloud.com\",\"kind\":\"ECSNodeClass\",\"version\":\"v1alpha1\"},"
+            "{\"group\":\"old.example.com\",\"kind\":\"ECSNodeClass\",\"version\":\"v1alpha1\"}]");
+  free(text);
+  json_decref(supported);
+
+  uint64_t before = lp_script_host_generation_id(h);
+  write_mapping("M.nodeclass.aliases = { 'karpenter.alibabacloud.com' }");
+  CHECK_INT(lp_script_host_reload(h, "test", 1, &problems), -1);
+  text = lp_problems_render(&problems);
+  CHECK_CONTAINS(text, "providers/alibaba/init.lua:");
+  CHECK_CONTAINS(text,
+                 "nodeclass.aliases changed from [\"karpenter.alibabacloud.com\",\"old.example.com\"] to "
+                 "[\"karpenter.alibabacloud.com\"] since the engine started");
+  free(text);
+  lp_problems_free(&problems);
+  CHECK_INT(lp_script_host_generation_id(h), before);
+  CHECK_INT((int)lp_cloudprovider_nodeclass(cp)->naliases, 2);
+  write_mapping("M.nodeclass.aliases = { 'karpenter.alibabacloud.com', 'old.example.com' }\nM.name = 'x'");
+  CHECK_INT(lp_script_host_reload(h, "test", 1, NULL), 1);
+  lp_cloudprovider_free(cp);
+  lp_script_host_close(h, NULL, NULL);
+  uv_run(&loop, UV_RUN_DEFAULT);
+}
+
 /* A CloudProvider over a mapping loaded without validation, whose descriptor misses a field, logs it
  * and pins nothing: a validated load afterwards (a hot reload, another host) is not compared with its
  * gaps. */
@@ -279,6 +407,9 @@ static void test_load_refuses_broken_exports(void) {
   } cases[] = {
       {"M.nodeclass.finalizer = nil", "node class descriptor: nodeclass.finalizer is missing"},
       {"M.nodeclass = nil", "nodeclass is missing or not a table"},
+      {"M.nodeclass.aliases = { M.nodeclass.group }",
+       "nodeclass.aliases[1] \"karpenter.k8s.alibabacloud\" is "
+       "nodeclass.group itself"},
       {"M.settings = { { name = 'Region' } }", "settings: settings[1].name is not a lower-case option name"},
       {"M.drift_reasons = { 'imageDrift' }", "drift_reasons must be a list of CamelCase words"},
   };
@@ -307,7 +438,9 @@ int main(void) {
   RUN(test_settings_values);
   RUN(test_settings_shape);
   RUN(test_descriptor_checks);
+  RUN(test_descriptor_aliases);
   RUN(test_provider_reads_exports);
+  RUN(test_provider_aliases);
   RUN(test_unvalidated_descriptor_not_pinned);
   RUN(test_load_refuses_broken_exports);
   char cmd[300];

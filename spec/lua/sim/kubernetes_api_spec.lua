@@ -145,6 +145,54 @@ describe("kubernetes simulator: OpenAPI v3", function()
   end)
 end)
 
+describe("kubernetes simulator: ECSNodeClass in two groups", function()
+  local OLD = "/apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses"
+  local NEW = "/apis/karpenter.alibabacloud.com/v1alpha1/ecsnodeclasses"
+  local spec = { vSwitchSelectorTerms = { { tags = { a = "b" } } }, securityGroupSelectorTerms = { { id = "sg-1" } },
+    imageSelectorTerms = { { alias = "AlibabaCloudLinux3" } } }
+
+  it("serves the kind in luaprov's group and in karpenter.alibabacloud.com, one object store each", function()
+    local _, groups = call("GET", "/apis")
+    local found = {}
+    for _, g in ipairs(groups.groups) do found[g.name] = g.preferredVersion.version end
+    assert.same({ "v1alpha1", "v1alpha1" },
+      { found["karpenter.k8s.alibabacloud"], found["karpenter.alibabacloud.com"] })
+    local _, list = call("GET", "/apis/karpenter.alibabacloud.com/v1alpha1")
+    assert.same({ "ecsnodeclasses", "ECSNodeClass" }, { list.resources[1].name, list.resources[1].kind })
+
+    -- the same name in both groups is two objects
+    ok("POST", OLD, { metadata = { name = "default" }, spec = spec })
+    local new = ok("POST", NEW .. "?fieldValidation=Strict", { metadata = { name = "default" }, spec = spec })
+    assert.equal("karpenter.alibabacloud.com/v1alpha1", new.apiVersion)
+    ok("PATCH", NEW .. "/default", { metadata = { annotations = { group = "new" } } },
+      { ["content-type"] = "application/merge-patch+json" })
+    assert.equal("new", ok("GET", NEW .. "/default").metadata.annotations.group)
+    assert.is_nil(ok("GET", OLD .. "/default").metadata.annotations)
+    assert.equal("karpenter.k8s.alibabacloud/v1alpha1", ok("GET", OLD .. "/default").apiVersion)
+    ok("DELETE", OLD .. "/default")
+    assert.equal(404, (call("GET", OLD .. "/default")))
+    assert.equal(1, #ok("GET", NEW).items)
+  end)
+
+  it("checks each group's objects against that group's schema", function()
+    local status, e = call("POST", NEW .. "?fieldValidation=Strict",
+      { metadata = { name = "typo" }, spec = { vSwitchSelectorTerm = {} } })
+    assert.equal(400, status)
+    assert.matches('unknown field "spec.vSwitchSelectorTerm"', e.message, 1, true)
+    local root = ok("GET", "/openapi/v3")
+    local doc = ok("GET", root.paths["apis/karpenter.alibabacloud.com/v1alpha1"].serverRelativeURL)
+    local class = doc.components.schemas["com.alibabacloud.karpenter.v1alpha1.ECSNodeClass"]
+    assert.same({ { group = "karpenter.alibabacloud.com", version = "v1alpha1", kind = "ECSNodeClass" } },
+      class["x-kubernetes-group-version-kind"])
+    assert.truthy(class.properties.spec.properties.vSwitchSelectorTerms)
+    local schemas = require "sim.kubernetes.schemas"
+    assert.same({ "spec.nope" }, schemas.unknown_fields("karpenter.alibabacloud.com", "ECSNodeClass",
+      { spec = { nope = 1, imageSelectorTerms = {} } }))
+    assert.same({ "spec.nope" }, schemas.unknown_fields("karpenter.k8s.alibabacloud", "ECSNodeClass",
+      { spec = { nope = 1 } }))
+  end)
+end)
+
 describe("kubernetes simulator: tables", function()
   local function columns(t)
     local names = {}
