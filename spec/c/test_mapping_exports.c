@@ -281,15 +281,24 @@ static lp_script_host *host_of(lp_problems *problems) {
   return lp_script_host_new(&cfg, problems);
 }
 
-static void test_provider_reads_exports(void) {
-  write_mapping("");
+/* A script host over the default mapping with edit applied (write_mapping) and a CloudProvider over it;
+ * NULL (with *h NULL) when the scripts do not load. */
+static lp_cloudprovider *provider_over(const char *edit, lp_script_host **h) {
+  write_mapping(edit);
   lp_problems problems = {0};
-  lp_script_host *h = host_of(&problems);
-  CHECK(h != NULL);
+  *h = host_of(&problems);
+  CHECK(*h != NULL);
   lp_problems_free(&problems);
-  if (!h) return;
-  lp_cloudprovider *cp =
-      lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &loop, .scripts = h, .refresh_interval_s = -1});
+  if (!*h) return NULL;
+  return lp_cloudprovider_new(
+      &(lp_cloudprovider_config){.loop = &loop, .scripts = *h, .refresh_interval_s = -1});
+}
+
+static void test_provider_reads_exports(void) {
+  lp_script_host *h;
+  lp_cloudprovider *cp = provider_over("", &h);
+  if (!cp) return;
+  lp_problems problems = {0};
   const lp_nodeclass_desc *d = lp_cloudprovider_nodeclass(cp);
   CHECK_STR(d->group, "karpenter.k8s.alibabacloud");
   CHECK_STR(d->kind, "ECSNodeClass");
@@ -335,14 +344,11 @@ static void test_provider_reads_exports(void) {
 /* A mapping with aliases answers GetSupportedNodeClasses with every group, primary first; a reload
  * that changes the aliases is refused. */
 static void test_provider_aliases(void) {
-  write_mapping("M.nodeclass.aliases = { 'karpenter.alibabacloud.com', 'old.example.com' }");
-  lp_problems problems = {0};
-  lp_script_host *h = host_of(&problems);
-  CHECK(h != NULL);
-  lp_problems_free(&problems);
-  if (!h) return;
+  lp_script_host *h;
   lp_cloudprovider *cp =
-      lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &loop, .scripts = h, .refresh_interval_s = -1});
+      provider_over("M.nodeclass.aliases = { 'karpenter.alibabacloud.com', 'old.example.com' }", &h);
+  if (!cp) return;
+  lp_problems problems = {0};
   const lp_nodeclass_desc *d = lp_cloudprovider_nodeclass(cp);
   CHECK_INT((int)d->naliases, 2);
   json_t *supported = lp_cloudprovider_supported_nodeclasses(cp);
