@@ -17,8 +17,12 @@ M.name = "alibabacloud"
 -- `group/version`, answers GetSupportedNodeClasses with it, holds a deleted class with `finalizer`
 -- and stamps the hash annotations static drift compares. Read once when the engine starts; a reload
 -- that changes it is refused (docs/contracts.md#the-node-class-descriptor).
+-- The group is the official Alibaba provider's, so its ECSNodeClasses and NodePools apply unchanged;
+-- luaprov's earlier group stays watched as an alias (docs/alibaba.md#the-ecsnodeclass). The finalizer
+-- and the annotations keep their earlier names: existing classes and NodeClaims carry them.
 M.nodeclass = {
-  group = "karpenter.k8s.alibabacloud",
+  group = "karpenter.alibabacloud.com",
+  aliases = { "karpenter.k8s.alibabacloud" },
   version = "v1alpha1",
   kind = "ECSNodeClass",
   resource = "ecsnodeclasses",

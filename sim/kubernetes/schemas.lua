@@ -62,9 +62,28 @@ local ecsnodeclass_spec = object({
   keyPairName = str(), passwordInherit = bool(),
 }, { "vSwitchSelectorTerms", "securityGroupSelectorTerms", "imageSelectorTerms" })
 
--- The ECSNodeClass spec of karpenter.alibabacloud.com (Alibaba's official provider's group): for now
--- the same fields as luaprov's own group's.
-local official_ecsnodeclass_spec = ecsnodeclass_spec
+-- The ECSNodeClass spec of karpenter.alibabacloud.com (Alibaba's official provider's group), down to
+-- the fields examples/deploy/crds/karpenter.alibabacloud.com_ecsnodeclasses.yaml declares.
+local function number() return { type = "number" } end
+local official_ecsnodeclass_spec = object({
+  clusterID = str(), clusterName = str(), clusterEndpoint = str(),
+  vSwitchSelectorTerms = list_of(object { id = str(), tags = string_map(), zoneID = str() }),
+  vSwitchSelectionPolicy = str(),
+  securityGroupSelectorTerms = list_of(object { id = str(), name = str(), tags = string_map() }),
+  imageSelectorTerms = list_of(object { id = str(), name = str(), tags = string_map(), imageFamily = str(),
+    imageOwnerAlias = str(), imageOwnerID = str(), alias = str() }),
+  role = str(),
+  systemDisk = object { category = str(), categories = strings(), size = int(), performanceLevel = str(),
+    encrypted = bool(), kmsKeyID = str() },
+  dataDisks = list_of(object { category = str(), size = int(), device = str(), performanceLevel = str(),
+    encrypted = bool(), kmsKeyID = str(), snapshotID = str(), deleteWithInstance = bool() }),
+  formatDataDisk = bool(), spotStrategy = str(), spotPriceLimit = number(), userData = str(), tags = string_map(),
+  kubelet = free(),
+  capacityReservationSelectorTerms = list_of(object { id = str(), tags = string_map() }),
+  capacityReservationPreference = str(),
+  metadataOptions = object { httpTokens = str(), httpPutResponseHopLimit = int(), httpEndpoint = str() },
+  launchTemplateID = str(), resourceGroupId = str(), keyPairName = str(), password = str(), passwordInherit = bool(),
+}, { "vSwitchSelectorTerms", "securityGroupSelectorTerms", "imageSelectorTerms" })
 
 local lease_spec = object { holderIdentity = str(), leaseDurationSeconds = int(), acquireTime = time(),
   renewTime = time(), leaseTransitions = int(), strategy = str(), preferredHolder = str() }

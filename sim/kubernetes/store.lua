@@ -37,11 +37,13 @@ M.RESOURCES = {
     namespaced = false, status = true, crd = true, categories = { "karpenter" } },
   { group = "karpenter.sh", version = "v1", name = "nodeclaims", kind = "NodeClaim", singular = "nodeclaim",
     namespaced = false, status = true, crd = true, categories = { "karpenter" } },
-  { group = "karpenter.k8s.alibabacloud", version = "v1alpha1", name = "ecsnodeclasses", kind = "ECSNodeClass",
-    singular = "ecsnodeclass", namespaced = false, status = true, crd = true, categories = { "karpenter" } },
-  -- the same kind in the group of Alibaba's official Karpenter provider; its spec schema is its own
-  -- (schemas.lua, by group and kind)
+  -- ECSNodeClass in the group of Alibaba's official Karpenter provider, then in luaprov's earlier group,
+  -- each with its own spec schema (schemas.lua, by group and kind). Listed in the order a real API
+  -- server's discovery gives CRD groups of equal priority (by name), so `kubectl get ecsnodeclass`
+  -- means the official group's here as there.
   { group = "karpenter.alibabacloud.com", version = "v1alpha1", name = "ecsnodeclasses", kind = "ECSNodeClass",
+    singular = "ecsnodeclass", namespaced = false, status = true, crd = true, categories = { "karpenter" } },
+  { group = "karpenter.k8s.alibabacloud", version = "v1alpha1", name = "ecsnodeclasses", kind = "ECSNodeClass",
     singular = "ecsnodeclass", namespaced = false, status = true, crd = true, categories = { "karpenter" } },
 }
 

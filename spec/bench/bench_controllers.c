@@ -38,7 +38,7 @@ static int claim_request(bench_seeding *s, size_t i, unsigned step, bench_seed_r
       "\"finalizers\":[\"karpenter.sh/termination\"],\"labels\":{\"karpenter.sh/nodepool\":\"default\","
       "\"node.kubernetes.io/instance-type\":\"ecs.g7.large\",\"topology.kubernetes.io/zone\":"
       "\"cn-hangzhou-h\",\"karpenter.sh/capacity-type\":\"on-demand\"}},\"spec\":{\"nodeClassRef\":{"
-      "\"group\":\"karpenter.k8s.alibabacloud\",\"kind\":\"ECSNodeClass\",\"name\":\"default\"},"
+      "\"group\":\"karpenter.alibabacloud.com\",\"kind\":\"ECSNodeClass\",\"name\":\"default\"},"
       "\"requirements\":[{\"key\":\"karpenter.sh/capacity-type\",\"operator\":\"In\",\"values\":"
       "[\"on-demand\"]}],\"resources\":{\"requests\":{\"cpu\":\"1\"}}}}",
       i);

@@ -27,7 +27,7 @@
 #include "kube/config.h"
 
 #define CLAIMS  "/apis/karpenter.sh/v1/nodeclaims"
-#define CLASSES "/apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses"
+#define CLASSES "/apis/karpenter.alibabacloud.com/v1alpha1/ecsnodeclasses"
 #define POOL    "bench"
 /* Launching costs the mapping's CPU (tens of ms each), so the NodeClaims share this many instances: the
  * drift policy still looks an instance up per NodeClaim, only the simulator's instance table is small. */
@@ -72,7 +72,7 @@ static json_t *mapping(lp_script_host *scripts, const char *function, json_t *ar
 /* The ECSNodeClass "default", resolved and hashed as the nodeclass controller leaves it, stored. */
 static json_t *seed_nodeclass(lp_script_host *scripts) {
   json_t *nc = json_pack("{s:s, s:s, s:{s:s}, s:{s:[{s:{s:s}}], s:[{s:{s:s}}], s:[{s:s}]}}", "apiVersion",
-                         "karpenter.k8s.alibabacloud/v1alpha1", "kind", "ECSNodeClass", "metadata", "name",
+                         "karpenter.alibabacloud.com/v1alpha1", "kind", "ECSNodeClass", "metadata", "name",
                          "default", "spec", "vSwitchSelectorTerms", "tags", "karpenter.sh/discovery",
                          "luaprov-sim", "securityGroupSelectorTerms", "tags", "karpenter.sh/discovery",
                          "luaprov-sim", "imageSelectorTerms", "alias", "AlibabaCloudLinux3");
@@ -98,7 +98,7 @@ static json_t *nodepool(const char *team) {
   return json_pack("{s:s, s:s, s:{s:s}, s:{s:{s:{s:{s:s}}, s:{s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:[s]}]}}}}",
                    "apiVersion", "karpenter.sh/v1", "kind", "NodePool", "metadata", "name", POOL, "spec",
                    "template", "metadata", "labels", "team", team, "spec", "nodeClassRef", "group",
-                   "karpenter.k8s.alibabacloud", "kind", "ECSNodeClass", "name", "default", "requirements",
+                   "karpenter.alibabacloud.com", "kind", "ECSNodeClass", "name", "default", "requirements",
                    "key", "karpenter.sh/capacity-type", "operator", "In", "values", "on-demand");
 }
 
@@ -113,7 +113,7 @@ static json_t *launch_instances(const json_t *nodeclass, size_t count) {
         "{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:{s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:[s]}, {s:s, s:s, s:[s]}], "
         "s:{s:{s:s}}}}",
         "apiVersion", "karpenter.sh/v1", "kind", "NodeClaim", "metadata", "name", name, "uid", name, "labels",
-        "karpenter.sh/nodepool", POOL, "spec", "nodeClassRef", "group", "karpenter.k8s.alibabacloud", "kind",
+        "karpenter.sh/nodepool", POOL, "spec", "nodeClassRef", "group", "karpenter.alibabacloud.com", "kind",
         "ECSNodeClass", "name", "default", "requirements", "key", "karpenter.sh/capacity-type", "operator",
         "In", "values", "on-demand", "key", "topology.kubernetes.io/zone", "operator", "In", "values",
         zones[i % 4], "resources", "requests", "cpu", "1");

@@ -146,9 +146,9 @@ int main(int argc, char **argv) {
          json_integer_value(json_object_get(summary, "instance_types")), status);
   json_decref(summary);
   json_decref(bench_request(
-      &loop, http, kube_url, "POST", "/apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses",
+      &loop, http, kube_url, "POST", "/apis/karpenter.alibabacloud.com/v1alpha1/ecsnodeclasses",
       json_pack("{s:s, s:s, s:{s:s}, s:{s:[{s:{s:s}}], s:[{s:{s:s}}], s:[{s:s}]}}", "apiVersion",
-                "karpenter.k8s.alibabacloud/v1alpha1", "kind", "ECSNodeClass", "metadata", "name", "default",
+                "karpenter.alibabacloud.com/v1alpha1", "kind", "ECSNodeClass", "metadata", "name", "default",
                 "spec", "vSwitchSelectorTerms", "tags", "karpenter.sh/discovery", "luaprov-sim",
                 "securityGroupSelectorTerms", "tags", "karpenter.sh/discovery", "luaprov-sim",
                 "imageSelectorTerms", "alias", "AlibabaCloudLinux3"),
@@ -157,7 +157,7 @@ int main(int argc, char **argv) {
       &loop, http, kube_url, "POST", "/apis/karpenter.sh/v1/nodepools",
       json_pack("{s:s, s:s, s:{s:s}, s:{s:{s:{s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:[s]}]}}}}", "apiVersion",
                 "karpenter.sh/v1", "kind", "NodePool", "metadata", "name", "default", "spec", "template",
-                "spec", "nodeClassRef", "group", "karpenter.k8s.alibabacloud", "kind", "ECSNodeClass", "name",
+                "spec", "nodeClassRef", "group", "karpenter.alibabacloud.com", "kind", "ECSNodeClass", "name",
                 "default", "requirements", "key", "karpenter.sh/capacity-type", "operator", "In", "values",
                 "on-demand"),
       NULL));

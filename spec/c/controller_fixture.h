@@ -287,14 +287,14 @@ static inline void ctrl_fixture_apply_defaults(ctrl_fixture *f) {
   json_t *nodeclass = mapping_nodeclass("default", "luaprov-sim");
   char *body = json_dumps(nodeclass, JSON_COMPACT);
   json_decref(
-      ctrl_kube(f, "POST", "/apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses", body, &status));
+      ctrl_kube(f, "POST", "/apis/karpenter.alibabacloud.com/v1alpha1/ecsnodeclasses", body, &status));
   free(body);
   json_decref(nodeclass);
   if (status != 201) fprintf(stderr, "create ECSNodeClass default: %ld\n", status);
   json_decref(ctrl_kube(f, "POST", "/apis/karpenter.sh/v1/nodepools",
                         "{\"apiVersion\":\"karpenter.sh/v1\",\"kind\":\"NodePool\",\"metadata\":{\"name\":"
                         "\"default\"},\"spec\":{\"template\":{\"spec\":{\"nodeClassRef\":{\"group\":"
-                        "\"karpenter.k8s.alibabacloud\",\"kind\":\"ECSNodeClass\",\"name\":\"default\"},"
+                        "\"karpenter.alibabacloud.com\",\"kind\":\"ECSNodeClass\",\"name\":\"default\"},"
                         "\"requirements\":[{\"key\":\"karpenter.sh/capacity-type\",\"operator\":\"In\","
                         "\"values\":[\"on-demand\"]}]}}}}",
                         &status));

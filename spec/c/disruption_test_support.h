@@ -27,7 +27,7 @@ static inline void dt_nodepool(ctrl_fixture *f, const char *nodes) {
                      "s:{s:[{s:s}]}}}",
                      "apiVersion", "karpenter.sh/v1", "kind", "NodePool", "metadata", "name", DT_POOL, "spec",
                      "template", "metadata", "labels", "gen", "1", "spec", "nodeClassRef", "group",
-                     "karpenter.k8s.alibabacloud", "kind", "ECSNodeClass", "name", "default", "requirements",
+                     "karpenter.alibabacloud.com", "kind", "ECSNodeClass", "name", "default", "requirements",
                      "key", "karpenter.sh/capacity-type", "operator", "In", "values", "on-demand",
                      "disruption", "budgets", "nodes", nodes),
       201);
@@ -66,7 +66,7 @@ static inline void dt_post_claim(ctrl_fixture *f, const char *name) {
                            "labels", "karpenter.sh/nodepool", DT_POOL, "gen", gen, "annotations",
                            LP_NODEPOOL_HASH_ANNOTATION, hash, LP_NODEPOOL_HASH_VERSION_ANNOTATION,
                            LP_NODEPOOL_HASH_VERSION, "spec", "nodeClassRef", "group",
-                           "karpenter.k8s.alibabacloud", "kind", "ECSNodeClass", "name", "default",
+                           "karpenter.alibabacloud.com", "kind", "ECSNodeClass", "name", "default",
                            "requirements", "key", "karpenter.sh/capacity-type", "operator", "In", "values",
                            "on-demand", "resources", "requests", "cpu", "1"),
             201);

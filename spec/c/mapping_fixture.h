@@ -48,7 +48,7 @@ static inline json_t *mapping_ctx(lp_sim *sim) {
  * value none). No status; caller decrefs. */
 static inline json_t *mapping_nodeclass(const char *name, const char *vswitch_discovery) {
   return json_pack("{s:s, s:s, s:{s:s}, s:{s:[{s:{s:s}}], s:[{s:{s:s}}], s:[{s:s}]}}", "apiVersion",
-                   "karpenter.k8s.alibabacloud/v1alpha1", "kind", "ECSNodeClass", "metadata", "name", name,
+                   "karpenter.alibabacloud.com/v1alpha1", "kind", "ECSNodeClass", "metadata", "name", name,
                    "spec", "vSwitchSelectorTerms", "tags", "karpenter.sh/discovery", vswitch_discovery,
                    "securityGroupSelectorTerms", "tags", "karpenter.sh/discovery", "luaprov-sim",
                    "imageSelectorTerms", "alias", "AlibabaCloudLinux3");

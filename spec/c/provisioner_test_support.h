@@ -49,7 +49,7 @@ static inline long pt_nodepool(ctrl_fixture *f, const char *name, int weight, js
                                json_t *metadata, json_t *limits) {
   json_t *pool = json_pack("{s:s, s:s, s:{s:s}, s:{s:{s:{s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:[s]}]}}}}",
                            "apiVersion", "karpenter.sh/v1", "kind", "NodePool", "metadata", "name", name,
-                           "spec", "template", "spec", "nodeClassRef", "group", "karpenter.k8s.alibabacloud",
+                           "spec", "template", "spec", "nodeClassRef", "group", "karpenter.alibabacloud.com",
                            "kind", "ECSNodeClass", "name", "default", "requirements", "key",
                            "karpenter.sh/capacity-type", "operator", "In", "values", "on-demand");
   json_t *spec = json_object_get(pool, "spec");

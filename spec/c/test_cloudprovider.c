@@ -71,7 +71,7 @@ static json_t *nodeclaim(const char *name, const char *uid, const char *requirem
   json_t *claim = json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:{s:{s:s, s:s, s:s}, s:o, s:{s:o}}}",
                             "apiVersion", "karpenter.sh/v1", "kind", "NodeClaim", "metadata", "name", name,
                             "uid", uid, "labels", "karpenter.sh/nodepool", "default", "spec", "nodeClassRef",
-                            "group", "karpenter.k8s.alibabacloud", "kind", "ECSNodeClass", "name", "default",
+                            "group", "karpenter.alibabacloud.com", "kind", "ECSNodeClass", "name", "default",
                             "requirements", json_loads(requirements_json, 0, NULL), "resources", "requests",
                             json_loads(requests_json, 0, NULL));
   return claim;

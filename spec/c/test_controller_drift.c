@@ -18,7 +18,7 @@
 
 #define CLAIMS  "/apis/karpenter.sh/v1/nodeclaims"
 #define POOLS   "/apis/karpenter.sh/v1/nodepools"
-#define CLASSES "/apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses"
+#define CLASSES "/apis/karpenter.alibabacloud.com/v1alpha1/ecsnodeclasses"
 #define POOL    "drift"
 #define RESYNC  1.0
 
@@ -43,7 +43,7 @@ static void put_nodepool(const char *method, const char *team, const char *capac
       json_pack("{s:s, s:s, s:{s:s}, s:{s:{s:{s:{s:s}}, s:{s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:[s]}]}}}}",
                 "apiVersion", "karpenter.sh/v1", "kind", "NodePool", "metadata", "name", POOL, "spec",
                 "template", "metadata", "labels", "team", team, "spec", "nodeClassRef", "group",
-                "karpenter.k8s.alibabacloud", "kind", "ECSNodeClass", "name", "default", "requirements",
+                "karpenter.alibabacloud.com", "kind", "ECSNodeClass", "name", "default", "requirements",
                 "key", "karpenter.sh/capacity-type", "operator", "In", "values", capacity);
   if (strcmp(method, "POST") == 0)
     CHECK_INT(ctrl_kube_pack(&f, "POST", POOLS, "o", pool), 201);
@@ -70,7 +70,7 @@ static void post_claim(const char *name, const char *instance_type) {
                            "labels", "karpenter.sh/nodepool", POOL, "team", "a", "annotations",
                            LP_NODEPOOL_HASH_ANNOTATION, hash, LP_NODEPOOL_HASH_VERSION_ANNOTATION,
                            LP_NODEPOOL_HASH_VERSION, "spec", "nodeClassRef", "group",
-                           "karpenter.k8s.alibabacloud", "kind", "ECSNodeClass", "name", "default",
+                           "karpenter.alibabacloud.com", "kind", "ECSNodeClass", "name", "default",
                            "requirements", reqs, "resources", "requests", "cpu", "1"),
             201);
 }

@@ -35,7 +35,7 @@ static char *launch(ctrl_fixture *f, const char *name) {
   json_t *claim = json_pack(
       "{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:{s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:[s]}], s:{s:{s:s, s:s}}}}",
       "apiVersion", "karpenter.sh/v1", "kind", "NodeClaim", "metadata", "name", name, "uid", uid, "labels",
-      "karpenter.sh/nodepool", "default", "spec", "nodeClassRef", "group", "karpenter.k8s.alibabacloud",
+      "karpenter.sh/nodepool", "default", "spec", "nodeClassRef", "group", "karpenter.alibabacloud.com",
       "kind", "ECSNodeClass", "name", "default", "requirements", "key", "karpenter.sh/capacity-type",
       "operator", "In", "values", "on-demand", "resources", "requests", "cpu", "1", "memory", "2Gi");
   lp_cp_outcome o = {0};
@@ -73,7 +73,7 @@ static void create_nodeclaim(ctrl_fixture *f, const char *name, const char *prov
       body, sizeof body,
       "{\"apiVersion\":\"karpenter.sh/v1\",\"kind\":\"NodeClaim\",\"metadata\":{\"name\":\"%s\","
       "\"labels\":{\"karpenter.sh/nodepool\":\"default\"}},\"spec\":{\"nodeClassRef\":{\"group\":"
-      "\"karpenter.k8s.alibabacloud\",\"kind\":\"ECSNodeClass\",\"name\":\"default\"},\"requirements\":[]}}",
+      "\"karpenter.alibabacloud.com\",\"kind\":\"ECSNodeClass\",\"name\":\"default\"},\"requirements\":[]}}",
       name);
   long status = 0;
   json_decref(ctrl_kube(f, "POST", NODECLAIMS, body, &status));

@@ -34,7 +34,7 @@ static void cluster_node(const char *name, const char *id, const char *capacity,
                            "finalizers", HOLD, "labels", "karpenter.sh/nodepool", "default",
                            "karpenter.sh/capacity-type", capacity, "node.kubernetes.io/instance-type", TYPE,
                            "topology.kubernetes.io/zone", ZONE, "spec", "nodeClassRef", "group",
-                           "karpenter.k8s.alibabacloud", "kind", "ECSNodeClass", "name", "default",
+                           "karpenter.alibabacloud.com", "kind", "ECSNodeClass", "name", "default",
                            "requirements"),
             201);
   snprintf(path, sizeof path, NODECLAIMS "/%s/status", name);

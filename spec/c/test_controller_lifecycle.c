@@ -12,7 +12,7 @@
 #include "controller_fixture.h"
 
 #define CLAIMS      "/apis/karpenter.sh/v1/nodeclaims"
-#define NODECLASSES "/apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses"
+#define NODECLASSES "/apis/karpenter.alibabacloud.com/v1alpha1/ecsnodeclasses"
 
 static ctrl_fixture f;
 
@@ -67,7 +67,7 @@ static json_t *new_claim(const char *name, const char *class_name) {
   return json_pack("{s:s, s:s, s:{s:s, s:{s:s}}, s:{s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:[s]}], s:{s:{s:s}}}}",
                    "apiVersion", "karpenter.sh/v1", "kind", "NodeClaim", "metadata", "name", name, "labels",
                    "karpenter.sh/nodepool", "default", "spec", "nodeClassRef", "group",
-                   "karpenter.k8s.alibabacloud", "kind", "ECSNodeClass", "name", class_name, "requirements",
+                   "karpenter.alibabacloud.com", "kind", "ECSNodeClass", "name", class_name, "requirements",
                    "key", "karpenter.sh/capacity-type", "operator", "In", "values", "on-demand", "resources",
                    "requests", "cpu", "1");
 }
@@ -281,7 +281,7 @@ static void test_create_error(void) {
 static void test_nodeclass_not_ready(void) {
   CHECK_INT(
       api_send("POST", NODECLASSES,
-               json_pack("{s:s, s:s, s:{s:s}, s:{}}", "apiVersion", "karpenter.k8s.alibabacloud/v1alpha1",
+               json_pack("{s:s, s:s, s:{s:s}, s:{}}", "apiVersion", "karpenter.alibabacloud.com/v1alpha1",
                          "kind", "ECSNodeClass", "metadata", "name", "notready", "spec")),
       201);
   set_nodeclass_status("notready", 0);

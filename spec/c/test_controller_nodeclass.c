@@ -14,7 +14,7 @@
 #include "contract/shapes.h"
 #include "controller_fixture.h"
 
-#define CLASSES "/apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses"
+#define CLASSES "/apis/karpenter.alibabacloud.com/v1alpha1/ecsnodeclasses"
 
 static ctrl_fixture fx;
 static const lp_controller_def *const nodeclass_only[] = {&lp_nodeclass_controller, NULL};
@@ -252,7 +252,7 @@ static void test_delete_waits_for_nodeclaims(void) {
   json_decref(ctrl_kube(
       f, "POST", "/apis/karpenter.sh/v1/nodeclaims",
       "{\"apiVersion\":\"karpenter.sh/v1\",\"kind\":\"NodeClaim\",\"metadata\":{\"name\":\"nc-ref\"},"
-      "\"spec\":{\"nodeClassRef\":{\"group\":\"karpenter.k8s.alibabacloud\",\"kind\":"
+      "\"spec\":{\"nodeClassRef\":{\"group\":\"karpenter.alibabacloud.com\",\"kind\":"
       "\"ECSNodeClass\",\"name\":\"default\"},\"requirements\":[]}}",
       &status));
   CHECK_INT(status, 201);

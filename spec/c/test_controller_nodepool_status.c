@@ -58,7 +58,7 @@ static void claim(const char *name, const char *provider_id, json_t *capacity) {
                     json_pack("{s:s, s:s, s:{s:s, s:{s:s}}, s:{s:{s:s, s:s, s:s}, s:[]}}", "apiVersion",
                               "karpenter.sh/v1", "kind", "NodeClaim", "metadata", "name", name, "labels",
                               "karpenter.sh/nodepool", "default", "spec", "nodeClassRef", "group",
-                              "karpenter.k8s.alibabacloud", "kind", "ECSNodeClass", "name", "default",
+                              "karpenter.alibabacloud.com", "kind", "ECSNodeClass", "name", "default",
                               "requirements")),
             201);
   if (!provider_id) {
@@ -104,7 +104,7 @@ static void test_empty_pool(void) {
   CHECK(lp_condition_is(np, "ValidationSucceeded", "True"));
   CHECK(lp_condition_is(np, "NodeClassReady", "True"));
   CHECK_INT(json_integer_value(json_object_get(lp_condition_get(np, "Ready"), "observedGeneration")), 1);
-  json_t *nc = ctrl_get(&f, "/apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses/default");
+  json_t *nc = ctrl_get(&f, "/apis/karpenter.alibabacloud.com/v1alpha1/ecsnodeclasses/default");
   CHECK(
       json_equal(json_object_get(st, "nodeClassObservedGeneration"), lp_obj_get(nc, "metadata.generation")));
   json_decref(nc);
@@ -188,7 +188,7 @@ static void test_nodeclass_ready(void) {
   CHECK_INT(pt_post(&f, PT_NODEPOOLS,
                     json_pack("{s:s, s:s, s:{s:s}, s:{s:{s:{s:{s:s, s:s, s:s}, s:[]}}}}", "apiVersion",
                               "karpenter.sh/v1", "kind", "NodePool", "metadata", "name", "later", "spec",
-                              "template", "spec", "nodeClassRef", "group", "karpenter.k8s.alibabacloud",
+                              "template", "spec", "nodeClassRef", "group", "karpenter.alibabacloud.com",
                               "kind", "ECSNodeClass", "name", "later", "requirements")),
             201);
   CHECK(ctrl_wait_for(&f, 10, condition_is,
@@ -197,7 +197,7 @@ static void test_nodeclass_ready(void) {
   CHECK(condition_is(&f, &(want_cond){"later", "ValidationSucceeded", "True", NULL}));
 
   /* the class is created and resolves: the pool follows it */
-  CHECK_INT(pt_post(&f, "/apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses",
+  CHECK_INT(pt_post(&f, "/apis/karpenter.alibabacloud.com/v1alpha1/ecsnodeclasses",
                     mapping_nodeclass("later", "luaprov-sim")),
             201);
   CHECK(ctrl_wait_for(&f, 10, condition_is, &(want_cond){"later", "Ready", "True", "Ready"}));

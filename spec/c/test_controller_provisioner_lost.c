@@ -27,7 +27,7 @@ static void later_pass(const char *pool) {
   CHECK_INT(pt_post(&f, PT_NODEPOOLS,
                     json_pack("{s:s, s:s, s:{s:s}, s:{s:{s:{s:{s:s, s:s, s:s}, s:[]}}}}", "apiVersion",
                               "karpenter.sh/v1", "kind", "NodePool", "metadata", "name", pool, "spec",
-                              "template", "spec", "nodeClassRef", "group", "karpenter.k8s.alibabacloud",
+                              "template", "spec", "nodeClassRef", "group", "karpenter.alibabacloud.com",
                               "kind", "ECSNodeClass", "name", "none", "requirements")),
             201);
 }

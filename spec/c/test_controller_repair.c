@@ -124,7 +124,7 @@ static void launch(int i) {
                            "{s:s, s:s, s:{s:s, s:{s:s}}, s:{s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:[s]}]}}",
                            "apiVersion", "karpenter.sh/v1", "kind", "NodeClaim", "metadata", "name",
                            claim_names[i], "labels", "karpenter.sh/nodepool", "default", "spec",
-                           "nodeClassRef", "group", "karpenter.k8s.alibabacloud", "kind", "ECSNodeClass",
+                           "nodeClassRef", "group", "karpenter.alibabacloud.com", "kind", "ECSNodeClass",
                            "name", "default", "requirements", "key", "karpenter.sh/capacity-type", "operator",
                            "In", "values", "on-demand"),
             201);

@@ -26,7 +26,7 @@ static char *launch(const json_t *nodeclass) {
       "{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:{s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:[s]}], s:{s:{s:s, s:s}}}}",
       "apiVersion", "karpenter.sh/v1", "kind", "NodeClaim", "metadata", "name", "tag-me", "uid", "uid-tag-me",
       "labels", "karpenter.sh/nodepool", "default", "spec", "nodeClassRef", "group",
-      "karpenter.k8s.alibabacloud", "kind", "ECSNodeClass", "name", "default", "requirements", "key",
+      "karpenter.alibabacloud.com", "kind", "ECSNodeClass", "name", "default", "requirements", "key",
       "karpenter.sh/capacity-type", "operator", "In", "values", "on-demand", "resources", "requests", "cpu",
       "1", "memory", "2Gi");
   lp_cp_outcome o = {0};
@@ -45,7 +45,7 @@ static char *launch(const json_t *nodeclass) {
 static void nodeclaim(const char *name, const char *provider_id, const char *node_name, int registered) {
   CHECK_INT(ctrl_kube_pack(&fx, "POST", NODECLAIMS, "{s:s, s:s, s:{s:s}, s:{s:{s:s, s:s, s:s}, s:[]}}",
                            "apiVersion", "karpenter.sh/v1", "kind", "NodeClaim", "metadata", "name", name,
-                           "spec", "nodeClassRef", "group", "karpenter.k8s.alibabacloud", "kind",
+                           "spec", "nodeClassRef", "group", "karpenter.alibabacloud.com", "kind",
                            "ECSNodeClass", "name", "default", "requirements"),
             201);
   char path[256];

@@ -52,7 +52,7 @@ static char *nodeclaim(const char *name, const char *grace, int launch) {
       json_pack("{s:s, s:s, s:{s:s, s:{s:s}, s:[s]}, s:{s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:[s]}]}}",
                 "apiVersion", "karpenter.sh/v1", "kind", "NodeClaim", "metadata", "name", name, "labels",
                 "karpenter.sh/nodepool", "default", "finalizers", FINALIZER, "spec", "nodeClassRef", "group",
-                "karpenter.k8s.alibabacloud", "kind", "ECSNodeClass", "name", "default", "requirements",
+                "karpenter.alibabacloud.com", "kind", "ECSNodeClass", "name", "default", "requirements",
                 "key", LP_LABEL_CAPACITY_TYPE, "operator", "In", "values", "on-demand");
   if (grace)
     json_object_set_new(json_object_get(claim, "spec"), "terminationGracePeriod", json_string(grace));

@@ -128,7 +128,7 @@ static json_t *launched_claim(const json_t *nodeclass) {
       json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:{s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:[s]}]}}",
                 "apiVersion", "karpenter.sh/v1", "kind", "NodeClaim", "metadata", "name", "nc-drift", "uid",
                 "nc-drift-uid", "labels", "karpenter.sh/nodepool", "default", "spec", "nodeClassRef", "group",
-                "karpenter.k8s.alibabacloud", "kind", "ECSNodeClass", "name", "default", "requirements",
+                "karpenter.alibabacloud.com", "kind", "ECSNodeClass", "name", "default", "requirements",
                 "key", "karpenter.sh/capacity-type", "operator", "In", "values", "on-demand");
   lp_cp_outcome o = {0};
   lp_cp_create(cp, claim, nodeclass, lp_cp_outcome_store, &o);

@@ -300,7 +300,7 @@ static void test_provider_reads_exports(void) {
   if (!cp) return;
   lp_problems problems = {0};
   const lp_nodeclass_desc *d = lp_cloudprovider_nodeclass(cp);
-  CHECK_STR(d->group, "karpenter.k8s.alibabacloud");
+  CHECK_STR(d->group, "karpenter.alibabacloud.com");
   CHECK_STR(d->kind, "ECSNodeClass");
   CHECK_STR(d->resource, "ecsnodeclasses");
   CHECK_STR(d->finalizer, "karpenter.k8s.alibabacloud/termination");
@@ -309,7 +309,8 @@ static void test_provider_reads_exports(void) {
   char *text = json_dumps(supported, JSON_COMPACT | JSON_SORT_KEYS);
   CHECK_STR(
       text,
-      "[{\"group\":\"karpenter.k8s.alibabacloud\",\"kind\":\"ECSNodeClass\",\"version\":\"v1alpha1\"}]");
+      "[{\"group\":\"karpenter.alibabacloud.com\",\"kind\":\"ECSNodeClass\",\"version\":\"v1alpha1\"},"
+      "{\"group\":\"karpenter.k8s.alibabacloud\",\"kind\":\"ECSNodeClass\",\"version\":\"v1alpha1\"}]");
   free(text);
   json_decref(supported);
   text = json_dumps(lp_cloudprovider_drift_reasons(cp), JSON_COMPACT);
@@ -346,7 +347,7 @@ static void test_provider_reads_exports(void) {
 static void test_provider_aliases(void) {
   lp_script_host *h;
   lp_cloudprovider *cp =
-      provider_over("M.nodeclass.aliases = { 'karpenter.alibabacloud.com', 'old.example.com' }", &h);
+      provider_over("M.nodeclass.aliases = { 'karpenter.k8s.alibabacloud', 'old.example.com' }", &h);
   if (!cp) return;
   lp_problems problems = {0};
   const lp_nodeclass_desc *d = lp_cloudprovider_nodeclass(cp);
@@ -354,25 +355,25 @@ static void test_provider_aliases(void) {
   json_t *supported = lp_cloudprovider_supported_nodeclasses(cp);
   char *text = json_dumps(supported, JSON_COMPACT | JSON_SORT_KEYS);
   CHECK_STR(text,
-            "[{\"group\":\"karpenter.k8s.alibabacloud\",\"kind\":\"ECSNodeClass\",\"version\":\"v1alpha1\"},"
-            "{\"group\":\"karpenter.alibabacloud.com\",\"kind\":\"ECSNodeClass\",\"version\":\"v1alpha1\"},"
+            "[{\"group\":\"karpenter.alibabacloud.com\",\"kind\":\"ECSNodeClass\",\"version\":\"v1alpha1\"},"
+            "{\"group\":\"karpenter.k8s.alibabacloud\",\"kind\":\"ECSNodeClass\",\"version\":\"v1alpha1\"},"
             "{\"group\":\"old.example.com\",\"kind\":\"ECSNodeClass\",\"version\":\"v1alpha1\"}]");
   free(text);
   json_decref(supported);
 
   uint64_t before = lp_script_host_generation_id(h);
-  write_mapping("M.nodeclass.aliases = { 'karpenter.alibabacloud.com' }");
+  write_mapping("M.nodeclass.aliases = { 'karpenter.k8s.alibabacloud' }");
   CHECK_INT(lp_script_host_reload(h, "test", 1, &problems), -1);
   text = lp_problems_render(&problems);
   CHECK_CONTAINS(text, "providers/alibaba/init.lua:");
   CHECK_CONTAINS(text,
-                 "nodeclass.aliases changed from [\"karpenter.alibabacloud.com\",\"old.example.com\"] to "
-                 "[\"karpenter.alibabacloud.com\"] since the engine started");
+                 "nodeclass.aliases changed from [\"karpenter.k8s.alibabacloud\",\"old.example.com\"] to "
+                 "[\"karpenter.k8s.alibabacloud\"] since the engine started");
   free(text);
   lp_problems_free(&problems);
   CHECK_INT(lp_script_host_generation_id(h), before);
   CHECK_INT((int)lp_cloudprovider_nodeclass(cp)->naliases, 2);
-  write_mapping("M.nodeclass.aliases = { 'karpenter.alibabacloud.com', 'old.example.com' }\nM.name = 'x'");
+  write_mapping("M.nodeclass.aliases = { 'karpenter.k8s.alibabacloud', 'old.example.com' }\nM.name = 'x'");
   CHECK_INT(lp_script_host_reload(h, "test", 1, NULL), 1);
   lp_cloudprovider_free(cp);
   lp_script_host_close(h, NULL, NULL);
@@ -414,7 +415,7 @@ static void test_load_refuses_broken_exports(void) {
       {"M.nodeclass.finalizer = nil", "node class descriptor: nodeclass.finalizer is missing"},
       {"M.nodeclass = nil", "nodeclass is missing or not a table"},
       {"M.nodeclass.aliases = { M.nodeclass.group }",
-       "nodeclass.aliases[1] \"karpenter.k8s.alibabacloud\" is "
+       "nodeclass.aliases[1] \"karpenter.alibabacloud.com\" is "
        "nodeclass.group itself"},
       {"M.settings = { { name = 'Region' } }", "settings: settings[1].name is not a lower-case option name"},
       {"M.drift_reasons = { 'imageDrift' }", "drift_reasons must be a list of CamelCase words"},

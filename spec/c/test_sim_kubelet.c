@@ -105,7 +105,7 @@ static char *launch_instance_as(const char *claim_name, const char *capacity_typ
   json_t *claim = json_loads(
       "{\"apiVersion\":\"karpenter.sh/v1\",\"kind\":\"NodeClaim\",\"metadata\":{\"name\":\"\","
       "\"uid\":\"\",\"labels\":{\"karpenter.sh/nodepool\":\"default\"}},\"spec\":{\"nodeClassRef\":"
-      "{\"group\":\"karpenter.k8s.alibabacloud\",\"kind\":\"ECSNodeClass\",\"name\":\"default\"},"
+      "{\"group\":\"karpenter.alibabacloud.com\",\"kind\":\"ECSNodeClass\",\"name\":\"default\"},"
       "\"requirements\":[{\"key\":\"karpenter.sh/"
       "capacity-type\",\"operator\":\"In\",\"values\":[\"on-demand\"]}],"
       "\"resources\":{\"requests\":{\"cpu\":\"1\",\"memory\":\"1Gi\"}}}}",

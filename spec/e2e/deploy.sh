@@ -11,7 +11,7 @@ cluster_up
 step "kubectl apply --server-side -k examples/deploy"
 kc apply --server-side --field-manager e2e --validate=strict -k "$ROOT/examples/deploy" >"$WORK/apply.out" 2>&1 \
   || { cat "$WORK/apply.out" >&2; fail "examples/deploy did not apply"; }
-for crd in nodepools.karpenter.sh nodeclaims.karpenter.sh ecsnodeclasses.karpenter.k8s.alibabacloud; do
+for crd in nodepools.karpenter.sh nodeclaims.karpenter.sh ecsnodeclasses.karpenter.alibabacloud.com ecsnodeclasses.karpenter.k8s.alibabacloud; do
   kc wait --for condition=Established --timeout 60s "crd/$crd" >/dev/null || fail "$crd not established"
   kc get crd "$crd" -o json | jq -e '.status.conditions[] | select(.type == "NonStructuralSchema")' >/dev/null \
     && fail "$crd has a non-structural schema"
@@ -41,7 +41,7 @@ refused() {
 # nodepool NAME CLASS_KIND REQUIREMENT: a NodePool with one requirement (a YAML flow mapping).
 nodepool() {
   printf 'apiVersion: karpenter.sh/v1\nkind: NodePool\nmetadata: {name: %s}\nspec:\n  template:\n    spec:\n' "$1"
-  printf '      nodeClassRef: {group: karpenter.k8s.alibabacloud, kind: %s, name: default}\n' "$2"
+  printf '      nodeClassRef: {group: karpenter.alibabacloud.com, kind: %s, name: default}\n' "$2"
   printf '      requirements: [%s]\n' "$3"
 }
 nodepool restricted ECSNodeClass '{key: karpenter.sh/nodepool, operator: In, values: [x]}' \
@@ -49,7 +49,7 @@ nodepool restricted ECSNodeClass '{key: karpenter.sh/nodepool, operator: In, val
 nodepool bogus ECSNodeClass '{key: kubernetes.io/arch, operator: Bogus, values: [amd64]}' \
   | refused "a NodePool with an unknown operator" 'Unsupported value: "Bogus"'
 refused "an ECSNodeClass with an empty vSwitch term" "expected at least one, got none, ['tags', 'id']" <<'YAML'
-apiVersion: karpenter.k8s.alibabacloud/v1alpha1
+apiVersion: karpenter.alibabacloud.com/v1alpha1
 kind: ECSNodeClass
 metadata: {name: empty-term}
 spec:
@@ -58,7 +58,7 @@ spec:
   imageSelectorTerms: [{alias: AlibabaCloudLinux3}]
 YAML
 refused "an ECSNodeClass with an unknown image family" 'the alias family must be AlibabaCloudLinux3 or ContainerOS' <<'YAML'
-apiVersion: karpenter.k8s.alibabacloud/v1alpha1
+apiVersion: karpenter.alibabacloud.com/v1alpha1
 kind: ECSNodeClass
 metadata: {name: bad-alias}
 spec:

@@ -83,7 +83,8 @@ install_luaprov() {
   kc apply --server-side --field-manager e2e --validate=strict -f "$ROOT/examples/deploy/crds/" \
     -f "$ROOT/examples/deploy/rbac.yaml" >/dev/null || fail "examples/deploy did not apply"
   kc wait --for condition=Established --timeout 60s crd/nodepools.karpenter.sh crd/nodeclaims.karpenter.sh \
-    crd/ecsnodeclasses.karpenter.k8s.alibabacloud >/dev/null || fail "the CRDs are not established"
+    crd/ecsnodeclasses.karpenter.alibabacloud.com crd/ecsnodeclasses.karpenter.k8s.alibabacloud >/dev/null \
+    || fail "the CRDs are not established"
 }
 
 # getting_started_objects: the ECSNodeClass and NodePool of docs/getting-started.md, as written there.

@@ -7,7 +7,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 AUDIT_DIR="${LUAPROV_E2E_AUDIT_DIR:?set LUAPROV_E2E_AUDIT_DIR to the folder of the e2e audit logs}"
 logs=()
-for t in provisioning termination drift failover spot; do
+for t in provisioning termination drift failover spot nodeclass_shapes; do
   [[ -s "$AUDIT_DIR/$t.log" ]] || { echo "FAIL: no audit log of e2e/$t in $AUDIT_DIR (did it run?)" >&2; exit 1; }
   logs+=("$AUDIT_DIR/$t.log")
 done

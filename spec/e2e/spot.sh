@@ -25,7 +25,7 @@ metadata: {name: spot}
 spec:
   template:
     spec:
-      nodeClassRef: {group: karpenter.k8s.alibabacloud, kind: ECSNodeClass, name: default}
+      nodeClassRef: {group: karpenter.alibabacloud.com, kind: ECSNodeClass, name: default}
       requirements:
         - {key: karpenter.sh/capacity-type, operator: In, values: [spot]}
         - {key: node.kubernetes.io/instance-type, operator: In, values: [ecs.g7.xlarge, ecs.g7.2xlarge]}

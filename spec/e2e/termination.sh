@@ -69,7 +69,7 @@ spec:
   template:
     metadata: {labels: {e2e/pool: graceful}}
     spec:
-      nodeClassRef: {group: karpenter.k8s.alibabacloud, kind: ECSNodeClass, name: default}
+      nodeClassRef: {group: karpenter.alibabacloud.com, kind: ECSNodeClass, name: default}
       terminationGracePeriod: 15s
       requirements:
         - {key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}

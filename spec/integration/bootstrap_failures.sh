@@ -15,7 +15,7 @@ source "$(dirname "$0")/lib.sh"
 source "$(dirname "$0")/sim_lib.sh"
 
 NC=/apis/karpenter.sh/v1/nodeclaims
-CLASSES=/apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses
+CLASSES=/apis/karpenter.alibabacloud.com/v1alpha1/ecsnodeclasses
 TYPE=ecs.g7.xlarge ZONE=cn-hangzhou-i
 
 calls() { curl -sf "$ALI/_sim/state" | jq -r --arg a "$1" '.calls[$a] // 0'; }
@@ -33,7 +33,7 @@ launch_refused() {
 }
 nodepool() { # nodepool NAME [TEMPLATE_METADATA]: on-demand $TYPE in $ZONE only
   kpost /apis/karpenter.sh/v1/nodepools "{\"apiVersion\":\"karpenter.sh/v1\",\"kind\":\"NodePool\",\"metadata\":{\"name\":\"$1\"},
-  \"spec\":{\"template\":{\"spec\":{\"nodeClassRef\":{\"group\":\"karpenter.k8s.alibabacloud\",\"kind\":\"ECSNodeClass\",\"name\":\"default\"},
+  \"spec\":{\"template\":{\"spec\":{\"nodeClassRef\":{\"group\":\"karpenter.alibabacloud.com\",\"kind\":\"ECSNodeClass\",\"name\":\"default\"},
   \"requirements\":[{\"key\":\"karpenter.sh/capacity-type\",\"operator\":\"In\",\"values\":[\"on-demand\"]},
   {\"key\":\"node.kubernetes.io/instance-type\",\"operator\":\"In\",\"values\":[\"$TYPE\"]},
   {\"key\":\"topology.kubernetes.io/zone\",\"operator\":\"In\",\"values\":[\"$ZONE\"]}]}}}}"
@@ -101,13 +101,13 @@ controllers:
 YAML
 ENGINE_LOG="$WORK/engine-custom.log"
 start_sim_engine --cluster-type Custom --config "$WORK/config.yaml"
-kpost $CLASSES '{"apiVersion":"karpenter.k8s.alibabacloud/v1alpha1","kind":"ECSNodeClass","metadata":{"name":"default"},
+kpost $CLASSES '{"apiVersion":"karpenter.alibabacloud.com/v1alpha1","kind":"ECSNodeClass","metadata":{"name":"default"},
   "spec":{"vSwitchSelectorTerms":[{"tags":{"karpenter.sh/discovery":"luaprov-sim"}}],
   "securityGroupSelectorTerms":[{"tags":{"karpenter.sh/discovery":"luaprov-sim"}}],
   "imageSelectorTerms":[{"alias":"AlibabaCloudLinux3"}],"userData":"#!/bin/bash\necho no attach here\n"}}'
 until_ok "ECSNodeClass Ready" 10 condition "$CLASSES/default" Ready True
 kpost $NC '{"apiVersion":"karpenter.sh/v1","kind":"NodeClaim","metadata":{"name":"lonely","labels":{"karpenter.sh/nodepool":"default"}},
-  "spec":{"nodeClassRef":{"group":"karpenter.k8s.alibabacloud","kind":"ECSNodeClass","name":"default"},
+  "spec":{"nodeClassRef":{"group":"karpenter.alibabacloud.com","kind":"ECSNodeClass","name":"default"},
   "requirements":[{"key":"karpenter.sh/capacity-type","operator":"In","values":["on-demand"]}],
   "resources":{"requests":{"cpu":"1","memory":"1Gi"}}}}'
 until_ok "NodeClaim lonely Launched" 15 condition "$NC/lonely" Launched True
@@ -130,7 +130,7 @@ wait "$ENGINE_PID" || fail "exit status after SIGTERM"
 # ---- (c) a broken MIME document: the class is not Ready, nothing launches -----------------------
 ENGINE_LOG="$WORK/engine-mime.log"
 start_sim_engine
-kpost $CLASSES '{"apiVersion":"karpenter.k8s.alibabacloud/v1alpha1","kind":"ECSNodeClass","metadata":{"name":"default"},
+kpost $CLASSES '{"apiVersion":"karpenter.alibabacloud.com/v1alpha1","kind":"ECSNodeClass","metadata":{"name":"default"},
   "spec":{"vSwitchSelectorTerms":[{"tags":{"karpenter.sh/discovery":"luaprov-sim"}}],
   "securityGroupSelectorTerms":[{"tags":{"karpenter.sh/discovery":"luaprov-sim"}}],
   "imageSelectorTerms":[{"alias":"AlibabaCloudLinux3"}],

@@ -12,15 +12,15 @@ source "$(dirname "$0")/sim_lib.sh"
 
 start_sim_engine
 NC=/apis/karpenter.sh/v1/nodeclaims
-CLASS=/apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses/default
+CLASS=/apis/karpenter.alibabacloud.com/v1alpha1/ecsnodeclasses/default
 
-kpost /apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses '{"apiVersion":"karpenter.k8s.alibabacloud/v1alpha1",
+kpost /apis/karpenter.alibabacloud.com/v1alpha1/ecsnodeclasses '{"apiVersion":"karpenter.alibabacloud.com/v1alpha1",
   "kind":"ECSNodeClass","metadata":{"name":"default"},"spec":{
   "vSwitchSelectorTerms":[{"tags":{"karpenter.sh/discovery":"luaprov-sim"}}],
   "securityGroupSelectorTerms":[{"tags":{"karpenter.sh/discovery":"luaprov-sim"}}],
   "imageSelectorTerms":[{"alias":"AlibabaCloudLinux3"}],"kubeletConfiguration":{"maxPods":42}}}'
 kpost /apis/karpenter.sh/v1/nodepools '{"apiVersion":"karpenter.sh/v1","kind":"NodePool","metadata":{"name":"default"},
-  "spec":{"template":{"spec":{"nodeClassRef":{"group":"karpenter.k8s.alibabacloud","kind":"ECSNodeClass","name":"default"},
+  "spec":{"template":{"spec":{"nodeClassRef":{"group":"karpenter.alibabacloud.com","kind":"ECSNodeClass","name":"default"},
   "requirements":[{"key":"karpenter.sh/capacity-type","operator":"In","values":["on-demand"]}]}}}}'
 until_ok "ECSNodeClass Ready" 10 condition "$CLASS" Ready True
 

@@ -15,12 +15,12 @@ source "$(dirname "$0")/sim_lib.sh"
 
 start_sim_engine --cluster-type Kubeadm
 NC=/apis/karpenter.sh/v1/nodeclaims
-CLASSES=/apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses
+CLASSES=/apis/karpenter.alibabacloud.com/v1alpha1/ecsnodeclasses
 API_SERVER=172.16.255.100:6443 # sim/alibaba/kubeadm.lua, docs/sim.md
 TOKEN=lpsim1.kubeadmsimulator
 
 nodeclass() { # nodeclass NAME ENDPOINT-JSON
-  kpost $CLASSES '{"apiVersion":"karpenter.k8s.alibabacloud/v1alpha1","kind":"ECSNodeClass","metadata":{"name":"'"$1"'"},
+  kpost $CLASSES '{"apiVersion":"karpenter.alibabacloud.com/v1alpha1","kind":"ECSNodeClass","metadata":{"name":"'"$1"'"},
     "spec":{"vSwitchSelectorTerms":[{"tags":{"karpenter.sh/discovery":"luaprov-sim"}}],
     "securityGroupSelectorTerms":[{"tags":{"karpenter.sh/discovery":"luaprov-sim"}}],
     "imageSelectorTerms":[{"alias":"AlibabaCloudLinux3"}],"kubelet":{"maxPods":42},
@@ -33,7 +33,7 @@ nodeclass elsewhere '"10.9.9.9:6443"'
 nodeclass unset null
 until_ok "ECSNodeClass kubeadm Ready" 10 condition "$CLASSES/kubeadm" Ready True
 kpost /apis/karpenter.sh/v1/nodepools '{"apiVersion":"karpenter.sh/v1","kind":"NodePool","metadata":{"name":"default"},
-  "spec":{"template":{"spec":{"nodeClassRef":{"group":"karpenter.k8s.alibabacloud","kind":"ECSNodeClass","name":"kubeadm"},
+  "spec":{"template":{"spec":{"nodeClassRef":{"group":"karpenter.alibabacloud.com","kind":"ECSNodeClass","name":"kubeadm"},
   "requirements":[{"key":"karpenter.sh/capacity-type","operator":"In","values":["on-demand"]}]}}}}'
 
 # ---- (c) no clusterEndpoint: the class says what to set ------------------------------------------

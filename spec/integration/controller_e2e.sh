@@ -27,12 +27,12 @@ curl -sf "http://$ADDR/readyz?verbose" | grep -q '^\[+\]caches synced$' || fail 
 live_instances() { curl -sf "$ALI/_sim/state" | jq '[.instances[] | select(.status != "Stopped")] | length'; }
 
 NC=/apis/karpenter.sh/v1/nodeclaims
-CLASS=/apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses/default
+CLASS=/apis/karpenter.alibabacloud.com/v1alpha1/ecsnodeclasses/default
 
 # ---- the ECSNodeClass resolves ----------------------------------------------------------------
 post_default_nodeclass
 kpost /apis/karpenter.sh/v1/nodepools '{"apiVersion":"karpenter.sh/v1","kind":"NodePool","metadata":{"name":"default"},
-  "spec":{"template":{"spec":{"nodeClassRef":{"group":"karpenter.k8s.alibabacloud","kind":"ECSNodeClass","name":"default"},
+  "spec":{"template":{"spec":{"nodeClassRef":{"group":"karpenter.alibabacloud.com","kind":"ECSNodeClass","name":"default"},
   "requirements":[{"key":"karpenter.sh/capacity-type","operator":"In","values":["on-demand"]}]}}}}'
 until_ok "ECSNodeClass Ready" 10 condition "$CLASS" Ready True
 kget "$CLASS" | jq -e '.metadata.finalizers | index("karpenter.k8s.alibabacloud/termination")' >/dev/null \
@@ -45,7 +45,7 @@ kget "$CLASS" | jq -e '(.status.vSwitches | length) > 0 and (.status.images | le
 # ---- a NodeClaim launches, registers and initializes ------------------------------------------
 claim() { # claim NAME
   printf '{"apiVersion":"karpenter.sh/v1","kind":"NodeClaim","metadata":{"name":"%s","labels":{"karpenter.sh/nodepool":"default"}},
-  "spec":{"nodeClassRef":{"group":"karpenter.k8s.alibabacloud","kind":"ECSNodeClass","name":"default"},
+  "spec":{"nodeClassRef":{"group":"karpenter.alibabacloud.com","kind":"ECSNodeClass","name":"default"},
   "requirements":[{"key":"karpenter.sh/capacity-type","operator":"In","values":["on-demand"]},
   {"key":"kubernetes.io/arch","operator":"In","values":["amd64"]}],
   "resources":{"requests":{"cpu":"1","memory":"1Gi"}}}}' "$1"

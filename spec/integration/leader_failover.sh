@@ -54,13 +54,13 @@ active 1 && fail "both engines act"
 HOLDER="$(curl -sf "$K/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/luaprov-leader-election" | jq -r .spec.holderIdentity)"
 [[ "$HOLDER" == engine-a ]] || fail "the Lease names engine a: $HOLDER"
 
-curl -sf -X POST -H 'content-type: application/json' "$K/apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses" -d '{
-  "apiVersion":"karpenter.k8s.alibabacloud/v1alpha1","kind":"ECSNodeClass","metadata":{"name":"default"},"spec":{
+curl -sf -X POST -H 'content-type: application/json' "$K/apis/karpenter.alibabacloud.com/v1alpha1/ecsnodeclasses" -d '{
+  "apiVersion":"karpenter.alibabacloud.com/v1alpha1","kind":"ECSNodeClass","metadata":{"name":"default"},"spec":{
   "vSwitchSelectorTerms":[{"tags":{"karpenter.sh/discovery":"luaprov-sim"}}],
   "securityGroupSelectorTerms":[{"tags":{"karpenter.sh/discovery":"luaprov-sim"}}],
   "imageSelectorTerms":[{"alias":"AlibabaCloudLinux3"}]}}' >/dev/null || fail "create ECSNodeClass"
 class_ready() {
-  curl -sf "$K/apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses/default" \
+  curl -sf "$K/apis/karpenter.alibabacloud.com/v1alpha1/ecsnodeclasses/default" \
     | jq -e '.status.conditions[]? | select(.type == "Ready" and .status == "True")' >/dev/null
 }
 until_ok "ECSNodeClass Ready (by the leader)" 10 class_ready
@@ -74,7 +74,7 @@ grep -q '"msg":"shutdown complete"' "$WORK/engine-a.log" || fail "engine a shut 
 until_ok "engine b leads" 10 active 1
 curl -sf -X POST -H 'content-type: application/json' "$K/apis/karpenter.sh/v1/nodeclaims" -d '{
   "apiVersion":"karpenter.sh/v1","kind":"NodeClaim","metadata":{"name":"after-failover"},
-  "spec":{"nodeClassRef":{"group":"karpenter.k8s.alibabacloud","kind":"ECSNodeClass","name":"default"},
+  "spec":{"nodeClassRef":{"group":"karpenter.alibabacloud.com","kind":"ECSNodeClass","name":"default"},
   "requirements":[{"key":"karpenter.sh/capacity-type","operator":"In","values":["on-demand"]}],
   "resources":{"requests":{"cpu":"1"}}}}' >/dev/null || fail "create NodeClaim"
 launched() {

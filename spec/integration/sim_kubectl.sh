@@ -33,7 +33,7 @@ expect() { grep -q -- "$2" "$WORK/$1.txt" || fail "$1 says '$2': $(cat "$WORK/$1
 
 # kind name (with namespace for namespaced kinds) and its YAML
 declare -A YAML
-YAML[ecsnodeclass]='apiVersion: karpenter.k8s.alibabacloud/v1alpha1
+YAML[ecsnodeclass]='apiVersion: karpenter.alibabacloud.com/v1alpha1
 kind: ECSNodeClass
 metadata: {name: default}
 spec:
@@ -47,13 +47,13 @@ spec:
   weight: 10
   template:
     spec:
-      nodeClassRef: {group: karpenter.k8s.alibabacloud, kind: ECSNodeClass, name: default}
+      nodeClassRef: {group: karpenter.alibabacloud.com, kind: ECSNodeClass, name: default}
       requirements: [{key: kubernetes.io/arch, operator: In, values: [amd64]}]'
 YAML[nodeclaim]='apiVersion: karpenter.sh/v1
 kind: NodeClaim
 metadata: {name: general-x2k4p, labels: {karpenter.sh/nodepool: general}}
 spec:
-  nodeClassRef: {group: karpenter.k8s.alibabacloud, kind: ECSNodeClass, name: default}
+  nodeClassRef: {group: karpenter.alibabacloud.com, kind: ECSNodeClass, name: default}
   requirements: [{key: node.kubernetes.io/instance-type, operator: In, values: [ecs.g7.large]}]'
 YAML[node]='apiVersion: v1
 kind: Node

@@ -37,7 +37,7 @@ advance() { curl -sf -X POST "$ALI/_sim/advance" -d "{\"seconds\": $1}" >/dev/nu
 # post_default_nodeclass: the ECSNodeClass "default", selecting the simulated account's vSwitches and
 # security groups (tag karpenter.sh/discovery=luaprov-sim) and Alibaba Cloud Linux 3.
 post_default_nodeclass() {
-  kpost /apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses '{"apiVersion":"karpenter.k8s.alibabacloud/v1alpha1",
+  kpost /apis/karpenter.alibabacloud.com/v1alpha1/ecsnodeclasses '{"apiVersion":"karpenter.alibabacloud.com/v1alpha1",
     "kind":"ECSNodeClass","metadata":{"name":"default"},"spec":{
     "vSwitchSelectorTerms":[{"tags":{"karpenter.sh/discovery":"luaprov-sim"}}],
     "securityGroupSelectorTerms":[{"tags":{"karpenter.sh/discovery":"luaprov-sim"}}],
@@ -49,7 +49,7 @@ post_default_nodeclass() {
 web_claim() {
   printf '{"apiVersion":"karpenter.sh/v1","kind":"NodeClaim","metadata":{"name":"%s",
   "labels":{"karpenter.sh/nodepool":"default","team":"web"}},
-  "spec":{"nodeClassRef":{"group":"karpenter.k8s.alibabacloud","kind":"ECSNodeClass","name":"%s"},
+  "spec":{"nodeClassRef":{"group":"karpenter.alibabacloud.com","kind":"ECSNodeClass","name":"%s"},
   "taints":[{"key":"dedicated","value":"web","effect":"NoSchedule"}],
   "requirements":[{"key":"karpenter.sh/capacity-type","operator":"In","values":["on-demand"]},
   {"key":"kubernetes.io/arch","operator":"In","values":["amd64"]}],

@@ -57,10 +57,10 @@ offering() { kget "/api/v1/nodes/$1" | jq -r '.metadata.labels["node.kubernetes.
 
 post_default_nodeclass
 kpost /apis/karpenter.sh/v1/nodepools '{"apiVersion":"karpenter.sh/v1","kind":"NodePool","metadata":{"name":"spot"},
-  "spec":{"template":{"spec":{"nodeClassRef":{"group":"karpenter.k8s.alibabacloud","kind":"ECSNodeClass","name":"default"},
+  "spec":{"template":{"spec":{"nodeClassRef":{"group":"karpenter.alibabacloud.com","kind":"ECSNodeClass","name":"default"},
   "requirements":[{"key":"karpenter.sh/capacity-type","operator":"In","values":["spot"]},
   {"key":"kubernetes.io/arch","operator":"In","values":["amd64"]}]}}}}'
-until_ok "ECSNodeClass Ready" 10 condition /apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses/default Ready True
+until_ok "ECSNodeClass Ready" 10 condition /apis/karpenter.alibabacloud.com/v1alpha1/ecsnodeclasses/default Ready True
 
 # ---- two pods run on a spot node; the instance carries the node's name -------------------------
 make_pods

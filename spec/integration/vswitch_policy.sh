@@ -13,10 +13,10 @@ controllers:
 YAML
 start_sim_engine --config "$WORK/config.yaml"
 NC=/apis/karpenter.sh/v1/nodeclaims
-CLASSES=/apis/karpenter.k8s.alibabacloud/v1alpha1/ecsnodeclasses
+CLASSES=/apis/karpenter.alibabacloud.com/v1alpha1/ecsnodeclasses
 
 nodeclass() { # nodeclass NAME POLICY
-  kpost $CLASSES "{\"apiVersion\":\"karpenter.k8s.alibabacloud/v1alpha1\",\"kind\":\"ECSNodeClass\",\"metadata\":{\"name\":\"$1\"},
+  kpost $CLASSES "{\"apiVersion\":\"karpenter.alibabacloud.com/v1alpha1\",\"kind\":\"ECSNodeClass\",\"metadata\":{\"name\":\"$1\"},
   \"spec\":{\"vSwitchSelectorTerms\":[{\"tags\":{\"karpenter.sh/discovery\":\"luaprov-sim\"}}],
   \"securityGroupSelectorTerms\":[{\"tags\":{\"karpenter.sh/discovery\":\"luaprov-sim\"}}],
   \"imageSelectorTerms\":[{\"alias\":\"AlibabaCloudLinux3\"}],\"vSwitchSelectionPolicy\":\"$2\"}}"
@@ -24,7 +24,7 @@ nodeclass() { # nodeclass NAME POLICY
 }
 claim() { # claim NAME CLASS
   kpost $NC "{\"apiVersion\":\"karpenter.sh/v1\",\"kind\":\"NodeClaim\",\"metadata\":{\"name\":\"$1\",\"labels\":{\"karpenter.sh/nodepool\":\"default\"}},
-  \"spec\":{\"nodeClassRef\":{\"group\":\"karpenter.k8s.alibabacloud\",\"kind\":\"ECSNodeClass\",\"name\":\"$2\"},
+  \"spec\":{\"nodeClassRef\":{\"group\":\"karpenter.alibabacloud.com\",\"kind\":\"ECSNodeClass\",\"name\":\"$2\"},
   \"requirements\":[{\"key\":\"karpenter.sh/capacity-type\",\"operator\":\"In\",\"values\":[\"on-demand\"]},
   {\"key\":\"node.kubernetes.io/instance-type\",\"operator\":\"In\",\"values\":[\"ecs.g7.xlarge\"]}],
   \"resources\":{\"requests\":{\"cpu\":\"1\",\"memory\":\"1Gi\"}}}}"

@@ -14,7 +14,7 @@ local function nodeclaim()
       generation = 1,
     },
     spec = {
-      nodeClassRef = { group = "karpenter.k8s.alibabacloud", kind = "ECSNodeClass", name = "default" },
+      nodeClassRef = { group = "karpenter.alibabacloud.com", kind = "ECSNodeClass", name = "default" },
       requirements = {
         { key = "node.kubernetes.io/instance-type", operator = "In", values = { "ecs.g7.large", "ecs.g7.xlarge" } },
         { key = "karpenter.sh/capacity-type", operator = "In", values = { "spot" } },

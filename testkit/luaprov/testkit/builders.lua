@@ -35,7 +35,7 @@ function M.nodeclaim(overrides)
       annotations = { [M.HASH_ANNOTATION] = D.hash, [M.HASH_VERSION_ANNOTATION] = D.hash_version },
     },
     spec = {
-      nodeClassRef = { group = "karpenter.k8s.alibabacloud", kind = "ECSNodeClass", name = D.nodeclass },
+      nodeClassRef = { group = "karpenter.alibabacloud.com", kind = "ECSNodeClass", name = D.nodeclass },
       requirements = list { { key = "karpenter.sh/capacity-type", operator = "In", values = list { "on-demand" } } },
     },
     status = { providerID = D.region .. "." .. D.instance_id, imageID = D.image_id, nodeName = "node-" .. D.nodeclaim },
@@ -44,7 +44,7 @@ end
 
 function M.nodeclass(overrides)
   return build({
-    apiVersion = "karpenter.k8s.alibabacloud/v1alpha1", kind = "ECSNodeClass",
+    apiVersion = "karpenter.alibabacloud.com/v1alpha1", kind = "ECSNodeClass",
     metadata = {
       name = D.nodeclass,
       annotations = { [M.HASH_ANNOTATION] = D.hash, [M.HASH_VERSION_ANNOTATION] = D.hash_version },
@@ -72,7 +72,7 @@ function M.nodepool(overrides)
       template = {
         metadata = { labels = {} },
         spec = {
-          nodeClassRef = { group = "karpenter.k8s.alibabacloud", kind = "ECSNodeClass", name = D.nodeclass },
+          nodeClassRef = { group = "karpenter.alibabacloud.com", kind = "ECSNodeClass", name = D.nodeclass },
           requirements = list { { key = "karpenter.sh/capacity-type", operator = "In",
             values = list { "on-demand" } } },
         },

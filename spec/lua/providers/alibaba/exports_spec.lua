@@ -15,7 +15,8 @@ end
 describe("the Alibaba mapping's exports", function()
   it("names its node class: ECSNodeClass, the finalizer and the hash annotations", function()
     assert.same({
-      group = "karpenter.k8s.alibabacloud",
+      group = "karpenter.alibabacloud.com",
+      aliases = { "karpenter.k8s.alibabacloud" },
       version = "v1alpha1",
       kind = "ECSNodeClass",
       resource = "ecsnodeclasses",
