@@ -13,9 +13,10 @@ local luaprov = require "luaprov"
 local bootstrap = require "providers.alibaba.bootstrap"
 local instances = require "providers.alibaba.instances"
 local shape = require "providers.alibaba.shape"
+local util = require "providers.alibaba.util"
 local reservations = require "providers.alibaba.reservations"
 
-local json, log = luaprov.json, luaprov.log
+local log = luaprov.log
 
 local M = {}
 
@@ -38,20 +39,7 @@ local CATEGORY_REFUSED = {
 
 local MAX_TOKEN = 64
 
-local function present(v)
-  return v ~= nil and v ~= json.null
-end
-
-local function field(t, k)
-  if type(t) ~= "table" then return nil end
-  local v = t[k]
-  if present(v) then return v end
-  return nil
-end
-
-local function class_name(nodeclass)
-  return tostring(field(field(nodeclass, "metadata"), "name") or "?")
-end
+local field, class_name = util.field, util.class_name
 
 
 -- vSwitch and image ------------------------------------------------------------------------------

@@ -22,6 +22,7 @@
 --   capacityReservationSelectorTerms, capacityReservationPreference ("open" when terms are given)
 --   keyPairName, password, passwordInherit, resourceGroupId, formatDataDisk       luaprov's own
 local luaprov = require "luaprov"
+local util = require "providers.alibaba.util"
 
 local json = luaprov.json
 
@@ -45,20 +46,7 @@ local AS_WRITTEN = {
   "capacityReservationSelectorTerms",
 }
 
-local function present(v)
-  return v ~= nil and v ~= json.null
-end
-
-local function field(t, k)
-  if type(t) ~= "table" then return nil end
-  local v = t[k]
-  if present(v) then return v end
-  return nil
-end
-
-local function class_name(nodeclass)
-  return tostring(field(field(nodeclass, "metadata"), "name") or "?")
-end
+local field, class_name = util.field, util.class_name
 
 local function array(t)
   return setmetatable(t or {}, json.array_mt)

@@ -15,8 +15,23 @@ function M.byte_less(a, b)
   return #a < #b
 end
 
+-- Whether a decoded JSON value is there: neither absent nor null.
 local function present(v)
   return v ~= nil and v ~= json.null
+end
+M.present = present
+
+-- t[k] when t is a table and the value is present, else nil.
+function M.field(t, k)
+  if type(t) ~= "table" then return nil end
+  local v = t[k]
+  if present(v) then return v end
+  return nil
+end
+
+-- The object's metadata.name, or "?", for messages.
+function M.class_name(object)
+  return tostring(M.field(M.field(object, "metadata"), "name") or "?")
 end
 
 local function sorted_keys(t)

@@ -307,10 +307,9 @@ static void test_provider_reads_exports(void) {
   CHECK_STR(d->hash_annotation, "karpenter.k8s.alibabacloud/ecsnodeclass-hash");
   json_t *supported = lp_cloudprovider_supported_nodeclasses(cp);
   char *text = json_dumps(supported, JSON_COMPACT | JSON_SORT_KEYS);
-  CHECK_STR(
-      text,
-      "[{\"group\":\"karpenter.alibabacloud.com\",\"kind\":\"ECSNodeClass\",\"version\":\"v1alpha1\"},"
-      "{\"group\":\"karpenter.k8s.alibabacloud\",\"kind\":\"ECSNodeClass\",\"version\":\"v1alpha1\"}]");
+  CHECK_STR(text,
+            "[{\"group\":\"karpenter.alibabacloud.com\",\"kind\":\"ECSNodeClass\",\"version\":\"v1alpha1\"},"
+            "{\"group\":\"karpenter.k8s.alibabacloud\",\"kind\":\"ECSNodeClass\",\"version\":\"v1alpha1\"}]");
   free(text);
   json_decref(supported);
   text = json_dumps(lp_cloudprovider_drift_reasons(cp), JSON_COMPACT);
