@@ -284,6 +284,17 @@ describe("alibaba bootstrap", function()
       assert.matches("RequestId " .. err.request_id:gsub("%-", "%%-"), err.message)
     end)
 
+    it("spec.clusterID names the cluster whose attach script runs, over the engine's cluster", function()
+      ctx.cluster_id = "c-engine-cluster-unknown"
+      local text = bootstrap.user_data(ctx, { metadata = {} }, { spec = { clusterID = CLUSTER } }, "on-demand")
+      local _, err = bootstrap.user_data(ctx, { metadata = {} }, { spec = { clusterID = "c-unknown" } }, "on-demand")
+      ctx.cluster_id = CLUSTER
+      assert.matches("ack.aliyun.com=" .. CLUSTER:gsub("%-", "%%-"), assert(text))
+      assert.matches("c%-unknown is not found", err.message)
+      -- an empty clusterID (the upstream example's "") means the engine's cluster
+      assert(bootstrap.user_data(ctx, { metadata = {} }, { spec = { clusterID = "" } }, "on-demand"))
+    end)
+
     it("a capacity code from the Container Service is not InsufficientCapacity", function()
       sim:fault { action = "DescribeClusterAttachScripts", code = "OperationDenied.NoStock" }
       failed("OperationDenied.NoStock", "OperationDenied.NoStock", 403)
