@@ -49,13 +49,7 @@ local FAMILIES = {
   end,
 }
 
-local function present(v)
-  return v ~= nil and v ~= json.null
-end
-
-local function array(t)
-  return setmetatable(t or {}, json.array_mt)
-end
+local present, array = util.present, util.array
 
 local function list_of(v)
   return (present(v) and type(v) == "table") and v or {}

@@ -24,7 +24,7 @@ local luaprov = require "luaprov"
 local instances = require "providers.alibaba.instances"
 local util = require "providers.alibaba.util"
 
-local json, log = luaprov.json, luaprov.log
+local log = luaprov.log
 
 local M = {}
 
@@ -36,13 +36,7 @@ M.PREFERENCES = { open = true, target = true, none = true }
 
 local MAX_TOKEN = 64
 
-local function present(v)
-  return v ~= nil and v ~= json.null
-end
-
-local function array(t)
-  return setmetatable(t or {}, json.array_mt)
-end
+local present, array = util.present, util.array
 
 local function condition(status, reason, message)
   return { type = M.CONDITION, status = status, reason = reason, message = message or "" }

@@ -21,10 +21,7 @@
 --   metadataOptions {httpTokens, httpPutResponseHopLimit, httpEndpoint}, only when written
 --   capacityReservationSelectorTerms, capacityReservationPreference ("open" when terms are given)
 --   keyPairName, password, passwordInherit, resourceGroupId, formatDataDisk       luaprov's own
-local luaprov = require "luaprov"
 local util = require "providers.alibaba.util"
-
-local json = luaprov.json
 
 local M = {}
 
@@ -48,9 +45,7 @@ local AS_WRITTEN = {
 
 local field, class_name = util.field, util.class_name
 
-local function array(t)
-  return setmetatable(t or {}, json.array_mt)
-end
+local array = util.array
 
 local function strings(v)
   local out = array()

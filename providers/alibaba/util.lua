@@ -21,6 +21,11 @@ local function present(v)
 end
 M.present = present
 
+-- A Lua table that encodes as a JSON array, even when empty.
+function M.array(t)
+  return setmetatable(t or {}, json.array_mt)
+end
+
 -- t[k] when t is a table and the value is present, else nil.
 function M.field(t, k)
   if type(t) ~= "table" then return nil end
