@@ -126,6 +126,12 @@ double lp_env_monotonic(lp_ctrl_env *env);
 /* Replaces the clock lp_env_monotonic reads with now(ud) (NULL restores lp_clock_monotonic), so a test
  * moves time instead of waiting for it. Times already computed stay on the old clock. */
 void lp_env_set_clock(lp_ctrl_env *env, double (*now)(void *ud), void *ud);
+/* The controllers' wall clock, seconds since the epoch: what they compare with Kubernetes timestamps
+ * (creationTimestamp, lastTransitionTime) and write into them. lp_clock_wall unless replaced. */
+double lp_env_wall(lp_ctrl_env *env);
+/* Replaces the clock lp_env_wall reads with now(ud) (NULL restores lp_clock_wall): a test moves wall
+ * time (an expireAfter, a consolidateAfter) instead of waiting for it. */
+void lp_env_set_wall_clock(lp_ctrl_env *env, double (*now)(void *ud), void *ud);
 
 /* The resource of kind (group, version, plural; no namespace or name). Static storage. Not for
  * LP_KIND_NODECLASS, whose resource is the mapping's: use lp_env_ref. */

@@ -19,6 +19,8 @@ struct lp_ctrl_env {
   json_t *recent_events;                 /* "uid\nreason\nmessage" -> wall time recorded */
   double (*clock)(void *ud);             /* lp_env_monotonic's; NULL = lp_clock_monotonic */
   void *clock_ud;
+  double (*wall)(void *ud); /* lp_env_wall's; NULL = lp_clock_wall */
+  void *wall_ud;
 };
 
 /* Updates every index of kind for one change (old_obj NULL on add, new_obj NULL on delete). */

@@ -45,7 +45,6 @@
 #include "controller/conditions.h"
 #include "controller/defs.h"
 #include "controller/disruption_internal.h"
-#include "core/clock.h"
 #include "core/log.h"
 
 #define PASS_INTERVAL_S 10.0
@@ -324,7 +323,7 @@ static void reconcile(lp_controller *c, const char *key) {
   p->env = lp_controller_env(c);
   p->st = lp_controller_state(c);
   p->key = key;
-  p->now = lp_clock_wall();
+  p->now = lp_env_wall(p->env);
   p->mono = lp_env_monotonic(p->env);
   dz_forget_arrived(p);
   scan s = {p, json_object(), json_object(), json_object(), json_array(), json_object()};

@@ -30,7 +30,6 @@
 #include "controller/conditions.h"
 #include "controller/defs.h"
 #include "controller/drift_internal.h"
-#include "core/clock.h"
 #include "core/log.h"
 
 #define POLICY_CACHE_ENTRIES 100000
@@ -269,7 +268,7 @@ static void reconcile(lp_controller *c, const char *key) {
   r->env = env;
   r->st = st;
   r->key = key;
-  r->now = lp_clock_wall();
+  r->now = lp_env_wall(env);
   r->claim = json_incref(claim);
   r->nodepool = json_incref(nodepool);
   r->nodeclass = json_incref(lp_env_nodeclass_of(env, lp_obj_get(claim, "spec.nodeClassRef")));

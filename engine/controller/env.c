@@ -90,6 +90,15 @@ void lp_env_set_clock(lp_ctrl_env *env, double (*now)(void *ud), void *ud) {
   env->clock_ud = now ? ud : NULL;
 }
 
+double lp_env_wall(lp_ctrl_env *env) {
+  return env->wall ? env->wall(env->wall_ud) : lp_clock_wall();
+}
+
+void lp_env_set_wall_clock(lp_ctrl_env *env, double (*now)(void *ud), void *ud) {
+  env->wall = now;
+  env->wall_ud = now ? ud : NULL;
+}
+
 /* ---- caches and indices -------------------------------------------------------------------- */
 
 json_t *lp_env_get(lp_ctrl_env *env, lp_kind kind, const char *key) {
@@ -216,7 +225,7 @@ void lp_env_event(lp_ctrl_env *env, const json_t *involved, const char *type, co
   const json_t *md = json_object_get(involved, "metadata");
   const char *uid = lp_obj_uid(involved), *name = lp_obj_name(involved);
   const char *ns = json_string_value(json_object_get(md, "namespace"));
-  double now = lp_clock_wall();
+  double now = lp_env_wall(env);
   char *dedup = lp_xasprintf("%s\n%s\n%s", uid ? uid : (name ? name : ""), reason, message);
   json_t *seen = json_object_get(env->recent_events, dedup);
   if (seen && now - json_real_value(seen) < EVENT_DEDUP_S) {

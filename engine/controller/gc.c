@@ -30,7 +30,6 @@
 
 #include "controller/conditions.h"
 #include "controller/defs.h"
-#include "core/clock.h"
 #include "core/log.h"
 
 /* Karpenter deletes 20 lost NodeClaims in parallel; the same bound covers instance deletions. */
@@ -248,7 +247,7 @@ static void listed(json_t *value, lp_error *err, void *ud) {
     launch_more(p); /* nothing to delete: ends the pass with the error */
     return;
   }
-  double now = lp_clock_wall();
+  double now = lp_env_wall(lp_controller_env(p->c));
   json_t *ids = note_listed(state_of(p), value, now);
   find_leaked(p, value, now);
   lost_scan scan = {p, ids};

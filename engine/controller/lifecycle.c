@@ -25,7 +25,6 @@
 #include "controller/conditions.h"
 #include "controller/defs.h"
 #include "controller/lifecycle_internal.h"
-#include "core/clock.h"
 #include "core/log.h"
 
 /* Karpenter caches a Create result an hour, so a status write lost after a launch never launches twice. */
@@ -310,7 +309,7 @@ static void reconcile(lp_controller *c, const char *key) {
   r->env = env;
   r->st = st;
   r->key = key;
-  r->now = lp_clock_wall();
+  r->now = lp_env_wall(env);
   r->stored = json_incref(cached);
   r->claim = json_deep_copy(cached);
   if (!lp_obj_has_finalizer(cached, LC_FINALIZER))

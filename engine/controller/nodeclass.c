@@ -286,7 +286,7 @@ static void write_metadata(pass *p) {
 
 static void resolved(json_t *value, lp_error *err, void *ud) {
   pass *p = ud;
-  double now = lp_clock_wall();
+  double now = lp_env_wall(lp_controller_env(p->c));
   if (err)
     apply_failure(p, err, now);
   else

@@ -36,7 +36,6 @@
 #include "controller/conditions.h"
 #include "controller/defs.h"
 #include "controller/nodepool.h"
-#include "core/clock.h"
 #include "core/log.h"
 
 #define LABEL_REGISTERED  "karpenter.sh/registered"
@@ -260,7 +259,7 @@ static void reconcile(lp_controller *c, const char *key) {
     lp_controller_done(c, key, NULL, 0);
     return;
   }
-  double now = lp_clock_wall();
+  double now = lp_env_wall(env);
   json_t *desired = json_deep_copy(pool);
   json_t *status = json_object_get(desired, "status");
   if (!json_is_object(status)) json_object_set_new(desired, "status", status = json_object());

@@ -277,7 +277,7 @@ static void evaluate(lp_controller *c, const char *key, const json_t *policies) 
     lp_controller_done(c, key, NULL, 0);
     return;
   }
-  double now = lp_clock_wall();
+  double now = lp_env_wall(env);
   if (now < v.deadline) {
     lp_counter_inc(st->decisions, LP_LABELS("tolerating"));
     lp_debug(lp_controller_logger(c), "unhealthy node within toleration", LPF_STR("node", key),

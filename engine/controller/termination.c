@@ -60,7 +60,7 @@ static term_op *op_new(lp_controller *c, const char *key, const json_t *claim) {
   op->log = lp_controller_logger(c);
   op->claim = claim ? json_deep_copy(claim) : NULL;
   op->nodes = json_array();
-  op->now = lp_clock_wall();
+  op->now = lp_env_wall(op->env);
   op->deadline = -1;
   op->retry_in = INFINITY;
   return op;
@@ -156,7 +156,7 @@ static void released(const lp_kube_reply *reply, void *ud) {
   if (!take_claim(op, reply, "removing the finalizer")) return;
   const char *pool = term_nodepool(op->claim);
   double since = lp_rfc3339_parse(lp_obj_str(op->claim, "metadata.deletionTimestamp"));
-  double took = since > 0 ? lp_clock_wall() - since : 0;
+  double took = since > 0 ? lp_env_wall(op->env) - since : 0;
   if (took < 0) took = 0; /* the API server's clock ahead of ours */
   lp_info(op->log, "deleted nodeclaim", LPF_STR("nodeclaim", op->key),
           LPF_STR("provider_id", lp_obj_str(op->claim, "status.providerID")), LPF_NUM("duration_s", took));

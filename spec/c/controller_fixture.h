@@ -332,6 +332,12 @@ static inline double ctrl_clock_at(void *ud) {
   return *(const double *)ud;
 }
 
+/* Makes the manager's wall clock (lp_env_wall: what the controllers compare with Kubernetes timestamps)
+ * read *now, which the test then moves: an expireAfter or a consolidateAfter passes without waiting. */
+static inline void ctrl_use_wall_clock(ctrl_fixture *f, double *now) {
+  lp_env_set_wall_clock(lp_controllers_env(f->manager), ctrl_clock_at, now);
+}
+
 /* A done callback (lp_controllers_stop's) that sets the int ud points to. */
 static inline void ctrl_set_flag(void *ud) {
   *(int *)ud = 1;
