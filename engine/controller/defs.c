@@ -16,6 +16,8 @@ const lp_controller_def *const lp_controllers_default[] = {
     &lp_disruption_controller,
     &lp_interruption_controller,
     &lp_tagging_controller,
+    &lp_expiration_controller,
+    &lp_consolidatable_controller,
     NULL,
 };
 /* clang-format on */

@@ -15,5 +15,7 @@ extern const lp_controller_def lp_drift_controller;               /* drift.c */
 extern const lp_controller_def lp_disruption_controller;          /* disruption.c */
 extern const lp_controller_def lp_interruption_controller;        /* interruption.c */
 extern const lp_controller_def lp_tagging_controller;             /* tagging.c */
+extern const lp_controller_def lp_expiration_controller;          /* expiration.c */
+extern const lp_controller_def lp_consolidatable_controller;      /* consolidatable.c */
 
 #endif
