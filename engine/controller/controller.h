@@ -36,6 +36,10 @@ typedef enum {
                             its group and each alias group: see "node classes" below for its keys */
   LP_KIND_POD,           /* v1 pods, every namespace */
   LP_KIND_DAEMONSET,     /* apps/v1 daemonsets: their pod templates are every new node's overhead */
+  LP_KIND_PDB,           /* policy/v1 poddisruptionbudgets: which pods disruption may move now */
+  LP_KIND_PVC,           /* v1 persistentvolumeclaims, every namespace: a pod's volumes pin its zone */
+  LP_KIND_PV,            /* v1 persistentvolumes: a bound claim's zone (spec.nodeAffinity) */
+  LP_KIND_STORAGECLASS,  /* storage.k8s.io/v1 storageclasses: an unbound claim's allowedTopologies */
   LP_KIND_COUNT,
   LP_KIND_NONE = LP_KIND_COUNT /* a controller with no primary kind (a singleton) */
 } lp_kind;

@@ -38,6 +38,10 @@ static const lp_kube_ref kind_refs[LP_KIND_COUNT] = {
     /* LP_KIND_NODECLASS: the mapping's descriptor says which (lp_env_ref) */
     [LP_KIND_POD] = {.version = "v1", .resource = "pods"},
     [LP_KIND_DAEMONSET] = {.group = "apps", .version = "v1", .resource = "daemonsets"},
+    [LP_KIND_PDB] = {.group = "policy", .version = "v1", .resource = "poddisruptionbudgets"},
+    [LP_KIND_PVC] = {.version = "v1", .resource = "persistentvolumeclaims"},
+    [LP_KIND_PV] = {.version = "v1", .resource = "persistentvolumes"},
+    [LP_KIND_STORAGECLASS] = {.group = "storage.k8s.io", .version = "v1", .resource = "storageclasses"},
 };
 
 const lp_kube_ref *lp_kind_ref(lp_kind kind) {

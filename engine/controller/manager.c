@@ -98,7 +98,9 @@ static void on_synced(lp_informer *inf, void *ud) {
   lp_info(LOGGER, "caches synced", LPF_INT("nodeclaims", counts[LP_KIND_NODECLAIM]),
           LPF_INT("nodes", counts[LP_KIND_NODE]), LPF_INT("nodepools", counts[LP_KIND_NODEPOOL]),
           LPF_INT("nodeclasses", counts[LP_KIND_NODECLASS]), LPF_INT("pods", counts[LP_KIND_POD]),
-          LPF_INT("daemonsets", counts[LP_KIND_DAEMONSET]));
+          LPF_INT("daemonsets", counts[LP_KIND_DAEMONSET]), LPF_INT("pdbs", counts[LP_KIND_PDB]),
+          LPF_INT("pvcs", counts[LP_KIND_PVC]), LPF_INT("pvs", counts[LP_KIND_PV]),
+          LPF_INT("storageclasses", counts[LP_KIND_STORAGECLASS]));
   caches_changed(m);
 }
 

@@ -33,6 +33,14 @@ M.RESOURCES = {
     namespaced = true, status = true, short = { "ds" }, categories = { "all" } },
   { group = "policy", version = "v1", name = "poddisruptionbudgets", kind = "PodDisruptionBudget",
     singular = "poddisruptionbudget", namespaced = true, status = true, short = { "pdb" } },
+  -- Volumes only as objects (nothing provisions or attaches them): the provisioner reads the zone a pod's
+  -- claims pin it to.
+  { group = "", version = "v1", name = "persistentvolumeclaims", kind = "PersistentVolumeClaim",
+    singular = "persistentvolumeclaim", namespaced = true, status = true, short = { "pvc" } },
+  { group = "", version = "v1", name = "persistentvolumes", kind = "PersistentVolume", singular = "persistentvolume",
+    namespaced = false, status = true, short = { "pv" } },
+  { group = "storage.k8s.io", version = "v1", name = "storageclasses", kind = "StorageClass",
+    singular = "storageclass", namespaced = false, short = { "sc" } },
   { group = "karpenter.sh", version = "v1", name = "nodepools", kind = "NodePool", singular = "nodepool",
     namespaced = false, status = true, crd = true, categories = { "karpenter" } },
   { group = "karpenter.sh", version = "v1", name = "nodeclaims", kind = "NodeClaim", singular = "nodeclaim",
