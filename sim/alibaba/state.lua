@@ -6,6 +6,7 @@
 -- moves every instance at once: Pending, Starting after 5 s, Running after 15 s. An explicit status
 -- set through the admin path (Stopping, Stopped) overrides the lifecycle.
 local luaprov = require "luaprov"
+local catalogue = require "sim.alibaba.catalogue"
 local clock = require "sim.clock"
 
 local crypto = luaprov.crypto
@@ -90,6 +91,9 @@ function M.summary()
   for _, inst in ipairs(M.list()) do
     list[#list + 1] = { id = inst.id, status = M.status(inst, now), zone = inst.zone, instance_type = inst.type.id,
       capacity_type = inst.spot_strategy == "NoSpot" and "on-demand" or "spot", image_id = inst.image_id,
+      -- what the instance costs now (CNY per hour), so tests can tell whether consolidation saved money
+      hourly_price = inst.spot_strategy == "NoSpot" and inst.type.price
+        or catalogue.spot_price(inst.type, inst.zone, now),
       vswitch_id = inst.vswitch_id, private_ip = inst.ip, security_group_ids = inst.security_group_ids,
       tags = next(inst.tags) and inst.tags or nil, created = luaprov.time.iso8601(inst.created),
       client_token = inst.client_token, spot_strategy = inst.spot_strategy, spot_price_limit = inst.spot_price_limit,
