@@ -45,6 +45,7 @@
 #include "controller/conditions.h"
 #include "controller/defs.h"
 #include "controller/disruption_internal.h"
+#include "core/clock.h"
 #include "core/log.h"
 
 #define PASS_INTERVAL_S 10.0
@@ -71,6 +72,16 @@ static void *state_new(lp_controller *c) {
       m, "luaprov_disruption_lost_answers_total",
       "Replacement NodeClaim creations whose answer was lost, by how they settled (exists, created, absent).",
       LP_LABELS("outcome"));
+  st->decisions = lp_metrics_counter(m, "luaprov_voluntary_disruption_decisions_total",
+                                     "Voluntary disruption decisions acted on, by decision, reason and "
+                                     "consolidation type.",
+                                     LP_LABELS("decision", "reason", "consolidation_type"));
+  st->eligible =
+      lp_metrics_gauge(m, "luaprov_voluntary_disruption_eligible_nodes",
+                       "Nodes each disruption method could take now, by reason.", LP_LABELS("reason"));
+  st->evaluation = lp_metrics_histogram(
+      m, "luaprov_voluntary_disruption_decision_evaluation_duration_seconds",
+      "Seconds a disruption method spent deciding.", LP_LABELS("method", "consolidation_type"), NULL, 0);
   return st;
 }
 
@@ -78,6 +89,7 @@ static void state_free(void *state) {
   dz_state *st = state;
   json_decref(st->failed);
   json_decref(st->on_its_way);
+  json_decref(st->pending);
   free(st);
 }
 
@@ -113,7 +125,7 @@ static void pass_end(dz_pass *p) {
     json_decref(a->replacement);
     free(a->why);
   }
-  lp_controller_done(p->c, p->key, p->err, 0);
+  lp_controller_done(p->c, p->key, p->err, p->err ? 0 : p->requeue_after);
   free(p->actions);
   free(p);
 }
@@ -152,8 +164,7 @@ typedef struct scan {
   json_t *replacing;  /* candidate name -> its replacement (borrowed), from luaprov.io/replaces */
   json_t *total;      /* NodePool -> initialized NodeClaims */
   json_t *disrupting; /* NodePool -> NodeClaims being disrupted */
-  json_t *candidates; /* drifted NodeClaims not in progress (borrowed) */
-  json_t *left;       /* NodePool -> disruptions its budget still allows in this pass */
+  json_t *candidates; /* initialized NodeClaims not in progress (borrowed) */
 } scan;
 
 static void bump(json_t *counts, const char *pool) {
@@ -203,79 +214,45 @@ static void scan_claim(const char *key, json_t *claim, void *ud) {
     /* its replacement may be stored already: it is not chosen again until that is settled */
     if (s->p->mono - json_real_value(json_object_get(on_its_way, "at")) >= DZ_CHECK_AFTER_S)
       add_action(s->p, DZ_CHECK, claim, NULL);
-  } else if (lp_condition_is(claim, DZ_REASON, "True") && lp_condition_is(claim, "Initialized", "True"))
+  } else if (lp_condition_is(claim, "Initialized", "True"))
     json_array_append(s->candidates, claim);
 }
 
-/* ---- the pass: new candidates ---------------------------------------------------------------- */
+/* ---- the pass: candidates and budgets ----------------------------------------------------------- */
 
-typedef struct pod_scan {
-  char *why;
-  size_t n;
-  int found;
-} pod_scan;
+/* The budget for reason of every cached NodePool, minus what is in progress, into left. */
+typedef struct budget_walk {
+  scan *s;
+  const char *reason;
+  json_t *left;
+} budget_walk;
 
-static int do_not_disrupt(const json_t *obj) {
-  const char *v = lp_obj_annotation(obj, DZ_ANNOTATION_DO_NOT_DISRUPT);
-  return v && strcmp(v, "true") == 0;
-}
-
-static void check_pod(const char *key, json_t *pod, void *ud) {
-  pod_scan *ps = ud;
-  const char *phase = lp_obj_str(pod, "status.phase");
-  if (ps->found || (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0))) return;
-  if (!do_not_disrupt(pod)) return;
-  snprintf(ps->why, ps->n, "Pod \"%s\" has \"%s\" annotation", key, DZ_ANNOTATION_DO_NOT_DISRUPT);
-  ps->found = 1;
-}
-
-/* Why the candidate may not be disrupted (written into why), or 0 when it may. */
-static int blocked(dz_pass *p, const json_t *claim, char *why, size_t n) {
-  if (do_not_disrupt(claim)) {
-    snprintf(why, n, "Disruption is blocked through the \"%s\" annotation", DZ_ANNOTATION_DO_NOT_DISRUPT);
-    return 1;
-  }
-  const char *node_name = lp_obj_str(claim, "status.nodeName");
-  if (!node_name) return 0;
-  if (do_not_disrupt(lp_env_get(p->env, LP_KIND_NODE, node_name))) {
-    snprintf(why, n, "Node %s has \"%s\" annotation", node_name, DZ_ANNOTATION_DO_NOT_DISRUPT);
-    return 1;
-  }
-  pod_scan ps = {why, n, 0};
-  lp_env_index_each(p->env, LP_INDEX_POD_BY_NODE, node_name, check_pod, &ps);
-  return ps.found;
-}
-
-static double drifted_since(const json_t *claim) {
-  return lp_condition_since(claim, DZ_REASON);
-}
-
-static int oldest_first(const void *a, const void *b) {
-  const json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
-  double dx = drifted_since(x), dy = drifted_since(y);
-  if (dx != dy) return dx < dy ? -1 : 1;
-  return strcmp(lp_obj_name(x), lp_obj_name(y));
-}
-
-/* The Drifted budget of every cached NodePool, minus what is in progress; sets the gauge. */
 static void each_budget(const char *key, json_t *nodepool, void *ud) {
-  scan *s = ud;
-  dz_pass *p = s->p;
-  int total = (int)json_integer_value(json_object_get(s->total, key));
+  budget_walk *w = ud;
+  dz_pass *p = w->s->p;
+  int total = (int)json_integer_value(json_object_get(w->s->total, key));
   char *problem = NULL;
-  long long allowed = dz_budget_allowed(nodepool, DZ_REASON, total, p->now, &problem);
+  long long allowed = dz_budget_allowed(nodepool, w->reason, total, p->now, &problem);
   if (problem) {
     lp_warn(lp_controller_logger(p->c), "invalid disruption budget", LPF_STR("nodepool", key),
-            LPF_STR("error", problem));
+            LPF_STR("reason", w->reason), LPF_STR("error", problem));
     lp_env_event(p->env, nodepool, "Warning", "InvalidDisruptionBudget",
-                 "%s; no node of this NodePool is disrupted for drift until it is fixed", problem);
+                 "%s; no node of this NodePool is disrupted for reason %s until it is fixed", problem,
+                 w->reason);
     free(problem);
   }
   if (allowed > total) allowed = total;
-  allowed -= json_integer_value(json_object_get(s->disrupting, key));
+  allowed -= json_integer_value(json_object_get(w->s->disrupting, key));
   if (allowed < 0) allowed = 0;
-  lp_gauge_set(p->st->allowed, LP_LABELS(key), (double)allowed);
-  json_object_set_new(s->left, key, json_integer(allowed));
+  if (strcmp(w->reason, DZ_REASON) == 0) lp_gauge_set(p->st->allowed, LP_LABELS(key), (double)allowed);
+  json_object_set_new(w->left, key, json_integer(allowed));
+}
+
+/* What each reason's budgets still allow per NodePool in this pass: reason -> {pool -> count}. */
+static json_t *budgets_left(scan *s, const char *reason) {
+  budget_walk w = {s, reason, json_object()};
+  lp_env_each(s->p->env, LP_KIND_NODEPOOL, each_budget, &w);
+  return w.left;
 }
 
 /* Forgets the failed replacements whose candidates may be tried again. */
@@ -288,33 +265,209 @@ static void forget_old_failures(dz_pass *p) {
   }
 }
 
+/* The pass's candidates: s->claims with a cached NodePool and no failed replacement waiting. */
+typedef struct cands {
+  dz_candidate *v;   /* filled in */
+  dz_candidate **by; /* pointers into v, in the order a method wants */
+  size_t n;
+} cands;
+
+static void cands_build(scan *s, cands *cs) {
+  dz_pass *p = s->p;
+  size_t n = json_array_size(s->candidates);
+  cs->v = lp_xcalloc(n ? n : 1, sizeof *cs->v);
+  cs->by = lp_xcalloc(n ? n : 1, sizeof *cs->by);
+  cs->n = 0;
+  for (size_t i = 0; i < n; i++) {
+    json_t *claim = json_array_get(s->candidates, i);
+    /* no NodePool: no template to build a replacement from, no budget */
+    json_t *nodepool = lp_env_get(p->env, LP_KIND_NODEPOOL, lp_obj_label(claim, DZ_LABEL_POOL));
+    if (!nodepool || json_object_get(p->st->failed, lp_obj_name(claim))) continue;
+    dz_candidate_fill(p->env, &cs->v[cs->n], claim, nodepool, p->now);
+    cs->by[cs->n] = &cs->v[cs->n];
+    cs->n++;
+  }
+}
+
+static void cands_free(cands *cs) {
+  for (size_t i = 0; i < cs->n; i++) dz_candidate_clear(&cs->v[i]);
+  free(cs->v);
+  free(cs->by);
+}
+
+static dz_candidate *cands_find(cands *cs, const char *name) {
+  for (size_t i = 0; i < cs->n; i++)
+    if (strcmp(cs->v[i].name, name) == 0) return &cs->v[i];
+  return NULL;
+}
+
+/* luaprov_voluntary_disruption_eligible_nodes{reason}: the candidates each method could take now. */
+static void count_eligible(dz_pass *p, const cands *cs) {
+  double empty = 0, underutilized = 0, drifted = 0;
+  for (size_t i = 0; i < cs->n; i++) {
+    const dz_candidate *cd = &cs->v[i];
+    if (cd->blocked) continue;
+    empty += dz_is_empty_candidate(cd);
+    underutilized += dz_is_underutilized_candidate(cd) && cd->pods > 0;
+    drifted += cd->drifted;
+  }
+  lp_gauge_set(p->st->eligible, LP_LABELS("empty"), empty);
+  lp_gauge_set(p->st->eligible, LP_LABELS("underutilized"), underutilized);
+  lp_gauge_set(p->st->eligible, LP_LABELS("drifted"), drifted);
+}
+
+static void observe(dz_pass *p, const char *method, const char *type, double started) {
+  lp_histogram_observe(p->st->evaluation, LP_LABELS(method, type), lp_clock_monotonic() - started);
+}
+
+static void held_back(dz_candidate *cd, const char *why, void *ud) {
+  dz_pass *p = ud;
+  lp_env_event(p->env, cd->claim, "Normal", "DisruptionBlocked", "%s", why);
+}
+
+/* ---- emptiness ---------------------------------------------------------------------------------- */
+
+/* Names of the candidates in v, a new JSON array. */
+static json_t *names_of(dz_candidate *const *v, size_t n) {
+  json_t *names = json_array();
+  for (size_t i = 0; i < n; i++) json_array_append_new(names, json_string(v[i]->name));
+  return names;
+}
+
+/* Emptiness decides on the empty candidates within the Empty budget; the decision waits for its
+ * validation. Returns non-zero when it decided. */
+static int emptiness(dz_pass *p, cands *cs, json_t *left) {
+  double started = lp_clock_monotonic();
+  dz_candidate **picked = lp_xcalloc(cs->n ? cs->n : 1, sizeof *picked);
+  size_t k = dz_pick_empty(cs->by, cs->n, left, picked, held_back, p);
+  if (k > 0) {
+    p->st->pending = json_pack("{s:s, s:s, s:s, s:o, s:f}", "method", "emptiness", "reason", DZ_REASON_EMPTY,
+                               "type", "empty", "claims", names_of(picked, k), "at", p->mono);
+    lp_debug(lp_controller_logger(p->c), "disruption decision waiting for its validation",
+             LPF_STR("method", "emptiness"), LPF_INT("nodeclaims", k));
+    p->requeue_after = DZ_VALIDATE_AFTER_S;
+  }
+  free(picked);
+  observe(p, "emptiness", "empty", started);
+  return k > 0;
+}
+
+/* Logs a delete decision, one line per NodePool. */
+static void log_delete(dz_pass *p, const char *reason, size_t first) {
+  json_t *pools = json_object();
+  for (size_t i = first; i < p->nactions; i++) {
+    const char *pool = lp_obj_label(p->actions[i].claim, DZ_LABEL_POOL);
+    json_t *names = json_object_get(pools, pool);
+    if (!names) json_object_set_new(pools, pool, names = json_array());
+    json_array_append_new(names, json_string(lp_obj_name(p->actions[i].claim)));
+  }
+  const char *pool;
+  json_t *names;
+  json_object_foreach(pools, pool, names) {
+    char *list = json_dumps(names, JSON_COMPACT);
+    lp_info(lp_controller_logger(p->c), "disrupting nodeclaim(s) via delete", LPF_STR("reason", reason),
+            LPF_JSON("nodeclaims", list), LPF_STR("nodepool", pool));
+    free(list);
+  }
+  json_decref(pools);
+}
+
+/* The decision waiting for its validation: not due yet, the pass waits (no other method runs); due, the
+ * candidates that still qualify are disrupted, the others dropped. */
+static void pending(dz_pass *p, cands *cs, json_t *left) {
+  json_t *d = p->st->pending;
+  double due = json_real_value(json_object_get(d, "at")) + DZ_VALIDATE_AFTER_S;
+  if (p->mono < due) {
+    p->requeue_after = due - p->mono < 1.0 ? due - p->mono : 1.0;
+    return;
+  }
+  const char *log = lp_controller_logger(p->c);
+  size_t i, first = p->nactions;
+  json_t *name;
+  json_array_foreach(json_object_get(d, "claims"), i, name) {
+    dz_candidate *cd = cands_find(cs, json_string_value(name));
+    const char *why = NULL;
+    if (!cd)
+      why = "no longer a candidate (deleted, being disrupted, or not initialized)";
+    else if (cd->blocked)
+      why = cd->blocked;
+    else if (!cd->consolidatable)
+      why = "no longer consolidatable";
+    else if (cd->pods > 0)
+      why = "no longer empty";
+    else if (json_integer_value(json_object_get(left, cd->pool)) <= 0)
+      why = "no disruption budget left";
+    if (why) {
+      lp_info(log, "disruption decision dropped for nodeclaim after validation",
+              LPF_STR("method", "emptiness"), LPF_STR("nodeclaim", json_string_value(name)),
+              LPF_STR("why", why));
+      continue;
+    }
+    json_object_set_new(left, cd->pool,
+                        json_integer(json_integer_value(json_object_get(left, cd->pool)) - 1));
+    dz_action *a = add_action(p, DZ_DELETE, cd->claim, NULL);
+    a->reason = DZ_REASON_EMPTY;
+    a->type = "empty";
+  }
+  if (p->nactions > first) {
+    lp_counter_inc(p->st->decisions, LP_LABELS("delete", "empty", "empty"));
+    log_delete(p, "empty", first);
+  }
+  json_decref(p->st->pending);
+  p->st->pending = NULL;
+}
+
+/* ---- drift ------------------------------------------------------------------------------------ */
+
+static int oldest_first(const void *a, const void *b) {
+  const dz_candidate *x = *(dz_candidate *const *)a, *y = *(dz_candidate *const *)b;
+  double dx = lp_condition_since(x->claim, DZ_REASON), dy = lp_condition_since(y->claim, DZ_REASON);
+  if (dx != dy) return dx < dy ? -1 : 1;
+  return strcmp(x->name, y->name);
+}
+
+/* Drifted candidates, oldest drift first, within the Drifted budget: each replaced. Returns non-zero
+ * when it acts. */
+static int drift(dz_pass *p, cands *cs, json_t *left) {
+  double started = lp_clock_monotonic();
+  qsort(cs->by, cs->n, sizeof *cs->by, oldest_first);
+  size_t first = p->nactions;
+  for (size_t i = 0; i < cs->n; i++) {
+    dz_candidate *cd = cs->by[i];
+    json_t *n = json_object_get(left, cd->pool);
+    if (!cd->drifted) continue;
+    if (cd->blocked) {
+      held_back(cd, cd->blocked, p);
+    } else if (json_integer_value(n) <= 0) {
+      lp_env_event(p->env, cd->claim, "Normal", "DisruptionBlocked",
+                   "No allowed disruptions for disruption reason %s due to blocking budget", DZ_REASON);
+    } else {
+      json_object_set_new(left, cd->pool, json_integer(json_integer_value(n) - 1));
+      add_action(p, DZ_REPLACE, cd->claim, NULL)->nodepool = json_incref(cd->nodepool);
+    }
+  }
+  observe(p, "drift", "", started);
+  return p->nactions > first;
+}
+
+/* ---- the pass ---------------------------------------------------------------------------------- */
+
+/* The methods in Karpenter's order, the first that decides acting alone: emptiness, drift. A decision
+ * waiting for its validation holds the others back. */
 static void choose(scan *s) {
   dz_pass *p = s->p;
   forget_old_failures(p);
-  lp_env_each(p->env, LP_KIND_NODEPOOL, each_budget, s);
-  size_t n = json_array_size(s->candidates);
-  json_t **order = lp_xcalloc(n ? n : 1, sizeof *order);
-  for (size_t i = 0; i < n; i++) order[i] = json_array_get(s->candidates, i);
-  qsort(order, n, sizeof *order, oldest_first);
-  char why[512];
-  for (size_t i = 0; i < n; i++) {
-    json_t *claim = order[i];
-    const char *pool = lp_obj_label(claim, DZ_LABEL_POOL);
-    json_t *nodepool = lp_env_get(p->env, LP_KIND_NODEPOOL, pool);
-    json_t *left = json_object_get(s->left, pool);
-    /* no NodePool: no template to build a replacement from */
-    if (!nodepool || json_object_get(p->st->failed, lp_obj_name(claim))) continue;
-    if (blocked(p, claim, why, sizeof why)) {
-      lp_env_event(p->env, claim, "Normal", "DisruptionBlocked", "%s", why);
-    } else if (json_integer_value(left) <= 0) {
-      lp_env_event(p->env, claim, "Normal", "DisruptionBlocked",
-                   "No allowed disruptions for disruption reason %s due to blocking budget", DZ_REASON);
-    } else {
-      json_object_set_new(s->left, pool, json_integer(json_integer_value(left) - 1));
-      add_action(p, DZ_REPLACE, claim, NULL)->nodepool = json_incref(nodepool);
-    }
-  }
-  free(order);
+  json_t *empty = budgets_left(s, DZ_REASON_EMPTY), *drifted = budgets_left(s, DZ_REASON);
+  cands cs;
+  cands_build(s, &cs);
+  count_eligible(p, &cs);
+  if (p->st->pending)
+    pending(p, &cs, empty);
+  else if (!emptiness(p, &cs, empty))
+    drift(p, &cs, drifted);
+  cands_free(&cs);
+  json_decref(empty);
+  json_decref(drifted);
 }
 
 static void reconcile(lp_controller *c, const char *key) {
@@ -326,7 +479,7 @@ static void reconcile(lp_controller *c, const char *key) {
   p->now = lp_env_wall(p->env);
   p->mono = lp_env_monotonic(p->env);
   dz_forget_arrived(p);
-  scan s = {p, json_object(), json_object(), json_object(), json_array(), json_object()};
+  scan s = {p, json_object(), json_object(), json_object(), json_array()};
   lp_env_each(p->env, LP_KIND_NODECLAIM, note_replacement, s.replacing);
   lp_env_each(p->env, LP_KIND_NODECLAIM, scan_claim, &s);
   choose(&s);
@@ -334,7 +487,6 @@ static void reconcile(lp_controller *c, const char *key) {
   json_decref(s.total);
   json_decref(s.disrupting);
   json_decref(s.candidates);
-  json_decref(s.left);
   launch_more(p);
 }
 

@@ -1,6 +1,11 @@
-/* Shared by the disruption controller's files: disruption.c (the definition and the pass: candidates,
- * budgets, what to do), disruption_budget.c (NodePool disruption budgets) and disruption_replace.c
- * (the replacement NodeClaim and the writes of each action). Not a public interface. Loop thread only. */
+/* Shared by the disruption controller's files: disruption.c (the definition and the pass: what is in
+ * progress, budgets, the methods in their order, the decision waiting for its validation),
+ * disruption_candidates.c (what a NodeClaim is as a candidate: do-not-disrupt, reschedulable pods,
+ * disruption cost, consolidation policy), disruption_consolidate.c (which candidates a method picks:
+ * emptiness within budgets, the prefix search of multi-node and the first of single-node
+ * consolidation), disruption_budget.c (NodePool disruption budgets) and disruption_replace.c (the
+ * replacement NodeClaim and the writes of each action). disruption.c calls the others; of them only
+ * disruption_replace.c calls back (dz_action_done). Not a public interface. Loop thread only. */
 #ifndef LUAPROV_CONTROLLER_DISRUPTION_INTERNAL_H
 #define LUAPROV_CONTROLLER_DISRUPTION_INTERNAL_H
 
@@ -14,12 +19,40 @@
 #define DZ_ANNOTATION_REPLACED_BY    "luaprov.io/replaced-by" /* on a candidate: its replacement */
 #define DZ_ANNOTATION_DO_NOT_DISRUPT "karpenter.sh/do-not-disrupt"
 #define DZ_LABEL_POOL                "karpenter.sh/nodepool"
-#define DZ_REASON                    "Drifted" /* the budget reason and condition this controller acts on */
+#define DZ_REASON                    "Drifted" /* the budget reason and condition drift acts on */
 #define DZ_METRIC_REASON             "drifted" /* luaprov_nodeclaims_disrupted_total{reason} */
+#define DZ_REASON_EMPTY              "Empty"
+#define DZ_REASON_UNDERUTILIZED      "Underutilized"
+#define DZ_CONSOLIDATABLE            "Consolidatable" /* the NodeClaim condition consolidation needs */
+#define DZ_TAINT_DISRUPTED           "karpenter.sh/disrupted"
+/* A consolidation decision (emptiness, multi- or single-node) acts only this long after it was made, on
+ * the controllers' clock (lp_env_monotonic), if it still holds then. */
+#define DZ_VALIDATE_AFTER_S 15.0
 /* A replacement on its way that the cache has not shown this long after its POST (or its last check) is
  * asked for by name (DZ_CHECK): the watch normally shows it within a second, and one reconnecting after
  * an API server restart within a minute. On the controllers' clock (lp_env_monotonic). */
 #define DZ_CHECK_AFTER_S 60.0
+
+/* What a NodePool's spec.disruption.consolidationPolicy and consolidateAfter let consolidation do. */
+typedef enum {
+  DZ_CONSOLIDATE_NEVER = 0,     /* consolidateAfter "Never", or a policy this engine does not know */
+  DZ_CONSOLIDATE_EMPTY,         /* WhenEmpty: only nodes without reschedulable pods */
+  DZ_CONSOLIDATE_UNDERUTILIZED, /* WhenEmptyOrUnderutilized (the default): empty and underutilized */
+} dz_policy;
+
+/* A NodeClaim the pass may disrupt: Initialized=True, not being deleted, of a cached NodePool, neither
+ * marked nor being replaced, no failed replacement waiting (disruption_candidates.c fills it in). The
+ * objects are borrowed from the caches: valid during the synchronous part of the pass only. */
+typedef struct dz_candidate {
+  json_t *claim, *nodepool, *node; /* node: its cached Node, or NULL */
+  const char *name, *pool;
+  size_t pods;        /* reschedulable pods on its node (dz_pod_reschedulable) */
+  double cost;        /* disruption cost: cheapest to disrupt first */
+  int drifted;        /* Drifted=True */
+  int consolidatable; /* Consolidatable=True */
+  dz_policy policy;   /* its NodePool's */
+  char *blocked;      /* why it may not be disrupted (do-not-disrupt), malloc'd, or NULL */
+} dz_candidate;
 
 /* The controller's state (state_new). */
 typedef struct dz_state {
@@ -31,6 +64,14 @@ typedef struct dz_state {
   lp_metric *allowed;      /* luaprov_disruption_budgets_allowed{nodepool} */
   lp_metric *replacements; /* luaprov_disruption_replacements_total{result} */
   lp_metric *lost_answers; /* luaprov_disruption_lost_answers_total{outcome} */
+  lp_metric *decisions;    /* luaprov_voluntary_disruption_decisions_total{decision, reason,
+                              consolidation_type} */
+  lp_metric *eligible;     /* luaprov_voluntary_disruption_eligible_nodes{reason} */
+  lp_metric *evaluation;   /* luaprov_voluntary_disruption_decision_evaluation_duration_seconds{method,
+                              consolidation_type} */
+  json_t *pending;         /* the decision waiting for its validation, or NULL: {"method", "reason",
+                              "type" (consolidation_type), "claims": [names], "at": lp_env_monotonic
+                              when it was made} */
 } dz_state;
 
 typedef enum {
@@ -40,6 +81,8 @@ typedef enum {
   DZ_ABANDON,    /* the replacement failed: delete it if it is still there, then drop the mark */
   DZ_CHECK,      /* a replacement on its way, not cached DZ_CHECK_AFTER_S after its POST: asked for by
                     name; found, the candidate is marked with it, else it is forgotten */
+  DZ_DELETE,     /* a validated delete decision: taint the candidate's Node karpenter.sh/disrupted:
+                    NoSchedule, then delete the candidate (termination drains it) */
 } dz_kind;
 
 typedef struct dz_pass dz_pass;
@@ -53,6 +96,8 @@ typedef struct dz_action {
   json_t *replacement; /* the replacement NodeClaim when there is one (own reference), else NULL */
   char *why;           /* DZ_ABANDON: what went wrong, for the event and the log */
   int retried;         /* DZ_REPLACE: POSTed a second time after an answer that said nothing */
+  const char *reason;  /* DZ_DELETE: the decision's reason (DZ_REASON_EMPTY, ...), static */
+  const char *type;    /* DZ_DELETE: luaprov_voluntary_disruption_decisions_total's consolidation_type */
 } dz_action;
 
 struct dz_pass {
@@ -62,15 +107,60 @@ struct dz_pass {
   const char *key;
   dz_action *actions;
   size_t nactions, cap, next, in_flight;
-  lp_error *err; /* the first failed action: the pass ends with it (retried with backoff) */
-  double now;    /* wall time the pass started */
-  double mono;   /* lp_env_monotonic when the pass started: the times of replacements on their way */
+  lp_error *err;        /* the first failed action: the pass ends with it (retried with backoff) */
+  double now;           /* wall time the pass started */
+  double mono;          /* lp_env_monotonic when the pass started: the times of replacements on their way */
+  double requeue_after; /* > 0: the pass runs again this soon (a decision waiting for its validation) */
 };
 
 /* ---- disruption.c ---------------------------------------------------------------------------- */
 
 /* An action ended (err owned; NULL on success): the next one starts, the last ends the pass. */
 void dz_action_done(dz_action *a, lp_error *err);
+
+/* ---- disruption_candidates.c ----------------------------------------------------------------- */
+
+/* Non-zero for a pod that would have to find another node if its node went: bound, not finished, not
+ * being deleted, not owned by a DaemonSet, not a mirror pod. */
+int dz_pod_reschedulable(const json_t *pod);
+/* The consolidation the NodePool allows. */
+dz_policy dz_policy_of(const json_t *nodepool);
+/* Fills in cd for claim of nodepool (borrowed) at wall time now: its Node, reschedulable pods, cost,
+ * conditions, policy and whether karpenter.sh/do-not-disrupt blocks it. dz_candidate_clear frees. */
+void dz_candidate_fill(lp_ctrl_env *env, dz_candidate *cd, json_t *claim, json_t *nodepool, double now);
+void dz_candidate_clear(dz_candidate *cd);
+/* Why karpenter.sh/do-not-disrupt on obj (what: "NodeClaim x", "Node y", "Pod ns/z") blocks it at wall
+ * time now, malloc'd, or NULL when it does not: "true" blocks always; a Go duration ("30m", "1h30m")
+ * until start (the object's start, seconds since the epoch; < 0 unknown: blocks) plus the duration;
+ * any other value blocks, the message saying it is not understood. */
+char *dz_do_not_disrupt(const json_t *obj, const char *what, double start, double now);
+/* Sorts candidates cheapest to disrupt first (cost, then name). */
+void dz_sort_by_cost(dz_candidate **v, size_t n);
+
+/* ---- disruption_consolidate.c ------------------------------------------------------------------ */
+
+/* left is a budget per NodePool: name -> what it still allows (a JSON object of integers).
+ * Emptiness: of candidates (any order), those that are empty (no reschedulable pods), Consolidatable,
+ * of a pool whose policy consolidates, not blocked, within left (decremented for each one taken),
+ * into out (room for n); returns how many. blocked_fn (may be NULL) is told of the empty, consolidatable
+ * ones held back: by do-not-disrupt (why = cd->blocked) or the budget. */
+size_t dz_pick_empty(dz_candidate *const *candidates, size_t n, json_t *left, dz_candidate **out,
+                     void (*held_fn)(dz_candidate *cd, const char *why, void *ud), void *ud);
+/* Non-zero when cd is one emptiness would take (ignoring budgets). */
+int dz_is_empty_candidate(const dz_candidate *cd);
+/* Non-zero when cd is one consolidation of underutilized nodes would consider (ignoring budgets). */
+int dz_is_underutilized_candidate(const dz_candidate *cd);
+/* Of candidates sorted cheapest first, those consolidation may consider, within left (decremented),
+ * at most max, into out (room for n): how many. */
+size_t dz_pick_consolidatable(dz_candidate *const *candidates, size_t n, json_t *left, size_t max,
+                              dz_candidate **out);
+/* Asks whether the first k of the candidates can be consolidated together (non-zero: yes). */
+typedef int (*dz_try_fn)(void *ud, dz_candidate *const *candidates, size_t k);
+/* Multi-node consolidation: the largest k >= 2 of n for which try accepts the first k, found by binary
+ * search (as Karpenter's: the last accepted midpoint), or 0 when none is accepted. */
+size_t dz_multi_prefix(dz_candidate *const *candidates, size_t n, dz_try_fn try_fn, void *ud);
+/* Single-node consolidation: the index of the first candidate try accepts alone, or n. */
+size_t dz_single_first(dz_candidate *const *candidates, size_t n, dz_try_fn try_fn, void *ud);
 
 /* ---- disruption_budget.c --------------------------------------------------------------------- */
 

@@ -141,6 +141,9 @@ static void marked(const lp_kube_reply *reply, void *ud) {
   const char *replacement = name_of(a->replacement), *pool = lp_obj_label(a->claim, DZ_LABEL_POOL);
   if (a->kind == DZ_REPLACE) {
     lp_counter_inc(a->p->st->replacements, LP_LABELS("launched"));
+    lp_counter_inc(a->p->st->decisions, LP_LABELS("replace", DZ_METRIC_REASON, ""));
+    lp_env_event(a->p->env, a->claim, "Normal", "Disrupted",
+                 "Disrupting NodeClaim: %s/Replace with NodeClaim %s", DZ_REASON, replacement);
     lp_env_event(a->p->env, a->claim, "Normal", "DisruptionLaunching", "Launching NodeClaim %s: %s",
                  replacement, DZ_REASON);
     lp_info(log, "disrupting nodeclaim(s) via replace", LPF_STR("reason", DZ_METRIC_REASON),
@@ -333,6 +336,73 @@ static void abandon(dz_action *a) {
                  a);
 }
 
+/* ---- a validated delete ------------------------------------------------------------------------ */
+
+/* The lower-case reason of luaprov_nodeclaims_disrupted_total and the decisions ("empty"). */
+static const char *metric_reason(const char *reason) {
+  if (strcmp(reason, DZ_REASON_EMPTY) == 0) return "empty";
+  if (strcmp(reason, DZ_REASON_UNDERUTILIZED) == 0) return "underutilized";
+  return DZ_METRIC_REASON;
+}
+
+static void disrupted_deleted(const lp_kube_reply *reply, void *ud) {
+  dz_action *a = ud;
+  if (candidate_gone(a, reply, "deleting the disrupted candidate")) return;
+  if (reply->error) {
+    fail(a, reply, "deleting the disrupted", a->claim);
+    return;
+  }
+  const char *pool = lp_obj_label(a->claim, DZ_LABEL_POOL);
+  lp_counter_inc(a->p->st->disrupted, LP_LABELS(metric_reason(a->reason), pool ? pool : ""));
+  lp_env_event(a->p->env, a->claim, "Normal", "Disrupted", "Disrupting NodeClaim: %s/Delete", a->reason);
+  lp_env_event(a->p->env, a->claim, "Normal", "DisruptionTerminating", "Disrupting NodeClaim: %s", a->reason);
+  dz_action_done(a, NULL);
+}
+
+static void delete_disrupted(dz_action *a) {
+  lp_kube_ref ref = claim_ref(a->claim);
+  lp_kube_delete(lp_env_kube(a->p->env), &ref, lp_obj_resource_version(a->claim), disrupted_deleted, a);
+}
+
+static void tainted(const lp_kube_reply *reply, void *ud) {
+  dz_action *a = ud;
+  /* a Node deleted meanwhile needs no taint; any other failure leaves the candidate alone */
+  if (reply->error && reply->status != 404) {
+    dz_action_done(a, lp_error_new(reply->error->code, "disruption: tainting the node of nodeclaim %s: %s",
+                                   name_of(a->claim), reply->error->message));
+    return;
+  }
+  delete_disrupted(a);
+}
+
+static int has_taint(const json_t *node) {
+  size_t i;
+  json_t *t;
+  json_array_foreach(lp_obj_get(node, "spec.taints"), i, t) {
+    const char *key = json_string_value(json_object_get(t, "key"));
+    const char *effect = json_string_value(json_object_get(t, "effect"));
+    if (key && effect && strcmp(key, DZ_TAINT_DISRUPTED) == 0 && strcmp(effect, "NoSchedule") == 0) return 1;
+  }
+  return 0;
+}
+
+/* Taints the candidate's Node karpenter.sh/disrupted:NoSchedule (so nothing new lands on it), then
+ * deletes the candidate; the termination controller drains it. */
+static void disrupt_delete(dz_action *a) {
+  const char *node_name = lp_obj_str(a->claim, "status.nodeName");
+  json_t *node = node_name ? lp_env_get(a->p->env, LP_KIND_NODE, node_name) : NULL;
+  if (!node || has_taint(node)) {
+    delete_disrupted(a);
+    return;
+  }
+  /* a merge patch replaces the list: the Node's taints plus ours, guarded by its resourceVersion */
+  json_t *taints = lp_obj_get(node, "spec.taints");
+  taints = json_is_array(taints) ? json_deep_copy(taints) : json_array();
+  json_array_append_new(taints, json_pack("{s:s, s:s}", "key", DZ_TAINT_DISRUPTED, "effect", "NoSchedule"));
+  lp_env_patch(a->p->env, LP_KIND_NODE, node_name, lp_obj_resource_version(node), NULL,
+               json_pack("{s:{s:o}}", "spec", "taints", taints), tainted, a);
+}
+
 void dz_act(dz_action *a) {
   switch (a->kind) {
   case DZ_REPLACE:
@@ -351,6 +421,9 @@ void dz_act(dz_action *a) {
     break;
   case DZ_CHECK:
     check(a);
+    break;
+  case DZ_DELETE:
+    disrupt_delete(a);
     break;
   }
 }
