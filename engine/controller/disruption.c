@@ -103,7 +103,8 @@ static void on_change(lp_controller *c, lp_kind kind, const json_t *old_obj, con
   int wake = 0;
   if (kind == LP_KIND_NODECLAIM) {
     wake = !old_obj || !new_obj || differs(old_obj, new_obj, DZ_REASON) ||
-           differs(old_obj, new_obj, "Initialized") || lp_obj_deleting(old_obj) != lp_obj_deleting(new_obj);
+           differs(old_obj, new_obj, DZ_CONSOLIDATABLE) || differs(old_obj, new_obj, "Initialized") ||
+           lp_obj_deleting(old_obj) != lp_obj_deleting(new_obj);
   } else if (kind == LP_KIND_NODEPOOL) {
     wake = !old_obj || !new_obj ||
            !json_equal(json_object_get(old_obj, "spec"), json_object_get(new_obj, "spec"));

@@ -25,6 +25,7 @@
 
 #include "controller/conditions.h"
 #include "controller/disruption_internal.h"
+#include "core/clock.h"
 
 #define ANNOTATION_MIRROR        "kubernetes.io/config.mirror"
 #define ANNOTATION_DELETION_COST "controller.kubernetes.io/pod-deletion-cost"
@@ -70,9 +71,14 @@ char *dz_do_not_disrupt(const json_t *obj, const char *what, double start, doubl
     return lp_xasprintf("%s has \"%s\" annotation with a value this engine does not understand (%s: "
                         "neither \"true\" nor a duration like 1h30m), so it is not disrupted",
                         what, DZ_ANNOTATION_DO_NOT_DISRUPT, v);
-  if (start >= 0 && now >= start + d) return NULL;
-  return lp_xasprintf("%s has \"%s\" annotation for %s (%.0fs left)", what, DZ_ANNOTATION_DO_NOT_DISRUPT, v,
-                      start >= 0 ? start + d - now : d);
+  if (start < 0)
+    return lp_xasprintf("%s has \"%s\" annotation for %s and no start time to count it from", what,
+                        DZ_ANNOTATION_DO_NOT_DISRUPT, v);
+  if (now >= start + d) return NULL;
+  char until[LP_RFC3339_SIZE];
+  lp_clock_rfc3339(start + d, 0, until);
+  return lp_xasprintf("%s has \"%s\" annotation for %s, until %s", what, DZ_ANNOTATION_DO_NOT_DISRUPT, v,
+                      until);
 }
 
 static double created(const json_t *obj) {

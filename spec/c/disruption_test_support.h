@@ -111,4 +111,36 @@ static inline int dt_blocked(ctrl_fixture *f, const void *name) {
          ctrl_claim_condition(f, name, "Drifted", "True", "NodePoolDrifted");
 }
 
+/* Writes Consolidatable=True into the NodeClaim's status, as the controller that watches its pods does
+ * once consolidateAfter passed without a pod event. */
+static inline void dt_mark_consolidatable(ctrl_fixture *f, const char *name) {
+  json_t *claim = dt_claim(f, name);
+  CHECK(claim != NULL);
+  json_t *conditions = json_deep_copy(lp_obj_get(claim, "status.conditions"));
+  if (!json_is_array(conditions)) {
+    json_decref(conditions);
+    conditions = json_array();
+  }
+  json_array_append_new(conditions, json_pack("{s:s, s:s, s:s, s:s, s:s}", "type", "Consolidatable", "status",
+                                              "True", "reason", "Consolidatable", "message", "",
+                                              "lastTransitionTime", "2026-01-01T00:00:00Z"));
+  char path[256];
+  snprintf(path, sizeof path, DT_CLAIMS "/%s/status", name);
+  json_t *body = json_pack("{s:{s:o}}", "status", "conditions", conditions);
+  char *text = json_dumps(body, JSON_COMPACT);
+  long status = 0;
+  json_decref(ctrl_kube(f, "PATCH", path, text, &status));
+  CHECK_INT(status, 200);
+  free(text);
+  json_decref(body);
+  json_decref(claim);
+}
+
+/* A ctrl_wait_for condition: the controller's cache shows the NodeClaim named name (a const char *)
+ * Consolidatable=True. */
+static inline int dt_consolidatable_cached(ctrl_fixture *f, const void *name) {
+  return lp_condition_is(lp_env_get(lp_controllers_env(f->manager), LP_KIND_NODECLAIM, name),
+                         "Consolidatable", "True");
+}
+
 #endif
