@@ -60,7 +60,7 @@ static json_t *pods_of(const char *namespace) {
 
 static json_t *ctx_at(const char *reason, const char *method) {
   return json_pack("{s:s, s:s, s:I, s:s}", "reason", reason, "nodepool", "default", "now",
-                   (json_int_t)1764669600, "method", method);
+                   (json_int_t)1796205600, "method", method);
 }
 
 /* Asks provider p about the node (node NULL = not registered) and runs the loop until it answers; checks
@@ -159,7 +159,7 @@ static void test_veto_with_why(void) {
   json_t *lines = log_capture_stop(NULL);
   CHECK_INT(a.allowed, 0);
   CHECK(a.err == NULL);
-  CHECK_STR(a.why, "nc-1 - 2 payments Underutilized default 1764669600 single-node consolidation");
+  CHECK_STR(a.why, "nc-1 - 2 payments Underutilized default 1796205600 single-node consolidation");
   const json_t *logged = log_capture_line(lines, "disruption policy answered", 0);
   CHECK_STR(json_string_value(json_object_get(logged, "nodeclaim")), "nc-1");
   CHECK_STR(json_string_value(json_object_get(logged, "method")), "single-node consolidation");
