@@ -409,6 +409,7 @@ static void pending(dz_pass *p, cands *cs, json_t *left) {
     dz_action *a = add_action(p, DZ_DELETE, cd->claim, NULL);
     a->reason = DZ_REASON_EMPTY;
     a->type = "empty";
+    a->method = "emptiness";
   }
   if (p->nactions > first) {
     lp_counter_inc(p->st->decisions, LP_LABELS("delete", "empty", "empty"));

@@ -98,6 +98,8 @@ typedef struct dz_action {
   int retried;         /* DZ_REPLACE: POSTed a second time after an answer that said nothing */
   const char *reason;  /* DZ_DELETE: the decision's reason (DZ_REASON_EMPTY, ...), static */
   const char *type;    /* DZ_DELETE: luaprov_voluntary_disruption_decisions_total's consolidation_type */
+  const char *method;  /* DZ_REPLACE, DZ_DELETE: the method that decided, as the disruption policy's
+                          ctx.method names it ("emptiness", "drift", ...), static */
 } dz_action;
 
 struct dz_pass {
@@ -180,7 +182,10 @@ json_t *dz_replacement_for(const json_t *claim, const json_t *nodepool, const ch
  * candidate's mark) and those whose candidate is gone or being deleted: from then on the pass sees
  * them as it sees any other. */
 void dz_forget_arrived(dz_pass *p);
-/* Starts the action's writes; ends, now or later, with dz_action_done. */
+/* Starts the action's writes; ends, now or later, with dz_action_done. A voluntary disruption (DZ_REPLACE,
+ * DZ_DELETE) first asks the Lua disruption policy (lp_cp_can_disrupt): vetoed, a DisruptionBlocked event
+ * with its why; the policy failing, a Warning DisruptionPolicyFailed (fail closed); either way the
+ * candidate is left alone and the action ends without an error. */
 void dz_act(dz_action *a);
 
 #endif

@@ -403,7 +403,66 @@ static void disrupt_delete(dz_action *a) {
                json_pack("{s:{s:o}}", "spec", "taints", taints), tainted, a);
 }
 
+/* ---- the Lua veto ------------------------------------------------------------------------------ */
+
+static void start(dz_action *a);
+
+static void collect_pod(const char *key, json_t *pod, void *ud) {
+  (void)key;
+  json_array_append(ud, pod);
+}
+
+static void vetted(int allowed, const char *why, lp_error *err, void *ud) {
+  dz_action *a = ud;
+  const char *log = lp_controller_logger(a->p->c), *name = name_of(a->claim);
+  if (err) { /* fail closed: a policy that cannot answer keeps the node */
+    lp_env_event(a->p->env, a->claim, "Warning", "DisruptionPolicyFailed", "%s", err->message);
+    lp_warn(log, "disruption policy failed, nodeclaim not disrupted", LPF_STR("nodeclaim", name),
+            LPF_STR("method", a->method), LPF_STR("error", err->message));
+    lp_error_free(err);
+    dz_action_done(a, NULL);
+    return;
+  }
+  if (!allowed) {
+    lp_env_event(a->p->env, a->claim, "Normal", "DisruptionBlocked", "Disruption policy: %s",
+                 why && *why ? why : "vetoed");
+    lp_info(log, "disruption policy vetoed, nodeclaim not disrupted", LPF_STR("nodeclaim", name),
+            LPF_STR("method", a->method), LPF_STR("why", why ? why : ""));
+    dz_action_done(a, NULL);
+    return;
+  }
+  start(a);
+}
+
+/* A voluntary disruption (DZ_REPLACE, DZ_DELETE) asks the Lua disruption policy first
+ * (lp_cp_can_disrupt): the NodeClaim, its Node (null when not cached), the pods bound to it, and
+ * {reason, nodepool, now, method}. */
+static void ask_policy(dz_action *a) {
+  lp_ctrl_env *env = a->p->env;
+  const char *node_name = lp_obj_str(a->claim, "status.nodeName");
+  json_t *node = node_name ? lp_env_get(env, LP_KIND_NODE, node_name) : NULL;
+  json_t *pods = json_array();
+  if (node_name) lp_env_index_each(env, LP_INDEX_POD_BY_NODE, node_name, collect_pod, pods);
+  const char *pool = lp_obj_label(a->claim, DZ_LABEL_POOL);
+  json_t *ctx = json_pack("{s:s, s:s, s:f, s:s}", "reason", a->kind == DZ_REPLACE ? DZ_REASON : a->reason,
+                          "nodepool", pool ? pool : "", "now", a->p->now, "method", a->method);
+  json_t *null_node = json_null();
+  lp_cp_can_disrupt(lp_env_cloud(env), a->claim, node ? node : null_node, pods, ctx, vetted, a);
+  json_decref(null_node);
+  json_decref(pods);
+  json_decref(ctx);
+}
+
 void dz_act(dz_action *a) {
+  if (a->kind == DZ_REPLACE || a->kind == DZ_DELETE) {
+    if (!a->method) a->method = "drift";
+    ask_policy(a);
+  } else {
+    start(a);
+  }
+}
+
+static void start(dz_action *a) {
   switch (a->kind) {
   case DZ_REPLACE:
     replace(a);

@@ -33,14 +33,19 @@ static inline void dt_nodepool(ctrl_fixture *f, const char *nodes) {
       201);
 }
 
-/* Merge-patches the NodePool with body (stolen). */
-static inline void dt_patch_pool(ctrl_fixture *f, json_t *body) {
+/* Merge-patches the object at path with body (stolen). */
+static inline void dt_patch_pool_path(ctrl_fixture *f, const char *path, json_t *body) {
   char *text = json_dumps(body, JSON_COMPACT);
   long status = 0;
-  json_decref(ctrl_kube(f, "PATCH", DT_POOLS "/" DT_POOL, text, &status));
+  json_decref(ctrl_kube(f, "PATCH", path, text, &status));
   CHECK_INT(status, 200);
   free(text);
   json_decref(body);
+}
+
+/* Merge-patches the NodePool with body (stolen). */
+static inline void dt_patch_pool(ctrl_fixture *f, json_t *body) {
+  dt_patch_pool_path(f, DT_POOLS "/" DT_POOL, body);
 }
 
 /* spec.disruption.budgets (JSON text); a change of the NodePool starts a disruption pass at once. */
@@ -141,6 +146,35 @@ static inline void dt_mark_consolidatable(ctrl_fixture *f, const char *name) {
 static inline int dt_consolidatable_cached(ctrl_fixture *f, const void *name) {
   return lp_condition_is(lp_env_get(lp_controllers_env(f->manager), LP_KIND_NODECLAIM, name),
                          "Consolidatable", "True");
+}
+
+/* Non-zero when an Event in namespace default with reason about the object named name has a message
+ * containing part. */
+static inline int dt_has_event_message(ctrl_fixture *f, const char *name, const char *reason,
+                                       const char *part) {
+  json_t *list = ctrl_get(f, "/api/v1/namespaces/default/events");
+  int found = 0;
+  size_t i;
+  json_t *ev;
+  json_array_foreach(json_object_get(list, "items"), i, ev) {
+    const char *who = lp_obj_str(ev, "involvedObject.name");
+    const char *why = json_string_value(json_object_get(ev, "reason"));
+    const char *msg = json_string_value(json_object_get(ev, "message"));
+    found |= who && why && msg && strcmp(who, name) == 0 && strcmp(why, reason) == 0 && strstr(msg, part);
+  }
+  json_decref(list);
+  return found;
+}
+
+/* Two (object, reason) pairs dt_has_events waits for. */
+typedef struct dt_events {
+  const char *name1, *reason1, *name2, *reason2;
+} dt_events;
+
+/* A ctrl_wait_for condition: both Events of ud (a dt_events) are recorded. */
+static inline int dt_has_events(ctrl_fixture *f, const void *ud) {
+  const dt_events *e = ud;
+  return ctrl_has_event(f, e->name1, e->reason1) && ctrl_has_event(f, e->name2, e->reason2);
 }
 
 #endif

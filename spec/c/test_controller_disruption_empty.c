@@ -90,6 +90,24 @@ static void consolidatable(const char *const *names) {
   for (int i = 0; names[i]; i++) CHECK(ctrl_wait_for(&f, 5, dt_consolidatable_cached, names[i]));
 }
 
+static int eligible_is(ctrl_fixture *fx, const void *ud);
+
+static int budget_is(ctrl_fixture *fx, const void *ud) {
+  return ctrl_metric(fx, "luaprov_disruption_budgets_allowed", LP_LABELS(DT_POOL)) == *(const double *)ud;
+}
+
+/* Marks them all Consolidatable while a budget of 0 holds them, then lets the next decision take all n
+ * nodes of the pool at once (budget 100%). */
+static void consolidatable_together(const char *const *names, int n) {
+  dt_set_budgets(&f, "[{\"nodes\":\"0\"}]");
+  consolidatable(names);
+  CHECK(ctrl_wait_for(&f, 15, eligible_is, &(double){n}));
+  dt_set_budgets(&f, "[{\"nodes\":\"100%\"}]");
+  /* the pass that sees the new budget decides: the gauge is set in it, before the methods run */
+  CHECK(ctrl_wait_for(&f, 5, ctrl_metric_reaches,
+                      &(ctrl_metric_want){"luaprov_disruption_budgets_allowed", LP_LABELS(DT_POOL), n}));
+}
+
 static int eligible_is(ctrl_fixture *fx, const void *ud) {
   return ctrl_metric(fx, "luaprov_voluntary_disruption_eligible_nodes", LP_LABELS("empty")) ==
          *(const double *)ud;
@@ -204,17 +222,10 @@ static void test_budget(void) {
   CHECK_INT(decisions() - d0, 3);
   CHECK_INT(disrupted() - x0, 3);
 
-  /* both become consolidatable while the budget holds them, then one decision takes both */
-  dt_set_budgets(&f, "[{\"nodes\":\"0\"}]");
   const char *two[] = {"web-g", "web-h", NULL};
   claims_up(two);
-  consolidatable(two);
-  WAIT_ELIGIBLE(2);
   d0 = decisions();
-  dt_set_budgets(&f, "[{\"nodes\":\"100%\"}]");
-  /* the pass that sees the new budget decides: the gauge is set in it, before the methods run */
-  CHECK(ctrl_wait_for(&f, 5, ctrl_metric_reaches,
-                      &(ctrl_metric_want){"luaprov_disruption_budgets_allowed", LP_LABELS(DT_POOL), 2}));
+  consolidatable_together(two, 2);
   mono += 16;
   CHECK(ctrl_wait_for(&f, 20, claim_gone, "web-g"));
   CHECK(ctrl_wait_for(&f, 20, claim_gone, "web-h"));
@@ -262,6 +273,49 @@ static void test_do_not_disrupt_pod(void) {
   CHECK(claim_untouched("web-i"));
 }
 
+static void annotate(const char *claim, const char *key, const char *value) {
+  char path[256];
+  snprintf(path, sizeof path, DT_CLAIMS "/%s", claim);
+  dt_patch_pool_path(&f, path, json_pack("{s:{s:{s:s?}}}", "metadata", "annotations", key, value));
+}
+
+/* The operator's disruption policy (the tree's policies/disruption.lua) vetoes one node and fails on
+ * another: both stay, with a DisruptionBlocked event naming the policy's why and a Warning
+ * DisruptionPolicyFailed; once the veto is lifted the node goes. */
+static void test_veto(void) {
+  claims_up((const char *[]){"web-k", "web-l", NULL});
+  annotate("web-k", "test/veto", "yes");
+  annotate("web-l", "test/raise", "yes");
+  consolidatable_together((const char *[]){"web-k", "web-l", NULL}, 2);
+  mono += 16;
+  CHECK(ctrl_wait_for(&f, 10, dt_has_events,
+                      &(dt_events){"web-k", "DisruptionBlocked", "web-l", "DisruptionPolicyFailed"}));
+  ctrl_run_for(&f, 1);
+  CHECK(claim_untouched("web-k"));
+  CHECK(claim_untouched("web-l"));
+  CHECK(dt_has_event_message(&f, "web-k", "DisruptionBlocked", "kept by the test policy for emptiness"));
+  CHECK(dt_has_event_message(&f, "web-l", "DisruptionPolicyFailed", "the test policy raised"));
+
+  annotate("web-k", "test/veto", NULL);
+  dt_set_budgets(&f, "[{\"nodes\":\"0\"}]");
+  CHECK(ctrl_wait_for(&f, 5, budget_is, &(double){0}));
+  dt_set_budgets(&f, "[{\"nodes\":\"100%\"}]"); /* a pass at once: a new decision */
+  CHECK(ctrl_wait_for(&f, 5, budget_is, &(double){3}));
+  mono += 16;
+  CHECK(ctrl_wait_for(&f, 20, claim_gone, "web-k"));
+  CHECK(claim_untouched("web-l"));
+}
+
+static const char *const POLICY =
+    "local M = {}\n"
+    "function M.can_disrupt(nodeclaim, node, pods, ctx)\n"
+    "  local a = nodeclaim.metadata.annotations or {}\n"
+    "  if a['test/veto'] then return false, 'kept by the test policy for ' .. ctx.method end\n"
+    "  if a['test/raise'] then error('the test policy raised') end\n"
+    "  return true\n"
+    "end\n"
+    "return M\n";
+
 static const lp_controller_def *const controllers[] = {
     &lp_nodeclass_controller, &lp_nodeclaim_lifecycle_controller, &lp_termination_controller,
     &lp_disruption_controller, NULL};
@@ -269,8 +323,11 @@ static const lp_controller_def *const controllers[] = {
 int main(void) {
   RUN(test_do_not_disrupt_values);
 
-  ctrl_fixture_start(&f, controllers,
-                     &(lp_ctrl_settings){.drain_requeue_s = 0.3, .terminate_requeue_s = 0.3});
+  char tree[] = "/tmp/luaprov-disruption-veto-XXXXXX";
+  sim_tree_make(tree);
+  sim_tree_write_policy(tree, "disruption", POLICY);
+  ctrl_fixture_start_tree(&f, controllers,
+                          &(lp_ctrl_settings){.drain_requeue_s = 0.3, .terminate_requeue_s = 0.3}, tree);
   lp_env_set_clock(lp_controllers_env(f.manager), ctrl_clock_at, &mono);
   wall = lp_clock_wall();
   ctrl_use_wall_clock(&f, &wall);
@@ -282,6 +339,7 @@ int main(void) {
   RUN(test_pods_to_move);
   RUN(test_budget);
   RUN(test_do_not_disrupt_pod);
+  RUN(test_veto);
   ctrl_fixture_stop(&f);
   return check_summary();
 }
