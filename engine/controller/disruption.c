@@ -45,6 +45,7 @@
 #include "controller/conditions.h"
 #include "controller/defs.h"
 #include "controller/disruption_internal.h"
+#include "controller/disruption_simulate.h"
 #include "core/clock.h"
 #include "core/log.h"
 
@@ -373,13 +374,201 @@ static void log_delete(dz_pass *p, const char *reason, size_t first) {
   json_decref(pools);
 }
 
+/* ---- consolidation --------------------------------------------------------------------------- */
+
+/* A consolidation pass or validation waiting for its snapshot (dz_sim_new). */
+typedef struct consolidation {
+  dz_pass *p;
+  json_t *claims; /* the candidates' NodeClaims, cheapest first (own references) */
+  int validating; /* 1: the pending decision's validation (claims = its candidates) */
+  dz_sim *sim;
+  size_t tried; /* candidates the search looked at */
+} consolidation;
+
+static int try_claims(void *ud, dz_candidate *const *unused, size_t k);
+
+/* dz_try_fn over the first k (from offset) of the consolidation's claims: feasible by deletion alone.
+ * A decision that needs a replacement node is not taken (not implemented yet for consolidation). */
+typedef struct attempt {
+  consolidation *co;
+  size_t offset;
+  char *why; /* the last refusal's, malloc'd */
+} attempt;
+
+static int try_attempt(void *ud, dz_candidate *const *unused, size_t k) {
+  (void)unused;
+  attempt *at = ud;
+  consolidation *co = at->co;
+  json_t **v = lp_xcalloc(k, sizeof *v);
+  for (size_t i = 0; i < k; i++) v[i] = json_array_get(co->claims, at->offset + i);
+  dz_sim_result r = {0};
+  dz_simulate(co->sim, v, k, lp_env_settings(co->p->env)->spot_to_spot_consolidation, &r);
+  free(v);
+  int ok = r.feasible && !r.replacement;
+  free(at->why);
+  at->why = ok ? NULL
+               : lp_xstrdup(r.why ? r.why
+                                  : "consolidating it would need a replacement node, which this "
+                                    "engine does not launch for consolidation yet");
+  dz_sim_result_free(&r);
+  return ok;
+}
+
+static int try_claims(void *ud, dz_candidate *const *unused, size_t k) {
+  return try_attempt(ud, unused, k);
+}
+
+static void consolidation_end(consolidation *co) {
+  dz_pass *p = co->p;
+  json_decref(co->claims);
+  dz_sim_free(co->sim);
+  free(co);
+  launch_more(p);
+}
+
+static void add_deletes(dz_pass *p, json_t *claims, size_t from, size_t k, const char *type,
+                        const char *method) {
+  size_t first = p->nactions;
+  for (size_t i = from; i < from + k; i++) {
+    dz_action *a = add_action(p, DZ_DELETE, json_array_get(claims, i), NULL);
+    a->reason = DZ_REASON_UNDERUTILIZED;
+    a->type = type;
+    a->method = method;
+  }
+  lp_counter_inc(p->st->decisions, LP_LABELS("delete", "underutilized", type));
+  log_delete(p, "underutilized", first);
+}
+
+static void decided(dz_pass *p, const char *type, json_t *claims, size_t from, size_t k) {
+  json_t *names = json_array();
+  for (size_t i = from; i < from + k; i++)
+    json_array_append_new(names, json_string(lp_obj_name(json_array_get(claims, i))));
+  p->st->pending = json_pack("{s:s, s:s, s:s, s:o, s:f}", "method", type, "reason", DZ_REASON_UNDERUTILIZED,
+                             "type", type, "claims", names, "at", p->mono);
+  p->requeue_after = DZ_VALIDATE_AFTER_S;
+}
+
+static void sim_ready(void *ud, dz_sim *sim, lp_error *err) {
+  consolidation *co = ud;
+  dz_pass *p = co->p;
+  co->sim = sim;
+  if (err) {
+    lp_warn(lp_controller_logger(p->c), "consolidation skipped: no snapshot", LPF_STR("error", err->message));
+    lp_error_free(err);
+    consolidation_end(co);
+    return;
+  }
+  size_t n = json_array_size(co->claims);
+  attempt at = {co, 0, NULL};
+  if (co->validating) {
+    const char *type = json_string_value(json_object_get(p->st->pending, "type"));
+    if (try_claims(&at, NULL, n))
+      add_deletes(p, co->claims, 0, n, type,
+                  strcmp(type, "multi") == 0 ? "multi-node consolidation" : "single-node consolidation");
+    else
+      lp_info(lp_controller_logger(p->c), "disruption decision dropped after validation",
+              LPF_STR("method", type), LPF_STR("why", at.why ? at.why : ""));
+    json_decref(p->st->pending);
+    p->st->pending = NULL;
+    free(at.why);
+    consolidation_end(co);
+    return;
+  }
+  double started = lp_clock_monotonic();
+  size_t k = dz_multi_prefix(NULL, n > 100 ? 100 : n, try_claims, &at);
+  observe(p, "consolidation", "multi", started);
+  if (k >= 2) {
+    decided(p, "multi", co->claims, 0, k);
+  } else {
+    started = lp_clock_monotonic();
+    size_t i = 0;
+    for (; i < n; i++) {
+      at.offset = i;
+      if (try_claims(&at, NULL, 1)) break;
+      lp_env_event(p->env, json_array_get(co->claims, i), "Normal", "Unconsolidatable", "%s", at.why);
+    }
+    observe(p, "consolidation", "single", started);
+    if (i < n) decided(p, "single", co->claims, i, 1);
+  }
+  free(at.why);
+  consolidation_end(co);
+}
+
+/* Consolidation of underutilized candidates: a snapshot, then multi-node, else single-node; the
+ * decision waits for its validation. Returns non-zero when it started (the pass ends once it is done). */
+static int consolidate(dz_pass *p, cands *cs, json_t *left) {
+  dz_sort_by_cost(cs->by, cs->n);
+  dz_candidate **picked = lp_xcalloc(cs->n ? cs->n : 1, sizeof *picked);
+  size_t k = dz_pick_consolidatable(cs->by, cs->n, left, cs->n, picked);
+  for (size_t i = 0; i < cs->n; i++)
+    if (dz_is_underutilized_candidate(cs->by[i]) && cs->by[i]->blocked)
+      held_back(cs->by[i], cs->by[i]->blocked, p);
+  if (k == 0) {
+    free(picked);
+    return 0;
+  }
+  consolidation *co = lp_xcalloc(1, sizeof *co);
+  co->p = p;
+  co->claims = json_array();
+  for (size_t i = 0; i < k; i++) json_array_append(co->claims, picked[i]->claim);
+  free(picked);
+  p->waiting = 1;
+  dz_sim_new(p->c, sim_ready, co);
+  return 1;
+}
+
+/* Validates a consolidation decision on a new snapshot: its candidates must all still be candidates,
+ * not blocked, within the budget, and the simulation must accept them again. */
+static void validate_consolidation(dz_pass *p, cands *cs, json_t *left) {
+  json_t *claims = json_array();
+  const char *why = NULL;
+  size_t i;
+  json_t *name;
+  json_array_foreach(json_object_get(p->st->pending, "claims"), i, name) {
+    dz_candidate *cd = cands_find(cs, json_string_value(name));
+    if (!cd)
+      why = "a candidate is no longer one";
+    else if (cd->blocked)
+      why = cd->blocked;
+    else if (!dz_is_underutilized_candidate(cd))
+      why = "a candidate is no longer consolidatable";
+    else if (json_integer_value(json_object_get(left, cd->pool)) <= 0)
+      why = "no disruption budget left";
+    else {
+      json_object_set_new(left, cd->pool,
+                          json_integer(json_integer_value(json_object_get(left, cd->pool)) - 1));
+      json_array_append(claims, cd->claim);
+    }
+    if (why) break;
+  }
+  if (why) {
+    lp_info(lp_controller_logger(p->c), "disruption decision dropped after validation",
+            LPF_STR("method", json_string_value(json_object_get(p->st->pending, "type"))),
+            LPF_STR("why", why));
+    json_decref(claims);
+    json_decref(p->st->pending);
+    p->st->pending = NULL;
+    return;
+  }
+  consolidation *co = lp_xcalloc(1, sizeof *co);
+  co->p = p;
+  co->claims = claims;
+  co->validating = 1;
+  p->waiting = 1;
+  dz_sim_new(p->c, sim_ready, co);
+}
+
 /* The decision waiting for its validation: not due yet, the pass waits (no other method runs); due, the
  * candidates that still qualify are disrupted, the others dropped. */
-static void pending(dz_pass *p, cands *cs, json_t *left) {
+static void pending(dz_pass *p, cands *cs, json_t *left, json_t *underutilized) {
   json_t *d = p->st->pending;
   double due = json_real_value(json_object_get(d, "at")) + DZ_VALIDATE_AFTER_S;
   if (p->mono < due) {
     p->requeue_after = due - p->mono < 1.0 ? due - p->mono : 1.0;
+    return;
+  }
+  if (strcmp(json_string_value(json_object_get(d, "reason")), DZ_REASON_UNDERUTILIZED) == 0) {
+    validate_consolidation(p, cs, underutilized);
     return;
   }
   const char *log = lp_controller_logger(p->c);
@@ -459,17 +648,19 @@ static int drift(dz_pass *p, cands *cs, json_t *left) {
 static void choose(scan *s) {
   dz_pass *p = s->p;
   forget_old_failures(p);
-  json_t *empty = budgets_left(s, DZ_REASON_EMPTY), *drifted = budgets_left(s, DZ_REASON);
+  json_t *empty = budgets_left(s, DZ_REASON_EMPTY), *drifted = budgets_left(s, DZ_REASON),
+         *underutilized = budgets_left(s, DZ_REASON_UNDERUTILIZED);
   cands cs;
   cands_build(s, &cs);
   count_eligible(p, &cs);
   if (p->st->pending)
-    pending(p, &cs, empty);
-  else if (!emptiness(p, &cs, empty))
-    drift(p, &cs, drifted);
+    pending(p, &cs, empty, underutilized);
+  else if (!emptiness(p, &cs, empty) && !drift(p, &cs, drifted))
+    consolidate(p, &cs, underutilized);
   cands_free(&cs);
   json_decref(empty);
   json_decref(drifted);
+  json_decref(underutilized);
 }
 
 static void reconcile(lp_controller *c, const char *key) {
@@ -489,7 +680,7 @@ static void reconcile(lp_controller *c, const char *key) {
   json_decref(s.total);
   json_decref(s.disrupting);
   json_decref(s.candidates);
-  launch_more(p);
+  if (!p->waiting) launch_more(p);
 }
 
 const lp_controller_def lp_disruption_controller = {

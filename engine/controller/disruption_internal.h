@@ -113,6 +113,7 @@ struct dz_pass {
   double now;           /* wall time the pass started */
   double mono;          /* lp_env_monotonic when the pass started: the times of replacements on their way */
   double requeue_after; /* > 0: the pass runs again this soon (a decision waiting for its validation) */
+  int waiting;          /* a consolidation snapshot is on its way: it starts the actions once done */
 };
 
 /* ---- disruption.c ---------------------------------------------------------------------------- */

@@ -1,0 +1,163 @@
+/* Consolidation of underutilized nodes in the disruption controller (engine/controller/disruption*.c,
+ * with the simulation of disruption_simulate.c): the ordering and search on their own (pure), then
+ * through the real manager and both simulators: a Deployment-like set of pods spread over 4 nodes, one
+ * each after a scale-down, fits on fewer; multi-node consolidation deletes as many as the Underutilized
+ * budget allows in one decision, once it held 15 s on the controllers' clock (the test moves it), and
+ * every evicted pod, created again as a ReplicaSet would, finds a place on the nodes left. The test
+ * writes the Consolidatable condition itself.
+ *
+ * Simulated time runs 20 times faster than the wall clock, so instances boot in under a second. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "disruption_test_support.h"
+
+#define PODS "/api/v1/namespaces/default/pods"
+
+static ctrl_fixture f;
+static double mono = 1000;
+
+/* ---- the search alone -------------------------------------------------------------------------- */
+
+/* try_fn accepting any k up to *ud, counting its calls. */
+typedef struct fake {
+  size_t up_to, calls;
+} fake;
+
+static int accepts(void *ud, dz_candidate *const *c, size_t k) {
+  (void)c;
+  fake *fk = ud;
+  fk->calls++;
+  return k <= fk->up_to;
+}
+
+static int accepts_third(void *ud, dz_candidate *const *c, size_t k) {
+  (void)ud;
+  return k == 1 && strcmp(c[0]->name, "c") == 0;
+}
+
+static void test_search(void) {
+  dz_candidate v[8];
+  dz_candidate *by[8];
+  const char *names[] = {"a", "b", "c", "d", "e", "f", "g", "h"};
+  for (int i = 0; i < 8; i++) {
+    v[i] = (dz_candidate){.name = names[i], .cost = 8 - i};
+    by[i] = &v[i];
+  }
+  dz_sort_by_cost(by, 8);
+  CHECK_STR(by[0]->name, "h"); /* cheapest first */
+  fake fk = {5, 0};
+  CHECK_INT(dz_multi_prefix(by, 8, accepts, &fk), 5);
+  CHECK(fk.calls <= 4); /* a binary search, not a walk */
+  fk = (fake){1, 0};
+  CHECK_INT(dz_multi_prefix(by, 8, accepts, &fk), 0); /* multi-node needs two */
+  fk = (fake){8, 0};
+  CHECK_INT(dz_multi_prefix(by, 8, accepts, &fk), 8);
+  CHECK_INT(dz_multi_prefix(by, 1, accepts, &fk), 0);
+  CHECK_INT(dz_single_first(by, 8, accepts_third, NULL), 5); /* "c" is sixth cheapest */
+}
+
+/* ---- the cluster -------------------------------------------------------------------------------- */
+
+static void post_pod(const char *name, const char *node) {
+  json_t *pod =
+      json_pack("{s:s, s:s, s:{s:s, s:{s:s}}, s:{s:[{s:s, s:s, s:{s:{s:s}}}]}}", "apiVersion", "v1", "kind",
+                "Pod", "metadata", "name", name, "labels", "app", "web", "spec", "containers", "name", "app",
+                "image", "nginx", "resources", "requests", "cpu", "100m");
+  if (node) json_object_set_new(json_object_get(pod, "spec"), "nodeName", json_string(node));
+  CHECK_INT(ctrl_kube_pack(&f, "POST", PODS, "o", pod), 201);
+}
+
+#define NPODS 4
+static const char *const pod_names[NPODS] = {"w-1", "w-2", "w-3", "w-4"};
+static const char *const claim_names[] = {"web-a", "web-b", "web-c", "web-d", NULL};
+
+typedef struct watch {
+  int most; /* most NodeClaims being deleted at once */
+} watch;
+
+/* The ReplicaSet's part: an evicted pod is created again (pending); non-zero once every pod runs and the
+ * pool holds want NodeClaims, none deleting. */
+static int settled(ctrl_fixture *fx, const void *ud) {
+  watch *w = (watch *)ud;
+  size_t running = 0;
+  for (int i = 0; i < NPODS; i++) {
+    char path[128];
+    snprintf(path, sizeof path, PODS "/%s", pod_names[i]);
+    json_t *pod = ctrl_get(fx, path);
+    if (!pod) post_pod(pod_names[i], NULL);
+    const char *phase = lp_obj_str(pod, "status.phase");
+    running += phase && strcmp(phase, "Running") == 0 && !lp_obj_deleting(pod);
+    json_decref(pod);
+  }
+  json_t *items = dt_pool_claims(fx);
+  int deleting = 0;
+  size_t i;
+  json_t *c;
+  json_array_foreach(items, i, c) deleting += lp_obj_deleting(c);
+  if (deleting > w->most) w->most = deleting;
+  int ok = running == NPODS && json_array_size(items) == 2 && deleting == 0;
+  json_decref(items);
+  return ok;
+}
+
+static int eligible_is(ctrl_fixture *fx, const void *ud) {
+  return ctrl_metric(fx, "luaprov_voluntary_disruption_eligible_nodes", LP_LABELS("underutilized")) ==
+         *(const double *)ud;
+}
+
+static int budget_is(ctrl_fixture *fx, const void *ud) {
+  return ctrl_metric(fx, "luaprov_disruption_budgets_allowed", LP_LABELS(DT_POOL)) == *(const double *)ud;
+}
+
+/* Four nodes, one pod each: two go in one multi-node decision (the Underutilized budget is 2), the pods
+ * move to the two left. */
+static void test_multi_node(void) {
+  for (int i = 0; claim_names[i]; i++) dt_post_claim(&f, claim_names[i]);
+  CHECK(ctrl_wait_for(&f, 30, dt_pool_initialized, &(int){4}));
+  for (int i = 0; i < NPODS; i++) {
+    json_t *c = dt_claim(&f, claim_names[i]);
+    post_pod(pod_names[i], lp_obj_str(c, "status.nodeName"));
+    json_decref(c);
+  }
+  for (int i = 0; claim_names[i]; i++) dt_mark_consolidatable(&f, claim_names[i]);
+  CHECK(ctrl_wait_for(&f, 15, eligible_is, &(double){4}));
+  dt_set_budgets(&f, "[{\"nodes\":\"2\",\"reasons\":[\"Underutilized\"]}, {\"nodes\":\"4\"}]");
+  CHECK(ctrl_wait_for(&f, 5, budget_is, &(double){4})); /* the pass that decides has run */
+  ctrl_run_for(&f, 1);
+  json_t *items = dt_pool_claims(&f);
+  size_t i;
+  json_t *c;
+  int deleting = 0;
+  json_array_foreach(items, i, c) deleting += lp_obj_deleting(c);
+  CHECK_INT(deleting, 0); /* not before the validation */
+  json_decref(items);
+  mono += 16;
+  watch w = {0};
+  CHECK(ctrl_wait_for(&f, 40, settled, &w));
+  CHECK(w.most <= 2);
+  CHECK_INT(ctrl_metric(&f, "luaprov_voluntary_disruption_decisions_total",
+                        LP_LABELS("delete", "underutilized", "multi")),
+            1);
+  CHECK_INT(ctrl_metric(&f, "luaprov_nodeclaims_disrupted_total", LP_LABELS("underutilized", DT_POOL)), 2);
+}
+
+static const lp_controller_def *const controllers[] = {
+    &lp_nodeclass_controller, &lp_nodeclaim_lifecycle_controller, &lp_termination_controller,
+    &lp_disruption_controller, NULL};
+
+int main(void) {
+  RUN(test_search);
+  ctrl_fixture_start(&f, controllers,
+                     &(lp_ctrl_settings){.drain_requeue_s = 0.3, .terminate_requeue_s = 0.3});
+  lp_env_set_clock(lp_controllers_env(f.manager), ctrl_clock_at, &mono);
+  json_decref(ctrl_admin(&f, "alibaba", "POST", "/_sim/clock", "{\"speed\": 20}"));
+  ctrl_fixture_apply_defaults(&f);
+  CHECK(ctrl_wait_for(&f, 10, ctrl_nodeclass_has_ready, "default"));
+  dt_nodepool(&f, "0"); /* nothing goes until the test lets it */
+  RUN(test_multi_node);
+  ctrl_fixture_stop(&f);
+  return check_summary();
+}
