@@ -1,43 +1,54 @@
 /* The disruption controller ("disruption", singleton key "disruption", a pass every 10 s as Karpenter's
- * disruption controller polls, and at once when a NodeClaim becomes Drifted, Initialized or deleted,
- * or a NodePool changes): replaces drifted nodes within the NodePools' disruption budgets
- * (docs/controllers.md#drift-nodeclaimdrift-and-disruption-disruption).
+ * disruption controller polls, and at once when a NodeClaim becomes Drifted, Consolidatable,
+ * Initialized or deleted, or a NodePool changes): Karpenter's voluntary disruption within the
+ * NodePools' budgets (docs/controllers.md#drift-nodeclaimdrift-and-disruption-disruption).
  *
- * Candidates: NodeClaims Drifted=True and Initialized=True, not being deleted, of a cached NodePool,
- * whose NodeClaim, Node and pods carry no karpenter.sh/do-not-disrupt="true" annotation (a pod that
- * has not finished blocks its node). Oldest drift first (the condition's lastTransitionTime), at most
- * as many per NodePool as its budgets allow for reason Drifted (disruption_budget.c) minus its
- * NodeClaims already being disrupted (deleting, or marked luaprov.io/replaced-by). The budget's
- * percentages count the pool's initialized NodeClaims.
+ * Candidates (disruption_candidates.c): NodeClaims Initialized=True, not being deleted, of a cached
+ * NodePool, neither marked luaprov.io/replaced-by nor being replaced, no failed replacement waiting;
+ * karpenter.sh/do-not-disrupt on the NodeClaim, its Node or an unfinished pod blocks one ("true", or a
+ * duration from the object's start). Methods, in order, the first that decides acting alone:
+ *   emptiness        Consolidatable, no reschedulable pods, policy WhenEmpty or WhenEmptyOrUnderutilized;
+ *                    budget Empty; deleted (Node tainted karpenter.sh/disrupted:NoSchedule first)
+ *   drift            Drifted, oldest first; budget Drifted; replaced 1:1 (below)
+ *   multi-node       Consolidatable of WhenEmptyOrUnderutilized pools, cheapest first, budget
+ *                    Underutilized: the longest prefix (>= 2, <= 100) the simulation (disruption_simulate.c)
+ *                    can delete; deleted
+ *   single-node      the first of them the simulation can delete; the others get Unconsolidatable
+ * An emptiness or consolidation decision waits DZ_VALIDATE_AFTER_S on lp_env_monotonic (the pass polls
+ * at most every second meanwhile, no other method running) and is checked again (consolidation on a new
+ * snapshot) before it acts. Decisions needing a replacement node are not taken for consolidation yet.
+ * Every disruption first asks the Lua disruption policy (disruption_replace.c). Budgets: the reason's
+ * budget (disruption_budget.c) minus the pool's NodeClaims being disrupted for any reason (deleting, or
+ * marked); percentages count the pool's initialized NodeClaims.
  *
- * A candidate is replaced (disruption_replace.c): a replacement NodeClaim is created under a name of
- * our own, which the lifecycle controller launches, then the candidate is marked
+ * A drifted candidate is replaced (disruption_replace.c): a replacement NodeClaim is created under a
+ * name of our own, which the lifecycle controller launches, then the candidate is marked
  * luaprov.io/replaced-by=<replacement>, so a restart resumes instead of launching again. Until the cache
  * shows the replacement, the candidate counts as being disrupted and is not chosen again, even when the
  * create's answer was lost (then it is POSTed once more under the same name, and checked by name after
- * DZ_CHECK_AFTER_S). Once the replacement is Initialized=True, the
- * candidate is deleted and the termination controller cordons, drains and deletes it: the pods move
- * to the new node before the old one goes. A replacement that is deleted, or not initialized within
- * settings.registration_timeout_s (15 min) of its creation, is abandoned: deleted, the mark dropped,
- * the candidate tried again on a later pass.
+ * DZ_CHECK_AFTER_S). Once the replacement is Initialized=True, the candidate is deleted and the
+ * termination controller cordons, drains and deletes it. A replacement that is deleted, or not
+ * initialized within settings.registration_timeout_s (15 min) of its creation, is abandoned: deleted,
+ * the mark dropped, the candidate tried again on a later pass.
  *
  * Metrics (lp_env_metrics):
- *   luaprov_nodeclaims_disrupted_total{reason="drifted", nodepool}   counter, candidates deleted
+ *   luaprov_nodeclaims_disrupted_total{reason="drifted|empty|underutilized", nodepool}  counter
  *   luaprov_disruption_budgets_allowed{nodepool}   gauge, disruptions the Drifted budget allows now
- *                                                  (its value minus those in progress, at most the
- *                                                  pool's initialized NodeClaims)
  *   luaprov_disruption_replacements_total{result}  counter, launched | failed
- *   luaprov_disruption_lost_answers_total{outcome} counter, replacement creations whose answer was lost,
- *                                                  settled: exists, created, absent
- * Events (Normal, on the candidate NodeClaim): DisruptionLaunching, DisruptionTerminating,
- * DisruptionBlocked (do-not-disrupt, budget exhausted, replacement failed); Warning
- * InvalidDisruptionBudget on a NodePool whose budget cannot be read (it then allows nothing).
- * Logs (logger controller.disruption, info): "disrupting nodeclaim(s) via replace" (reason, nodeclaim,
- * nodepool, replacement), "deleting replaced nodeclaim, its replacement is initialized",
- * "resuming the replacement of a nodeclaim", "replacement failed, will retry", "replacement creation
- * settled" (nodeclaim, replacement, outcome); warn "invalid disruption budget" (nodepool, error),
- * "replacement creation unanswered, trying again with the same name" and "replacement creation
- * unconfirmed again: ..." (nodeclaim, replacement, code, error). */
+ *   luaprov_disruption_lost_answers_total{outcome} counter, exists | created | absent
+ *   luaprov_voluntary_disruption_decisions_total{decision, reason, consolidation_type}  counter
+ *   luaprov_voluntary_disruption_eligible_nodes{reason}  gauge, empty | underutilized | drifted
+ *   luaprov_voluntary_disruption_decision_evaluation_duration_seconds{method, consolidation_type}
+ * Events (on the candidate NodeClaim): Normal Disrupted, DisruptionLaunching, DisruptionTerminating,
+ * DisruptionBlocked (do-not-disrupt, budget, replacement failed, policy veto), Unconsolidatable; Warning
+ * DisruptionPolicyFailed; Warning InvalidDisruptionBudget on a NodePool whose budget cannot be read.
+ * Logs (logger controller.disruption, info): "disrupting nodeclaim(s) via delete" (reason, nodeclaims,
+ * nodepool), "disrupting nodeclaim(s) via replace" (reason, nodeclaim, nodepool, replacement),
+ * "disruption decision dropped ... after validation" (method, why), "deleting replaced nodeclaim, its
+ * replacement is initialized", "resuming the replacement of a nodeclaim", "replacement failed, will
+ * retry", "replacement creation settled"; warn "invalid disruption budget", "disruption policy failed,
+ * nodeclaim not disrupted", "replacement creation unanswered, ..." (nodeclaim, replacement, code,
+ * error). */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
