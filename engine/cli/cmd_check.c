@@ -15,8 +15,8 @@ static const char usage[] =
     "\n"
     "Loads every script under DIR/policies and DIR/providers in the sandbox (as the engine does on\n"
     "reload) and validates the contract of each entry module present: policies/drift.lua,\n"
-    "policies/repair.lua, policies/tags.lua, the CloudProvider mapping (" LUAPROV_CLOUDPROVIDER_MAPPING "),\n"
-    "providers/bizfly/init.lua.\n"
+    "policies/repair.lua, policies/tags.lua, policies/disruption.lua, the CloudProvider mapping\n"
+    "(" LUAPROV_CLOUDPROVIDER_MAPPING "), providers/bizfly/init.lua.\n"
     "Modules a tree does not hold come from the default tree, as at run time.\n"
     "Without DIR, checks the default tree. Prints one 'file:line: message' line per problem and\n"
     "exits 1 when there is any.\n";

@@ -1,6 +1,6 @@
-/* luaprov eval drift|repair|tags|instance-types|user-data: dry-run the policies and the mapping on
- * objects read from files. One JSON document on stdout (user-data: the user data text itself);
- * {"error": ...} and exit 1 on failure. */
+/* luaprov eval drift|repair|tags|disruption|instance-types|user-data: dry-run the policies and the
+ * mapping on objects read from files. One JSON document on stdout (user-data: the user data text
+ * itself); {"error": ...} and exit 1 on failure. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +11,9 @@
 #include "contract/contracts.h"
 #include "contract/settings.h"
 #include "contract/shapes.h"
+#include "controller/controller.h"
 #include "core/buf.h"
+#include "core/clock.h"
 #include "core/log.h"
 #include "core/yaml.h"
 #include "script/host.h"
@@ -22,6 +24,8 @@ static const char usage[] =
     "       luaprov eval repair [--scripts DIR]\n"
     "       luaprov eval tags   --nodeclaim F --nodeclass F [--cluster-id ID] [--SETTING VALUE] [--scripts "
     "DIR]\n"
+    "       luaprov eval disruption --nodeclaim F [--node F] [--pods F] [--nodepool F] [--reason R]\n"
+    "                               [--method M] [--now TIME] [--scripts DIR]\n"
     "       luaprov eval instance-types --nodeclass F [--endpoint URL] [--SETTING VALUE] [--scripts DIR]\n"
     "       luaprov eval user-data --nodeclaim F --nodeclass F [--endpoint URL] [--cluster-id ID]\n"
     "                              [--capacity-type spot|on-demand] [--SETTING VALUE] [--scripts DIR]\n"
@@ -32,6 +36,14 @@ static const char usage[] =
     "                  yet, {\"reason\": \"\", \"undecided\": \"why\"}: the engine leaves Drifted as it is)\n"
     "  repair          [{\"condition_type\", \"condition_status\", \"toleration_seconds\"}]\n"
     "  tags            {\"tag-key\": \"value\", ...}\n"
+    "  disruption      {\"allowed\": true, \"why\": null} or {\"allowed\": false, \"why\": \"...\"}: "
+    "whether\n"
+    "                  the disruption policy lets the node go now; --pods is the pods bound to the node\n"
+    "                  (a list, or kubectl get pods -o json|yaml output); --reason Empty|Underutilized|\n"
+    "                  Drifted (default Underutilized); --method emptiness|drift|multi-node\n"
+    "                  consolidation|single-node consolidation (default: the one of the reason);\n"
+    "                  --now epoch seconds or RFC 3339 (default: now); ctx.nodepool is the --nodepool\n"
+    "                  object's name, else the NodeClaim's karpenter.sh/nodepool label\n"
     "  instance-types  [{\"name\", \"requirements\", \"offerings\", \"capacity\", \"overhead\"}]\n"
     "  user-data       the user data a launch of the NodeClaim would send, as the instance receives it\n"
     "                  (plain text, not JSON; --capacity-type defaults to on-demand)\n"
@@ -43,12 +55,13 @@ static const char usage[] =
 
 typedef struct eval_args {
   const char *what;
-  const char *files[4]; /* nodeclaim, nodeclass, instance, nodepool */
+  const char *files[6]; /* nodeclaim, nodeclass, instance, nodepool, node, pods */
   const char *scripts, *cluster_id, *endpoint, *capacity_type;
-  json_t *flags; /* --SETTING VALUE: the mapping's settings (contract/settings.h) */
+  const char *reason, *method, *now; /* disruption's ctx */
+  json_t *flags;                     /* --SETTING VALUE: the mapping's settings (contract/settings.h) */
 } eval_args;
 
-enum { F_NODECLAIM, F_NODECLASS, F_INSTANCE, F_NODEPOOL };
+enum { F_NODECLAIM, F_NODECLASS, F_INSTANCE, F_NODEPOOL, F_NODE, F_PODS, F_COUNT };
 
 static int print_error(const char *message) {
   lp_buf doc = LP_BUF_INIT; /* lp_buf_json_string keeps invalid UTF-8 from a script printable */
@@ -137,6 +150,7 @@ static int check_fixture(const json_t *doc, const char *what, const char *path, 
   const char *expected = strcmp(what, "nodeclaim") == 0   ? "NodeClaim"
                          : strcmp(what, "nodeclass") == 0 ? nodeclass_kind
                          : strcmp(what, "nodepool") == 0  ? "NodePool"
+                         : strcmp(what, "node") == 0      ? "Node"
                                                           : NULL;
   if (expected && kind && strcmp(kind, expected) != 0) {
     fixture_error(err, what, path, "kind",
@@ -205,6 +219,42 @@ static json_t *load(const char *path, const char *what, const mapping_view *m, l
     return NULL;
   }
   return doc;
+}
+
+/* The pods bound to a node: a list of Pods, a List or PodList (kubectl get pods -o json|yaml), or one
+ * Pod. Returns a new array. */
+static json_t *load_pods(const char *path, lp_error **err) {
+  lp_error *parse = NULL;
+  json_t *doc = lp_load_json_or_yaml_file(path, &parse);
+  if (!doc) {
+    lp_error_set(err, parse ? parse->code : "BadInput",
+                 "--pods %s; the file must hold the pods as kubectl get pods -o json|yaml prints them",
+                 parse ? parse->message : path);
+    lp_error_free(parse);
+    return NULL;
+  }
+  json_t *pods = json_is_array(doc)                             ? json_incref(doc)
+                 : json_is_array(json_object_get(doc, "items")) ? json_incref(json_object_get(doc, "items"))
+                 : json_is_object(doc)                          ? json_pack("[O]", doc)
+                                                                : NULL;
+  json_decref(doc);
+  size_t i;
+  json_t *pod;
+  json_array_foreach(pods, i, pod) {
+    const char *kind = json_string_value(json_object_get(pod, "kind"));
+    if (!json_is_object(pod) || (kind && strcmp(kind, "Pod") != 0)) {
+      char item[24];
+      snprintf(item, sizeof item, "%zu", i + 1);
+      fixture_error(err, "pods", path, kind ? "kind" : NULL,
+                    "item %s is a %s, not a Pod; pass the pods bound to the node (kubectl get pods -o yaml "
+                    "--field-selector spec.nodeName=NODE)",
+                    item, kind ? kind : "scalar or a list");
+      json_decref(pods);
+      return NULL;
+    }
+  }
+  if (!pods) fixture_error(err, "pods", path, NULL, "holds a scalar%s%s, not a list of pods", "", "");
+  return pods;
 }
 
 /* Calls a script function through the script host (args stolen) and returns the array of its results
@@ -359,6 +409,90 @@ static json_t *eval_tags(lp_script_host *h, json_t *ctx, json_t **objects, lp_er
   return tags;
 }
 
+/* The disruption's ctx from the flags: {reason, nodepool, now, method}; NULL with *err on a bad flag. */
+static json_t *disruption_ctx(const eval_args *a, json_t **objects, lp_error **err) {
+  static const char *const reasons[] = {"Empty", "Underutilized", "Drifted", NULL};
+  static const char *const methods[] = {"emptiness", "drift", "multi-node consolidation",
+                                        "single-node consolidation", NULL};
+  const char *reason = a->reason ? a->reason : "Underutilized";
+  int r = 0;
+  while (reasons[r] && strcmp(reasons[r], reason) != 0) r++;
+  if (!reasons[r]) {
+    lp_error_set(err, "Usage", "--reason %s: a disruption reason is Empty, Underutilized or Drifted", reason);
+    return NULL;
+  }
+  static const char *const method_of[] = {"emptiness", "single-node consolidation", "drift"};
+  const char *method = a->method ? a->method : method_of[r];
+  int m = 0;
+  while (methods[m] && strcmp(methods[m], method) != 0) m++;
+  if (!methods[m]) {
+    lp_error_set(err, "Usage",
+                 "--method %s: a disruption method is emptiness, drift, \"multi-node consolidation\" or "
+                 "\"single-node consolidation\"",
+                 method);
+    return NULL;
+  }
+  double now = lp_clock_wall();
+  if (a->now) {
+    char *end = NULL;
+    now = strtod(a->now, &end);
+    if (end == a->now || *end) now = lp_rfc3339_parse(a->now);
+    if (now < 0) {
+      lp_error_set(err, "Usage",
+                   "--now %s: give epoch seconds (1796205600) or RFC 3339 (2026-12-02T10:00:00Z)", a->now);
+      return NULL;
+    }
+  }
+  const char *pool =
+      json_string_value(json_object_get(json_object_get(objects[F_NODEPOOL], "metadata"), "name"));
+  if (!pool)
+    pool = json_string_value(
+        json_object_get(json_object_get(json_object_get(objects[F_NODECLAIM], "metadata"), "labels"),
+                        "karpenter.sh/nodepool"));
+  return json_pack("{s:s, s:s, s:I, s:s}", "reason", reason, "nodepool", pool ? pool : "", "now",
+                   (json_int_t)now, "method", method);
+}
+
+typedef struct disruption_answer {
+  int done, allowed;
+  char *why;
+  lp_error *err;
+} disruption_answer;
+
+static void disruption_answered(int allowed, const char *why, lp_error *err, void *ud) {
+  disruption_answer *out = ud;
+  out->done = 1;
+  out->allowed = allowed;
+  out->why = why ? lp_xstrdup(why) : NULL;
+  out->err = err;
+}
+
+/* The answer of lp_cp_can_disrupt, the engine's own call, so the dry run applies the engine's rules. */
+static json_t *eval_disruption(uv_loop_t *loop, lp_script_host *h, const eval_args *a, json_t *settings,
+                               json_t **objects, lp_error **err) {
+  json_t *ctx = disruption_ctx(a, objects, err);
+  if (!ctx) return NULL;
+  lp_cloudprovider *cp = lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = loop,
+                                                                         .scripts = h,
+                                                                         .settings = settings,
+                                                                         .cluster_id = a->cluster_id,
+                                                                         .refresh_interval_s = -1});
+  json_t *pods = objects[F_PODS] ? json_incref(objects[F_PODS]) : json_array();
+  disruption_answer out = {0};
+  lp_cp_can_disrupt(cp, objects[F_NODECLAIM], objects[F_NODE], pods, ctx, disruption_answered, &out);
+  while (!out.done) uv_run(loop, UV_RUN_ONCE);
+  lp_cloudprovider_free(cp);
+  json_decref(pods);
+  json_decref(ctx);
+  json_t *answer = NULL;
+  if (out.err)
+    *err = out.err;
+  else
+    answer = json_pack("{s:b, s:s?}", "allowed", out.allowed, "why", out.why);
+  free(out.why);
+  return answer;
+}
+
 static json_t *eval_instance_types(uv_loop_t *loop, lp_script_host *h, const eval_args *a, json_t *ctx,
                                    json_t **objects, lp_error **err) {
   lp_cloudprovider_config cfg = {
@@ -413,12 +547,13 @@ static json_t *eval_user_data(lp_script_host *h, json_t *ctx, json_t **objects, 
 }
 
 static int parse_args(int argc, char **argv, eval_args *a) {
-  static const char *const file_flags[] = {"--nodeclaim", "--nodeclass", "--instance", "--nodepool"};
+  static const char *const file_flags[] = {"--nodeclaim", "--nodeclass", "--instance",
+                                           "--nodepool",  "--node",      "--pods"};
   a->what = argv[1];
   for (int i = 2; i < argc; i++) {
     const char *value = i + 1 < argc ? argv[i + 1] : NULL;
     int matched = 0;
-    for (int f = 0; f < 4 && !matched; f++)
+    for (int f = 0; f < F_COUNT && !matched; f++)
       if (strcmp(argv[i], file_flags[f]) == 0 && value) a->files[f] = value, matched = 1;
     if (matched) {
       i++;
@@ -433,6 +568,12 @@ static int parse_args(int argc, char **argv, eval_args *a) {
       a->endpoint = value;
     else if (strcmp(argv[i], "--capacity-type") == 0)
       a->capacity_type = value;
+    else if (strcmp(argv[i], "--reason") == 0)
+      a->reason = value;
+    else if (strcmp(argv[i], "--method") == 0)
+      a->method = value;
+    else if (strcmp(argv[i], "--now") == 0)
+      a->now = value;
     else if (strncmp(argv[i], "--", 2) == 0 && argv[i][2]) /* a setting: checked once the mapping loads */
       json_object_set_new(a->flags, argv[i] + 2, json_string(value));
     else
@@ -462,6 +603,8 @@ static json_t *evaluate(uv_loop_t *loop, lp_script_host *h, const eval_args *a, 
     out = eval_repair(h, ctx, err);
   else if (strcmp(a->what, "tags") == 0)
     out = eval_tags(h, ctx, objects, err);
+  else if (strcmp(a->what, "disruption") == 0)
+    out = eval_disruption(loop, h, a, ctx, objects, err);
   else if (strcmp(a->what, "user-data") == 0)
     out = eval_user_data(h, ctx, objects, a->capacity_type, err);
   else
@@ -471,7 +614,8 @@ static json_t *evaluate(uv_loop_t *loop, lp_script_host *h, const eval_args *a, 
 }
 
 int lp_cmd_eval(int argc, char **argv) {
-  static const char *const kinds[] = {"drift", "repair", "tags", "instance-types", "user-data", NULL};
+  static const char *const kinds[] = {"drift",          "repair",    "tags", "disruption",
+                                      "instance-types", "user-data", NULL};
   if (lp_cli_wants_help(argc, argv) || argc < 2) {
     fputs(usage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
@@ -490,13 +634,14 @@ int lp_cmd_eval(int argc, char **argv) {
     lp_cli_configure_logging(NULL, NULL);
 
   /* which files each verb needs */
-  int needs[4] = {0};
+  int needs[F_COUNT] = {0};
   if (strcmp(a.what, "drift") == 0) needs[F_NODECLAIM] = needs[F_NODECLASS] = needs[F_INSTANCE] = 1;
   if (strcmp(a.what, "tags") == 0 || strcmp(a.what, "user-data") == 0)
     needs[F_NODECLAIM] = needs[F_NODECLASS] = 1;
   if (strcmp(a.what, "instance-types") == 0) needs[F_NODECLASS] = 1;
-  static const char *const names[] = {"nodeclaim", "nodeclass", "instance", "nodepool"};
-  json_t *objects[4] = {NULL};
+  if (strcmp(a.what, "disruption") == 0) needs[F_NODECLAIM] = 1;
+  static const char *const names[] = {"nodeclaim", "nodeclass", "instance", "nodepool", "node", "pods"};
+  json_t *objects[F_COUNT] = {NULL};
   lp_error *err = NULL;
 
   uv_loop_t loop;
@@ -527,8 +672,11 @@ int lp_cmd_eval(int argc, char **argv) {
   if (!err) {
     mapping_view m = {lp_script_host_module_json(h, LUAPROV_CLOUDPROVIDER_MAPPING, "instance_fields"),
                       lp_script_host_module_json(h, LUAPROV_CLOUDPROVIDER_MAPPING, "nodeclass")};
-    for (int f = 0; f < 4 && !err; f++)
-      if (needs[f] || a.files[f]) objects[f] = load(a.files[f], names[f], &m, &err);
+    for (int f = 0; f < F_COUNT && !err; f++)
+      if (f == F_PODS && a.files[f])
+        objects[f] = load_pods(a.files[f], &err);
+      else if (needs[f] || a.files[f])
+        objects[f] = load(a.files[f], names[f], &m, &err);
     json_decref(m.instance_fields);
     json_decref(m.nodeclass);
   }
@@ -545,7 +693,7 @@ int lp_cmd_eval(int argc, char **argv) {
     status = print_value(out);
   }
   lp_error_free(err);
-  for (int f = 0; f < 4; f++) json_decref(objects[f]);
+  for (int f = 0; f < F_COUNT; f++) json_decref(objects[f]);
   if (h) lp_script_host_close(h, NULL, NULL);
   if (http) lp_http_client_close(http, NULL, NULL);
   uv_run(&loop, UV_RUN_DEFAULT);

@@ -1,10 +1,12 @@
 /* The CloudProvider operations: each calls the mapping (and policies) as script tasks, checks what
  * comes back, and assembles the answer Karpenter expects. Here: the plumbing every operation shares,
  * the lifecycle, GetInstanceTypes, Delete, Get, List and RepairPolicies; Create is
- * cloudprovider_create.c, IsDrifted cloudprovider_drift.c.
+ * cloudprovider_create.c, IsDrifted cloudprovider_drift.c, the disruption policy
+ * cloudprovider_disruption.c.
  *
  * Metrics (lp_metrics_default): luaprov_cloudprovider_launches_total{result} (cloudprovider_create.c),
- * luaprov_drift_policy_evaluations_total{generation, result} (cloudprovider_drift.c). */
+ * luaprov_drift_policy_evaluations_total{generation, result} (cloudprovider_drift.c),
+ * luaprov_disruption_policy_evaluations_total{generation, result} (cloudprovider_disruption.c). */
 #include "contract/cloudprovider_internal.h"
 
 #include <stdio.h>
@@ -118,6 +120,15 @@ void cp_call(op *o, const char *module, const char *function, json_t *args, step
   lp_script_host_call(o->cp->scripts, module, function, args, call_done, c);
 }
 
+lp_metric *cp_policy_evaluations(const char *policy, const char *results) {
+  char name[96], help[256];
+  snprintf(name, sizeof name, "luaprov_%s_policy_evaluations_total", policy);
+  snprintf(help, sizeof help,
+           "Answers of the %s policy by the script generation that gave them and result (%s).", policy,
+           results);
+  return lp_metrics_counter(lp_metrics_default(), name, help, LP_LABELS("generation", "result"));
+}
+
 json_t *cp_ctx_args1(lp_cloudprovider *cp, json_t *a) {
   return json_pack("[Oo]", cp->ctx, a);
 }
@@ -209,6 +220,7 @@ lp_cloudprovider *lp_cloudprovider_new(const lp_cloudprovider_config *cfg) {
   cp->launches = lp_metrics_counter(lp_metrics_default(), "luaprov_cloudprovider_launches_total",
                                     "Instance launch attempts by outcome.", LP_LABELS("result"));
   cp_drift_init(cp);
+  cp_disruption_init(cp);
   cp->known_classes = json_object();
   double interval = cfg->refresh_interval_s == 0 ? 20 * 60 : cfg->refresh_interval_s;
   if (interval > 0 && cp->loop) {

@@ -118,6 +118,20 @@ void lp_cp_resolve_nodeclass(lp_cloudprovider *cp, const json_t *nodeclass, lp_c
  * the values of the descriptor's hash_annotation and hash_version_annotation. No cloud call. */
 void lp_cp_nodeclass_hash(lp_cloudprovider *cp, const json_t *nodeclass, lp_cp_done_fn done, void *ud);
 
+/* ---- the disruption policy (cloudprovider_disruption.c) ---------------------------------- */
+
+/* Asks the disruption policy (policies/disruption.lua can_disrupt) whether the node of nodeclaim may be
+ * disrupted now. node may be NULL (not registered yet); pods is a JSON array of the pods bound to it;
+ * ctx is {"reason", "nodepool", "now", "method"} (all borrowed, copied as needed). done(allowed, why, err,
+ * ud) runs once, later on the loop: without a disruption policy module, allowed = 1; a policy that answers
+ * false gives allowed = 0 and why (its second value, or "vetoed by the disruption policy"); a policy that
+ * fails (raises, exceeds its budget, returns something that is neither true nor false) gives allowed = 0 and
+ * err (owned by done) naming policies/disruption.lua, the function, the file and line, as the other policies'
+ * errors do. why is borrowed for the call. */
+void lp_cp_can_disrupt(lp_cloudprovider *cp, const json_t *nodeclaim, const json_t *node, const json_t *pods,
+                       const json_t *ctx, void (*done)(int allowed, const char *why, lp_error *err, void *ud),
+                       void *ud);
+
 /* ---- interruption and registration (cloudprovider_interruption.c) ------------------------ */
 
 /* The Node condition types that announce an interruption of the instance (a spot reclaim), from the

@@ -16,11 +16,7 @@
 #include "core/log.h"
 
 void cp_drift_init(lp_cloudprovider *cp) {
-  cp->drift_evaluations = lp_metrics_counter(
-      lp_metrics_default(), "luaprov_drift_policy_evaluations_total",
-      "Answers of the drift policy by the script generation that gave them and result (drifted, "
-      "not_drifted, unknown, error).",
-      LP_LABELS("generation", "result"));
+  cp->drift_evaluations = cp_policy_evaluations("drift", "drifted, not_drifted, unknown, error");
 }
 
 /* Counts an answer of the drift policy under the generation that gave it: during a hot reload under

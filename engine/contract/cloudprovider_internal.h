@@ -1,5 +1,5 @@
 /* Shared by the CloudProvider operations (cloudprovider.c, cloudprovider_create.c, cloudprovider_drift.c,
- * cloudprovider_nodeclass.c). */
+ * cloudprovider_disruption.c, cloudprovider_nodeclass.c). */
 #ifndef LUAPROV_CONTRACT_CLOUDPROVIDER_INTERNAL_H
 #define LUAPROV_CONTRACT_CLOUDPROVIDER_INTERNAL_H
 
@@ -21,7 +21,8 @@ struct lp_cloudprovider {
   lp_cache *unavailable;
   unsigned max_launch_attempts;
   lp_metric *launches;
-  lp_metric *drift_evaluations; /* luaprov_drift_policy_evaluations_total{generation, result} */
+  lp_metric *drift_evaluations;      /* luaprov_drift_policy_evaluations_total{generation, result} */
+  lp_metric *disruption_evaluations; /* luaprov_disruption_policy_evaluations_total{generation, result} */
   /* background refresh: every node class seen, asked for its instance types again periodically so
    * expired prices and availability are fetched before a Create needs them */
   json_t *known_classes; /* "apiVersion name" -> node class */
@@ -49,7 +50,7 @@ typedef struct op {
   json_t *instance;
   char *provider_id;
   uv_timer_t *defer;    /* to report a failure found before any script ran, outside the caller's call */
-  json_t *value;        /* a deferred failure's value (always NULL today) */
+  json_t *value;        /* a deferred outcome's value (the disruption policy's answer without a module) */
   lp_error *error;      /* a deferred failure */
   json_t *error_detail; /* the mapping's structured error of the last call, e.g. {code, offerings} */
   uint64_t generation;  /* the script generation that ran the last call (0 before the first) */
@@ -60,7 +61,7 @@ typedef void (*step_fn)(op *o, json_t *values, lp_error *err);
 op *cp_op_new(lp_cloudprovider *cp, lp_cp_done_fn done, void *ud);
 /* Calls done with value and err (ownership passes) and frees the operation. */
 void cp_finish(op *o, json_t *value, lp_error *err);
-/* Reports err after the current call returns: done never runs inside an lp_cp_* call. */
+/* Reports err (and o->value) after the current call returns: done never runs inside an lp_cp_* call. */
 void cp_fail_soon(op *o, lp_error *err);
 /* "file: function: problem (rule)"; takes problem. */
 lp_error *cp_contract_error(op *o, const char *module, const char *function, char *problem, const char *rule);
@@ -85,7 +86,12 @@ void cp_parsed_for(op *o, json_t *values, lp_error *err, cp_with_id_fn then);
  * instance, borrowed from values. */
 json_t *cp_got_instance(op *o, json_t *values, lp_error *err);
 
+/* The counter luaprov_<policy>_policy_evaluations_total{generation, result} of a policy's answers
+ * (results lists the result labels, for the help line), registered in lp_metrics_default. */
+lp_metric *cp_policy_evaluations(const char *policy, const char *results);
 /* Registers luaprov_drift_policy_evaluations_total (cloudprovider_drift.c); lp_cloudprovider_new calls it. */
 void cp_drift_init(lp_cloudprovider *cp);
+/* Registers luaprov_disruption_policy_evaluations_total (cloudprovider_disruption.c); likewise. */
+void cp_disruption_init(lp_cloudprovider *cp);
 
 #endif

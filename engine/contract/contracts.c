@@ -237,6 +237,12 @@ static void validate_tags(lua_State *L, int idx, const char *file, lp_problems *
   check_fields(L, idx, file, problems, "tags policy", rules);
 }
 
+static void validate_disruption(lua_State *L, int idx, const char *file, lp_problems *problems) {
+  static const field_rule rules[] = {{"can_disrupt", LUA_TFUNCTION, 1, "(nodeclaim, node, pods, ctx)"},
+                                     {NULL, 0, 0, NULL}};
+  check_fields(L, idx, file, problems, "disruption policy", rules);
+}
+
 static int valid_condition_status(const char *s) {
   return strcmp(s, "True") == 0 || strcmp(s, "False") == 0 || strcmp(s, "Unknown") == 0;
 }
@@ -433,6 +439,7 @@ const lp_module_spec lp_contract_modules[] = {
     {"policies.drift", "drift policy", 0, validate_drift},
     {"policies.repair", "repair policy", 0, validate_repair},
     {"policies.tags", "tags policy", 0, validate_tags},
+    {"policies.disruption", "disruption policy", 0, validate_disruption},
     {LUAPROV_CLOUDPROVIDER_MAPPING, "CloudProvider mapping", 0, validate_cloudprovider},
     {"providers.bizfly", "NodeGroup mapping", 0, validate_nodegroup},
     {NULL, NULL, 0, NULL},

@@ -11,7 +11,8 @@
 #include "script/generation.h"
 
 /* Entry modules of a script tree, terminated by {NULL}: policies.drift, policies.repair,
- * policies.tags, LUAPROV_CLOUDPROVIDER_MAPPING (the CloudProvider mapping the build ships; it also
+ * policies.tags, policies.disruption (optional: without it every voluntary disruption goes ahead),
+ * LUAPROV_CLOUDPROVIDER_MAPPING (the CloudProvider mapping the build ships; it also
  * exports its node class descriptor, settings and drift reasons, checked here), providers.bizfly (the
  * NodeGroup mapping). None is required by the loader; the engine's controllers require the ones they
  * use. */

@@ -181,6 +181,22 @@ return M
 LUA
 check_says mapping_descriptor "mapping_descriptor/providers/alibaba/init.lua:4: the CloudProvider mapping's node class descriptor: nodeclass.finalizer is missing or not a non-empty string (docs/contracts.md#the-node-class-descriptor)"
 
+# disruption policy: a misspelled entry point is pointed at; a value that is not a function is refused
+tree disruption_missing disruption.lua <<'LUA'
+local M = {}
+function M.can_disrupted(nodeclaim, node, pods, ctx)
+  return true
+end
+return M
+LUA
+check_says disruption_missing "disruption_missing/policies/disruption.lua:2: the disruption policy must export function 'can_disrupt'; it has 'can_disrupted' here: did you mean can_disrupt?"
+tree disruption_type disruption.lua <<'LUA'
+local M = {}
+M.can_disrupt = true
+return M
+LUA
+check_says disruption_type "disruption_type/policies/disruption.lua:3: 'can_disrupt' of the disruption policy must be a function, not a boolean; define it as function M.can_disrupt(nodeclaim, node, pods, ctx)"
+
 # The policies/ folder given instead of the tree's root: checking nothing must not pass.
 tree folder_given repair.lua <<'LUA'
 local M = {}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # luaprov eval against fixture files: every drift reason in the order of rule CP5 (docs/contracts.md),
-# repair, tags, an operator's script tree, and the errors an operator meets (bad files, broken
-# scripts, undecided policies).
+# repair, tags, disruption, an operator's script tree, and the errors an operator meets (bad files,
+# broken scripts, undecided policies).
 source "$(dirname "$0")/lib.sh"
 F="$LUAPROV_SOURCE_DIR/spec/fixtures/eval"
 
@@ -140,6 +140,97 @@ fixture_says "--instance claim.yaml:3: is a Kubernetes NodeClaim, not an instanc
   drift --nodeclaim claim.yaml --nodeclass class.json --instance claim.yaml
 fixture_says "--nodeclaim bad.yaml: did not find expected ',' or ']' at line 3, column 1; the file must be one JSON or YAML object as kubectl get -o json|yaml prints it" \
   tags --nodeclaim bad.yaml --nodeclass class.json
+cd - >/dev/null
+
+# disruption: the shipped policy allows; the payments example vetoes at 10:00 and allows at 20:00 (and
+# for drift); ctx reaches the policy as the engine builds it; the errors an operator meets. Fixed times
+# (--now), in UTC.
+disruption() { TZ=UTC expect "$1" "$2" disruption "${@:3}"; }
+policy() { # policy TREE: the script on stdin becomes TREE/policies/disruption.lua
+  mkdir -p "$1/policies"
+  cat > "$1/policies/disruption.lua"
+}
+cd "$WORK"
+# the shipped policy allows everything
+disruption '{"allowed":true,"why":null}' 0 --nodeclaim "$F/nodeclaim.yaml" --pods "$F/pods.yaml"
+
+policy payments <<'LUA'
+local default = require "defaults.policies.disruption"
+local M = {}
+M.can_disrupt = default.protect_namespace("payments", 9, 18)
+return M
+LUA
+VETO='{"allowed":false,"why":"the node runs pod payments/ledger-0 and payments nodes are not consolidated between 09:00 and 18:00"}'
+disruption "$VETO" 0 --scripts payments --nodeclaim "$F/nodeclaim.yaml" --pods "$F/pods.yaml" --now 2026-12-02T10:00:00Z
+disruption "$VETO" 0 --scripts payments --nodeclaim "$F/nodeclaim.yaml" --pods "$F/pods.yaml" --now 1796205600 \
+  --reason Empty
+disruption '{"allowed":true,"why":null}' 0 --scripts payments --nodeclaim "$F/nodeclaim.yaml" --pods "$F/pods.yaml" \
+  --now 2026-12-02T20:00:00Z
+disruption '{"allowed":true,"why":null}' 0 --scripts payments --nodeclaim "$F/nodeclaim.yaml" --pods "$F/pods.yaml" \
+  --now 2026-12-02T10:00:00Z --reason Drifted
+disruption '{"allowed":true,"why":null}' 0 --scripts payments --nodeclaim "$F/nodeclaim.yaml" --now 2026-12-02T10:00:00Z
+
+# what the policy receives: the NodeClaim, the Node (json.null without --node), the pods and ctx
+policy echo <<'LUA'
+local json = require("luaprov").json
+local M = {}
+function M.can_disrupt(nodeclaim, node, pods, ctx)
+  local name = node == json.null and "-" or node.metadata.name
+  return false, table.concat({ nodeclaim.metadata.name, name, #pods, ctx.reason, ctx.method, ctx.nodepool,
+    ctx.now }, "|")
+end
+return M
+LUA
+cat > node.yaml <<'YAML'
+apiVersion: v1
+kind: Node
+metadata:
+  name: node-default-x7k2p
+YAML
+cat > pool.yaml <<'YAML'
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: batch
+YAML
+disruption '{"allowed":false,"why":"default-x7k2p|-|0|Underutilized|single-node consolidation|default|1796205600"}' 0 \
+  --scripts echo --nodeclaim "$F/nodeclaim.yaml" --now 1796205600
+disruption '{"allowed":false,"why":"default-x7k2p|node-default-x7k2p|2|Empty|emptiness|batch|1796205600"}' 0 \
+  --scripts echo --nodeclaim "$F/nodeclaim.yaml" --node node.yaml --pods "$F/pods.yaml" --nodepool pool.yaml \
+  --reason Empty --now 2026-12-02T10:00:00Z
+disruption '{"allowed":false,"why":"default-x7k2p|-|0|Underutilized|multi-node consolidation|default|1796205600"}' 0 \
+  --scripts echo --nodeclaim "$F/nodeclaim.yaml" --method "multi-node consolidation" --now 1796205600
+# a single Pod, or a plain list, is accepted as --pods too
+sed -n '/^- apiVersion/,$p' "$F/pods.yaml" | sed '/^metadata:/,$d' > list.yaml
+disruption '{"allowed":false,"why":"default-x7k2p|-|2|Drifted|drift|default|1796205600"}' 0 \
+  --scripts echo --nodeclaim "$F/nodeclaim.yaml" --pods list.yaml --reason Drifted --now 1796205600
+
+# errors: one JSON line naming the file and line, exit 1
+policy raising <<'LUA'
+local M = {}
+function M.can_disrupt(_nodeclaim, _node, _pods, _ctx)
+  error("no disruption today")
+end
+return M
+LUA
+disruption '{"error":"raising/policies/disruption.lua:2: can_disrupt: raising/policies/disruption.lua:3: no disruption today"}' 1 \
+  --scripts raising --nodeclaim "$F/nodeclaim.yaml"
+policy yes <<'LUA'
+return { can_disrupt = function() return "yes" end }
+LUA
+disruption '{"error":"yes/policies/disruption.lua:1: can_disrupt: returned \"yes\", which is neither true nor false; return true to allow the disruption, or false and why to veto it (docs/contracts.md#policies)"}' 1 \
+  --scripts yes --nodeclaim "$F/nodeclaim.yaml"
+disruption '{"error":"--reason Emty: a disruption reason is Empty, Underutilized or Drifted"}' 1 \
+  --nodeclaim "$F/nodeclaim.yaml" --reason Emty
+disruption '{"error":"--method consolidation: a disruption method is emptiness, drift, \"multi-node consolidation\" or \"single-node consolidation\""}' 1 \
+  --nodeclaim "$F/nodeclaim.yaml" --method consolidation
+disruption '{"error":"--now noon: give epoch seconds (1796205600) or RFC 3339 (2026-12-02T10:00:00Z)"}' 1 \
+  --nodeclaim "$F/nodeclaim.yaml" --now noon
+disruption "{\"error\":\"--node $F/nodeclaim.yaml:3: kind is NodeClaim, expected Node; pass the object of that kind (kubectl get ... -o yaml)\"}" 1 \
+  --nodeclaim "$F/nodeclaim.yaml" --node "$F/nodeclaim.yaml"
+disruption "{\"error\":\"--pods $F/nodeclaim.yaml:3: item 1 is a NodeClaim, not a Pod; pass the pods bound to the node (kubectl get pods -o yaml --field-selector spec.nodeName=NODE)\"}" 1 \
+  --nodeclaim "$F/nodeclaim.yaml" --pods "$F/nodeclaim.yaml"
+disruption '{"error":"--nodeclaim FILE is required"}' 1 --pods "$F/pods.yaml"
 cd - >/dev/null
 
 echo "eval: ok"

@@ -44,6 +44,15 @@ describe("testkit builders", function()
     assert.equals("running", group.nodes[1].state)
   end)
 
+  it("build a pod on the default node and the disruption policy's ctx", function()
+    local pod = kit.pod { metadata = { namespace = "payments" } }
+    assert.same({ "web-0", "payments" }, { pod.metadata.name, pod.metadata.namespace })
+    assert.equals(kit.node().metadata.name, pod.spec.nodeName)
+    local ctx = kit.disruption_ctx { reason = "Drifted", method = "drift" }
+    assert.same({ "Drifted", "drift", "default" }, { ctx.reason, ctx.method, ctx.nodepool })
+    assert.equals(12, os.date("*t", ctx.now).hour)
+  end)
+
   it("refuse overrides that are not a table", function()
     assert.has_error(function() kit.instance("i-1") end)
   end)

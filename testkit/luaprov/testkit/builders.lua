@@ -124,6 +124,25 @@ function M.bizfly_pool(overrides)
   return pool
 end
 
+-- A pod bound to the default node, as the disruption policy receives it in its pods list.
+function M.pod(overrides)
+  return build({
+    apiVersion = "v1", kind = "Pod",
+    metadata = { name = "web-0", namespace = "default", labels = {} },
+    spec = { nodeName = "node-" .. D.nodeclaim, containers = list { { name = "web", image = "nginx" } } },
+    status = { phase = "Running" },
+  }, overrides)
+end
+
+-- The `ctx` of the disruption policy (can_disrupt): a single-node consolidation of the default pool at
+-- 12:00 local time on the defaults' day. Pass `now = os.time { ... }` for another local time.
+function M.disruption_ctx(overrides)
+  return build({
+    reason = "Underutilized", nodepool = D.nodepool, method = "single-node consolidation",
+    now = os.time { year = 2026, month = 11, day = 30, hour = 12, min = 0, sec = 0 },
+  }, overrides)
+end
+
 -- The `ctx` the engine passes to tag and drift policies.
 function M.ctx(overrides)
   return build({ cluster_id = D.cluster_id, region = D.region }, overrides)

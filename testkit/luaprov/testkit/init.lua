@@ -10,6 +10,7 @@ local M = {}
 
 M.nodeclaim, M.nodeclass, M.nodepool = builders.nodeclaim, builders.nodeclass, builders.nodepool
 M.node, M.instance, M.bizfly_pool, M.ctx = builders.node, builders.instance, builders.bizfly_pool, builders.ctx
+M.pod, M.disruption_ctx = builders.pod, builders.disruption_ctx
 M.defaults = builders.defaults
 M.HASH_ANNOTATION, M.HASH_VERSION_ANNOTATION = builders.HASH_ANNOTATION, builders.HASH_VERSION_ANNOTATION
 
