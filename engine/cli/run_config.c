@@ -38,6 +38,14 @@ static int load_controllers(const char *path, const json_t *section, lp_ctrl_set
       settings->workers = (unsigned)json_integer_value(value);
       continue;
     }
+    if (strcmp(key, "spotToSpotConsolidation") == 0) {
+      if (!json_is_boolean(value)) {
+        fprintf(stderr, "luaprov run: %s: controllers.spotToSpotConsolidation must be true or false\n", path);
+        return -1;
+      }
+      settings->spot_to_spot_consolidation = json_is_true(value);
+      continue;
+    }
     size_t i = 0;
     while (i < sizeof durations / sizeof durations[0] && strcmp(durations[i].key, key) != 0) i++;
     if (i == sizeof durations / sizeof durations[0]) {

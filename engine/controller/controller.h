@@ -65,6 +65,8 @@ typedef struct lp_ctrl_settings {
   double drain_requeue_s;        /* 1: while pods are being evicted */
   double terminate_requeue_s;    /* 5: while the instance is shutting down */
   unsigned workers;              /* 10: reconciles at once per controller */
+  /* 0: consolidation never replaces spot nodes with spot nodes (run --config spotToSpotConsolidation) */
+  int spot_to_spot_consolidation;
 } lp_ctrl_settings;
 
 /* The settings with every zero replaced by its default. */

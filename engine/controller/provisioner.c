@@ -181,6 +181,7 @@ static void on_change(lp_controller *c, lp_kind kind, const json_t *old_obj, con
 /* ---- nominations -------------------------------------------------------------------------------- */
 
 void pv_nominate(pv_pass *p, const pv_pod *pod, const char *claim) {
+  if (!p->st) return; /* a simulation nominates nothing */
   json_object_set_new(p->st->nominations, pod->key, json_string(claim));
   lp_env_event(p->env, pod->obj, "Normal", "Nominated", "Pod should schedule on: nodeclaim/%s", claim);
 }

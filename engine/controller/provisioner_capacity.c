@@ -28,6 +28,7 @@ static void cached_claim(const char *key, json_t *claim, void *ud) {
 static void each_claim(pv_pass *p, claim_fn fn, void *ud) {
   claim_walk w = {p, fn, ud};
   lp_env_each(p->env, LP_KIND_NODECLAIM, cached_claim, &w);
+  if (!p->st) return; /* a pass that is not the provisioner's has nothing on its way */
   const char *name;
   json_t *entry;
   json_object_foreach(p->st->created, name, entry) {
@@ -126,6 +127,7 @@ static void add_node_bin(const char *key, json_t *node, void *ud) {
   /* a NodeClaim's node is going away with it, or counted as the in-flight NodeClaim until initialized */
   if (claim && (lp_obj_deleting(claim) || !lp_condition_is(claim, "Initialized", "True"))) return;
   pv_bin *b = new_bin(p);
+  b->node = key;
   b->labels = labels_of(node);
   b->taints = json_object_get(json_object_get(node, "spec"), "taints");
   pv_res_add_list(&p->dims, &b->free, json_object_get(json_object_get(node, "status"), "allocatable"), 1);
@@ -397,8 +399,9 @@ void pv_pool_set_types(pv_pass *p, pv_pool *pool, const json_t *types) {
     char *label = lp_env_nodeclass_label(p->env, pool->nodeclass ? pool->nodeclass : "?");
     pool->skip_why = lp_xasprintf("no instance type of %s is compatible with its requirements", label);
     free(label);
-    lp_env_event(p->env, pool->obj, "Warning", "NoCompatibleInstanceTypes",
-                 "NodePool requirements filtered out all compatible available instance types");
+    if (p->st) /* the provisioner's pass: a simulation's is not news */
+      lp_env_event(p->env, pool->obj, "Warning", "NoCompatibleInstanceTypes",
+                   "NodePool requirements filtered out all compatible available instance types");
   }
 }
 

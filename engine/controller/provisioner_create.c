@@ -66,9 +66,7 @@ static json_t *claim_annotations(const pv_claim *c) {
   return annotations;
 }
 
-/* The claim's requirements with its options: instance-type In [options], capacity-type In [what their
- * available compatible offerings offer]. */
-static json_t *claim_requirements(const pv_claim *c) {
+json_t *pv_claim_requirements(const pv_claim *c) {
   json_t *names = json_array();
   for (size_t t = 0; t < c->ntypes; t++) json_array_append_new(names, json_string(c->types[t]->name));
   json_t *options = json_pack("[{s:s, s:s, s:o}, {s:s, s:s, s:O}]", "key", "node.kubernetes.io/instance-type",
@@ -90,7 +88,7 @@ static json_t *claim_object(pv_pass *p, const pv_claim *c) {
     json_t *v = json_object_get(tspec, copied[i]);
     if (v) json_object_set_new(spec, copied[i], json_deep_copy(v));
   }
-  json_object_set_new(spec, "requirements", claim_requirements(c));
+  json_object_set_new(spec, "requirements", pv_claim_requirements(c));
   pv_res requests = pv_res_sum(&c->requests, &c->pool->daemon);
   json_object_set_new(spec, "resources", json_pack("{s:o}", "requests", pv_res_to_list(&p->dims, &requests)));
   char *name = pv_claim_name(p, c->pool->name); /* not generateName: see provisioner_inflight.c */

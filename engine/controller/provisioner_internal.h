@@ -9,6 +9,10 @@
  * One pass is one pv_pass: the pods to place, the capacity they may use, the NodePools with their
  * instance types, and the new NodeClaims computed. Everything but the checks by name, the instance
  * types and the NodeClaim POSTs is synchronous.
+ *
+ * The consolidation simulation (disruption_simulate.c) runs passes of its own over these functions, with
+ * pv_pass.st NULL: nothing on its way, nothing nominated, no event recorded. The dependency is one way:
+ * no provisioner file calls the simulation.
  * Loop thread only. */
 #ifndef LUAPROV_CONTROLLER_PROVISIONER_INTERNAL_H
 #define LUAPROV_CONTROLLER_PROVISIONER_INTERNAL_H
@@ -60,6 +64,10 @@ char *pv_res_shortfall(const pv_dims *d, const pv_res *want, const pv_res *have)
  * preempting (status.nominatedNodeName), not a DaemonSet's or a Node's (mirror) pod, and
  * PodScheduled=False with reason Unschedulable. */
 int pv_pod_provisionable(const json_t *pod);
+/* A pod bound to a node that would have to move if the node went: not finished (Succeeded, Failed),
+ * not being deleted, not a DaemonSet's, not a mirror pod (annotation kubernetes.io/config.mirror, or
+ * owned by a Node). */
+int pv_pod_reschedulable(const json_t *pod);
 /* "namespace/name", malloc'd. */
 char *pv_pod_key(const json_t *pod);
 /* What a pod of spec asks for: the sum of its containers' requests (a limit stands for a missing
@@ -140,6 +148,7 @@ typedef struct pv_claim {
 /* Capacity that exists or is on its way: a Ready node, or a NodeClaim not yet initialized. */
 typedef struct pv_bin {
   const char *claim;    /* the in-flight NodeClaim (for nominations), or NULL for a node */
+  const char *node;     /* the node's name (borrowed from the cache), or NULL for a NodeClaim */
   const json_t *labels; /* a node's labels */
   json_t *reqs;         /* a NodeClaim's requirements and labels (own), or NULL */
   const json_t *taints;
@@ -160,7 +169,7 @@ typedef struct pv_state {
 typedef struct pv_pass {
   lp_controller *c;
   lp_ctrl_env *env;
-  pv_state *st;
+  pv_state *st; /* the provisioner's; NULL in a simulation (disruption_simulate.c) */
   const char *key;
   double started; /* lp_env_monotonic: the controllers' clock, which a test may move */
   pv_dims dims;
@@ -225,6 +234,9 @@ void pv_claims_free(pv_pass *p);
 /* POSTs every computed claim (a few at once), nominating its pods, then pv_finish. A create whose
  * answer says nothing of the object (pv_inflight_answer) is POSTed once more under the same name. */
 void pv_create_claims(pv_pass *p);
+/* The claim's requirements with its options: instance-type In [options], capacity-type In
+ * [capacity_types]; new reference. */
+json_t *pv_claim_requirements(const pv_claim *c);
 
 /* ---- provisioner_inflight.c: NodeClaims created and not cached yet ------------------------------ */
 

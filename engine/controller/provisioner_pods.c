@@ -35,6 +35,15 @@ int pv_pod_provisionable(const json_t *pod) {
   return lp_condition_is(pod, "PodScheduled", "False") && reason && strcmp(reason, "Unschedulable") == 0;
 }
 
+int pv_pod_reschedulable(const json_t *pod) {
+  const char *phase = lp_obj_str(pod, "status.phase");
+  if (!pod || lp_obj_deleting(pod) ||
+      (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)))
+    return 0;
+  return !owned_by(pod, "DaemonSet") && !owned_by(pod, "Node") &&
+         !lp_obj_annotation(pod, "kubernetes.io/config.mirror");
+}
+
 char *pv_pod_key(const json_t *pod) {
   const char *ns = lp_obj_str(pod, "metadata.namespace");
   return lp_xasprintf("%s/%s", ns ? ns : "default", lp_obj_name(pod) ?: "");
