@@ -48,13 +48,17 @@ struct dz_sim {
   size_t fetching;
   lp_error *err;
   pv_pass base;   /* dims, pools with their types, bins; base.types: node class key -> its types */
-  json_t *held;   /* node and NodeClaim name -> the cached object the bins borrow from */
+  json_t *nodes;  /* node name -> the cached node (the bins borrow from it) */
+  json_t *claims; /* NodeClaim name -> the cached NodeClaim (likewise) */
   char **names;   /* the bins' node and NodeClaim names (the cache's keys copied) */
   json_t *prices; /* node class key -> {type name -> type}: the candidates' prices */
   pv_pod *pods;   /* reschedulable bound pods, then the pending ones */
   size_t npods, npending, cap;
-  json_t *by_node; /* node name -> [indices into pods] */
+  json_t *by_node;          /* node name -> [indices into pods] */
+  struct dz_quote **quotes; /* per pool, per pool type: its quote under the pool's requirements */
 };
+
+static void quote_pools(dz_sim *s);
 
 /* ---- the snapshot ----------------------------------------------------------------------------- */
 
@@ -111,9 +115,10 @@ static void index_prices(dz_sim *s) {
 
 static void snapshot(dz_sim *s) {
   pv_pass *p = &s->base;
-  s->held = json_object();
-  lp_env_each(p->env, LP_KIND_NODE, hold, s->held);
-  lp_env_each(p->env, LP_KIND_NODECLAIM, hold, s->held);
+  s->nodes = json_object();
+  s->claims = json_object();
+  lp_env_each(p->env, LP_KIND_NODE, hold, s->nodes);
+  lp_env_each(p->env, LP_KIND_NODECLAIM, hold, s->claims);
   pv_collect_pools(p);
   for (size_t i = 0; i < p->npools; i++)
     if (!p->pools[i].skip_why)
@@ -132,6 +137,7 @@ static void snapshot(dz_sim *s) {
   lp_env_each(p->env, LP_KIND_POD, scan_pending, s);
   s->npending = s->npods - bound;
   index_prices(s);
+  quote_pools(s);
 }
 
 static void taken(uv_timer_t *t) {
@@ -229,6 +235,8 @@ void dz_sim_new(lp_controller *c, void (*ready)(void *ud, dz_sim *sim, lp_error 
 
 void dz_sim_free(dz_sim *s) {
   if (!s) return;
+  for (size_t i = 0; s->quotes && i < s->base.npools; i++) free(s->quotes[i]);
+  free(s->quotes);
   pv_pools_free(&s->base);
   pv_bins_free(&s->base);
   for (size_t i = 0; s->names && s->names[i]; i++) free(s->names[i]);
@@ -241,7 +249,8 @@ void dz_sim_free(dz_sim *s) {
   free(s->pods);
   json_decref(s->by_node);
   json_decref(s->prices);
-  json_decref(s->held);
+  json_decref(s->nodes);
+  json_decref(s->claims);
   json_decref(s->base.types);
   pv_dims_free(&s->base.dims);
   lp_error_free(s->err);
@@ -260,7 +269,7 @@ typedef struct cands {
 
 /* The candidate's label: its Node's, else the NodeClaim's. */
 static const char *label(dz_sim *s, const json_t *claim, const char *node, const char *key) {
-  const char *v = node ? lp_obj_label(json_object_get(s->held, node), key) : NULL;
+  const char *v = node ? lp_obj_label(json_object_get(s->nodes, node), key) : NULL;
   return v ? v : lp_obj_label(claim, key);
 }
 
@@ -361,10 +370,19 @@ static int holds_moved(const pv_pass *p, const pv_claim *c) {
   return 0;
 }
 
-/* The cheapest and dearest available offerings of type compatible with reqs (< 0: none), and their
- * capacity types into set (may be NULL). */
-static void price_range(const pv_type *type, const json_t *reqs, double *lo, double *hi, json_t *set) {
-  *lo = *hi = -1;
+/* ---- prices ---------------------------------------------------------------------------------- */
+
+typedef struct dz_quote {
+  pv_type *type;
+  double lo, hi;           /* cheapest and dearest available offering compatible with the requirements */
+  double spot_lo, spot_hi; /* the same among the spot offerings; < 0: none */
+  int spot, on_demand;     /* some such offering is spot / on-demand */
+} dz_quote;
+
+/* What type costs under reqs, in one walk over its offerings (each offering's requirements name its own
+ * capacity type, rule CP4: pinning reqs to spot keeps exactly its spot offerings). */
+static dz_quote quote(pv_type *type, const json_t *reqs) {
+  dz_quote q = {type, -1, -1, -1, -1, 0, 0};
   size_t i;
   const json_t *o;
   json_array_foreach(json_object_get(type->obj, "offerings"), i, o) {
@@ -373,125 +391,164 @@ static void price_range(const pv_type *type, const json_t *reqs, double *lo, dou
         !lp_requirements_compatible(reqs, json_object_get(o, "requirements"), NULL))
       continue;
     double v = json_number_value(price);
-    if (*lo < 0 || v < *lo) *lo = v;
-    if (v > *hi) *hi = v;
-    const char *ct = json_string_value(json_object_get(o, "capacity_type"));
-    if (set && ct) json_object_set_new(set, ct, json_true());
+    if (q.lo < 0 || v < q.lo) q.lo = v;
+    if (v > q.hi) q.hi = v;
+    const char *ct = json_string_value(json_object_get(o, "capacity_type")) ?: "";
+    if (strcmp(ct, SPOT) == 0) {
+      q.spot = 1;
+      if (q.spot_lo < 0 || v < q.spot_lo) q.spot_lo = v;
+      if (v > q.spot_hi) q.spot_hi = v;
+    }
+    q.on_demand |= strcmp(ct, ON_DEMAND) == 0;
+  }
+  return q;
+}
+
+/* Every pool type's quote under the pool's own requirements: a claim no pod narrowed reuses them. */
+static void quote_pools(dz_sim *s) {
+  s->quotes = lp_xcalloc(s->base.npools + 1, sizeof *s->quotes);
+  for (size_t i = 0; i < s->base.npools; i++) {
+    pv_pool *pool = &s->base.pools[i];
+    s->quotes[i] = lp_xcalloc(pool->ntypes + 1, sizeof **s->quotes);
+    for (size_t t = 0; t < pool->ntypes; t++) s->quotes[i][t] = quote(&pool->types[t], pool->reqs);
   }
 }
 
-static int offers(const pv_claim *c, const char *ct) {
-  size_t i;
-  const json_t *v;
-  json_array_foreach(c->capacity_types, i, v) if (strcmp(json_string_value(v) ?: "", ct) == 0) return 1;
-  return 0;
-}
-
-/* The claim's requirements pinned to capacity type ct (NULL: as they are); new reference, or NULL. */
-static json_t *pinned(const pv_claim *c, const char *ct) {
-  if (!ct) return json_incref(c->reqs);
-  json_t *pin =
-      json_pack("[{s:s, s:s, s:[s]}]", "key", LP_LABEL_CAPACITY_TYPE, "operator", "In", "values", ct);
-  json_t *reqs = lp_requirements_intersect(c->reqs, pin, NULL);
-  json_decref(pin);
-  return reqs;
-}
-
-typedef struct priced {
-  pv_type *type;
-  double price;
-} priced;
-
 static int by_price(const void *a, const void *b) {
-  const priced *x = a, *y = b;
-  if (x->price != y->price) return x->price < y->price ? -1 : 1;
+  const dz_quote *x = a, *y = b;
+  if (x->lo != y->lo) return x->lo < y->lo ? -1 : 1;
   return strcmp(x->type->name, y->type->name);
 }
 
-/* The options of c whose cheapest offering under reqs is below price, cheapest first, into kept; how
- * many. *lowest gets the cheapest price any option has (< 0: none has an offering). */
-static size_t cheaper(const pv_claim *c, const json_t *reqs, double price, pv_type **kept, double *lowest) {
-  priced *list = lp_xmalloc((c->ntypes + 1) * sizeof *list);
-  size_t n = 0;
-  *lowest = -1;
+static int by_spot_price(const void *a, const void *b) {
+  const dz_quote *x = a, *y = b;
+  if (x->spot_lo != y->spot_lo) return x->spot_lo < y->spot_lo ? -1 : 1;
+  return strcmp(x->type->name, y->type->name);
+}
+
+/* The claim's options as the provisioner finalizes them (pv_finalize): quoted under its requirements,
+ * cheapest first, at most PV_MAX_INSTANCE_TYPES. How many; *list is malloc'd. */
+static size_t options_of(const dz_sim *s, const pv_pass *p, const pv_claim *c, dz_quote **list) {
+  size_t pool = (size_t)(c->pool - p->pools), n = 0;
+  const pv_pool *base = &s->base.pools[pool];
+  int narrowed = c->reqs != base->reqs && !json_equal(c->reqs, base->reqs);
+  *list = lp_xmalloc((c->ntypes + 1) * sizeof **list);
   for (size_t t = 0; t < c->ntypes; t++) {
-    double lo, hi;
-    price_range(c->types[t], reqs, &lo, &hi, NULL);
-    if (lo >= 0 && (*lowest < 0 || lo < *lowest)) *lowest = lo;
-    if (lo >= 0 && lo < price) list[n++] = (priced){c->types[t], lo};
+    dz_quote q = narrowed ? quote(c->types[t], c->reqs) : s->quotes[pool][c->types[t] - base->types];
+    if (q.lo >= 0) (*list)[n++] = q;
   }
-  if (n) qsort(list, n, sizeof *list, by_price);
-  for (size_t t = 0; t < n; t++) kept[t] = list[t].type;
-  free(list);
-  return n;
+  if (n) qsort(*list, n, sizeof **list, by_price);
+  return n < PV_MAX_INSTANCE_TYPES ? n : PV_MAX_INSTANCE_TYPES;
+}
+
+/* Keeps in kept (of n options) those cheaper than price, pinned to spot or not, cheapest first; their
+ * worst launch price into *worst, the cheapest any option has into *lowest (< 0: none). How many. */
+static size_t cheaper(dz_quote *opts, size_t n, int spot, double price, dz_quote *kept, double *worst,
+                      double *lowest) {
+  size_t k = 0;
+  *lowest = -1;
+  for (size_t t = 0; t < n; t++) {
+    double lo = spot ? opts[t].spot_lo : opts[t].lo;
+    if (lo >= 0 && (*lowest < 0 || lo < *lowest)) *lowest = lo;
+    if (lo >= 0 && lo < price) kept[k++] = opts[t];
+  }
+  if (spot && k) qsort(kept, k, sizeof *kept, by_spot_price);
+  *worst = 0;
+  for (size_t t = 0; t < k; t++) {
+    double hi = spot ? kept[t].spot_hi : kept[t].hi;
+    if (hi > *worst) *worst = hi;
+  }
+  return k;
+}
+
+/* The replacement: c narrowed to the kept options (and to spot), its requirements and requests. */
+static json_t *replacement(pv_pass *p, pv_claim *c, const dz_quote *kept, size_t n, int spot) {
+  if (spot) {
+    json_t *pin =
+        json_pack("[{s:s, s:s, s:[s]}]", "key", LP_LABEL_CAPACITY_TYPE, "operator", "In", "values", SPOT);
+    json_t *reqs = lp_requirements_intersect(c->reqs, pin, NULL);
+    json_decref(pin);
+    if (!reqs) return NULL; /* spot offerings were quoted: not reached */
+    json_decref(c->reqs);
+    c->reqs = reqs;
+  }
+  c->ntypes = n;
+  json_t *cts = json_object();
+  for (size_t t = 0; t < n; t++) {
+    c->types[t] = kept[t].type;
+    size_t i;
+    const json_t *o;
+    json_array_foreach(json_object_get(kept[t].type->obj, "offerings"), i, o) {
+      const char *ct = json_string_value(json_object_get(o, "capacity_type"));
+      if (ct && json_is_true(json_object_get(o, "available")) &&
+          lp_requirements_compatible(c->reqs, json_object_get(o, "requirements"), NULL))
+        json_object_set_new(cts, ct, json_true());
+    }
+  }
+  json_decref(c->capacity_types);
+  c->capacity_types = json_array();
+  const char *ct;
+  json_t *v;
+  json_object_foreach(cts, ct, v) json_array_append_new(c->capacity_types, json_string(ct));
+  json_decref(cts);
+  pv_res requests = pv_res_sum(&c->requests, &c->pool->daemon);
+  return json_pack("{s:s, s:o, s:{s:o}}", "nodepool", c->pool->name, "requirements", pv_claim_requirements(c),
+                   "resources", "requests", pv_res_to_list(&p->dims, &requests));
 }
 
 /* Applies the price and spot rules to the one new NodeClaim c; fills out (replacement or why). */
-static void price_replacement(pv_pass *p, pv_claim *c, const cands *cs, int allow_spot_to_spot,
+static void price_replacement(dz_sim *s, pv_pass *p, pv_claim *c, const cands *cs, int allow_spot_to_spot,
                               dz_sim_result *out) {
-  int spot_to_spot = cs->all_spot && offers(c, SPOT);
+  dz_quote *opts;
+  size_t nopts = options_of(s, p, c, &opts);
+  int spot = 0, on_demand = 0;
+  for (size_t t = 0; t < nopts; t++) {
+    spot |= opts[t].spot;
+    on_demand |= opts[t].on_demand;
+  }
+  int spot_to_spot = cs->all_spot && spot;
+  dz_quote *kept = lp_xmalloc((nopts + 1) * sizeof *kept);
+  double worst = 0, lowest = -1;
+  size_t n = 0;
+  /* to spot when spot options stay cheaper: the launch must not fall back to a dearer on-demand node */
+  int pin = spot_to_spot || (spot && on_demand);
   if (spot_to_spot && !allow_spot_to_spot) {
     out->why = lp_xstrdup("can't replace spot with spot: spot-to-spot consolidation is disabled "
                           "(controllers.spotToSpotConsolidation)");
-    return;
+    goto done;
   }
-  pv_type **kept = lp_xmalloc((c->ntypes + 1) * sizeof *kept);
-  double lowest = -1;
-  size_t n = 0;
-  json_t *reqs = NULL;
-  /* to spot when spot options stay cheaper: the launch must not fall back to a dearer on-demand node */
-  if (spot_to_spot || (offers(c, SPOT) && offers(c, ON_DEMAND))) {
-    reqs = pinned(c, SPOT);
-    n = reqs ? cheaper(c, reqs, cs->price, kept, &lowest) : 0;
-  }
+  if (pin) n = cheaper(opts, nopts, 1, cs->price, kept, &worst, &lowest);
   if (n == 0 && !spot_to_spot) {
-    json_decref(reqs);
-    reqs = pinned(c, NULL);
-    n = cheaper(c, reqs, cs->price, kept, &lowest);
+    pin = 0;
+    n = cheaper(opts, nopts, 0, cs->price, kept, &worst, &lowest);
   }
   if (n == 0) {
     out->why = lowest < 0
                    ? lp_xstrdup("replacement would have no available offering")
                    : lp_xasprintf("%s would not be cheaper ($%.4g >= $%.4g)",
                                   spot_to_spot ? "spot replacement" : "replacement", lowest, cs->price);
-  } else if (spot_to_spot && cs->n == 1 && n < DZ_SPOT_TO_SPOT_MIN_TYPES) {
-    out->why =
-        lp_xasprintf("can't replace spot with spot: spot-to-spot consolidation needs %d cheaper instance "
-                     "types, found %zu",
-                     DZ_SPOT_TO_SPOT_MIN_TYPES, n);
-  } else {
-    if (spot_to_spot && cs->n == 1) n = DZ_SPOT_TO_SPOT_MIN_TYPES;
-    json_t *set = json_object();
-    double worst = 0;
-    for (size_t t = 0; t < n; t++) {
-      double lo, hi;
-      price_range(kept[t], reqs, &lo, &hi, set);
-      if (hi > worst) worst = hi;
-    }
-    out->replacement_price = worst;
-    if (worst >= cs->price) {
-      out->why = lp_xasprintf("replacement would not be cheaper ($%.4g >= $%.4g)", worst, cs->price);
-    } else {
-      free(c->types);
-      c->types = kept;
-      c->ntypes = n;
-      kept = NULL;
-      json_decref(c->reqs);
-      c->reqs = json_incref(reqs);
-      json_decref(c->capacity_types);
-      c->capacity_types = json_array();
-      const char *ct;
-      json_t *v;
-      json_object_foreach(set, ct, v) json_array_append_new(c->capacity_types, json_string(ct));
-      pv_res requests = pv_res_sum(&c->requests, &c->pool->daemon);
-      out->replacement =
-          json_pack("{s:s, s:o, s:{s:o}}", "nodepool", c->pool->name, "requirements",
-                    pv_claim_requirements(c), "resources", "requests", pv_res_to_list(&p->dims, &requests));
-    }
-    json_decref(set);
+    goto done;
   }
+  if (spot_to_spot && cs->n == 1) {
+    if (n < DZ_SPOT_TO_SPOT_MIN_TYPES) {
+      out->why = lp_xasprintf("can't replace spot with spot: spot-to-spot consolidation needs %d cheaper "
+                              "instance types, found %zu",
+                              DZ_SPOT_TO_SPOT_MIN_TYPES, n);
+      goto done;
+    }
+    n = DZ_SPOT_TO_SPOT_MIN_TYPES;
+    worst = 0;
+    for (size_t t = 0; t < n; t++)
+      if (kept[t].spot_hi > worst) worst = kept[t].spot_hi;
+  }
+  out->replacement_price = worst;
+  if (worst >= cs->price)
+    out->why = lp_xasprintf("replacement would not be cheaper ($%.4g >= $%.4g)", worst, cs->price);
+  else
+    out->replacement = replacement(p, c, kept, n, pin);
+done:
   free(kept);
-  json_decref(reqs);
+  free(opts);
 }
 
 /* Why the candidates' pods do not all fit (NULL: they do), and the one new NodeClaim they need in *one
@@ -516,7 +573,6 @@ static char *pack(pv_pass *p, pv_claim **one) {
     *one = NULL;
     return lp_xasprintf("its pods would need %zu new nodes", claims);
   }
-  pv_finalize(p);
   return NULL;
 }
 
@@ -533,7 +589,7 @@ void dz_simulate(dz_sim *s, json_t *const *candidates, size_t n, int allow_spot_
   pass_for(s, candidates, &cs, &p);
   pv_claim *one = NULL;
   out->why = pack(&p, &one);
-  if (!out->why && one) price_replacement(&p, one, &cs, allow_spot_to_spot, out);
+  if (!out->why && one) price_replacement(s, &p, one, &cs, allow_spot_to_spot, out);
   out->feasible = out->why == NULL;
   pass_free(&p);
   free(cs.nodes);

@@ -139,28 +139,7 @@ int main(int argc, char **argv) {
   int n_types = argc > 2 ? atoi(argv[2]) : 500;
   pid_t sim_pid = bench_start(&loop, &http, kube_url, alibaba_url);
 
-  long status = 0;
-  json_t *summary = bench_request(&loop, http, alibaba_url, "POST", "/_sim/catalogue",
-                                  json_pack("{s:i, s:i}", "instance_types", n_types, "zones", 4), &status);
-  printf("catalogue: %lld instance types in 4 zones (HTTP %ld)\n",
-         json_integer_value(json_object_get(summary, "instance_types")), status);
-  json_decref(summary);
-  json_decref(bench_request(
-      &loop, http, kube_url, "POST", "/apis/karpenter.alibabacloud.com/v1alpha1/ecsnodeclasses",
-      json_pack("{s:s, s:s, s:{s:s}, s:{s:[{s:{s:s}}], s:[{s:{s:s}}], s:[{s:s}]}}", "apiVersion",
-                "karpenter.alibabacloud.com/v1alpha1", "kind", "ECSNodeClass", "metadata", "name", "default",
-                "spec", "vSwitchSelectorTerms", "tags", "karpenter.sh/discovery", "luaprov-sim",
-                "securityGroupSelectorTerms", "tags", "karpenter.sh/discovery", "luaprov-sim",
-                "imageSelectorTerms", "alias", "AlibabaCloudLinux3"),
-      NULL));
-  json_decref(bench_request(
-      &loop, http, kube_url, "POST", "/apis/karpenter.sh/v1/nodepools",
-      json_pack("{s:s, s:s, s:{s:s}, s:{s:{s:{s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:[s]}]}}}}", "apiVersion",
-                "karpenter.sh/v1", "kind", "NodePool", "metadata", "name", "default", "spec", "template",
-                "spec", "nodeClassRef", "group", "karpenter.alibabacloud.com", "kind", "ECSNodeClass", "name",
-                "default", "requirements", "key", "karpenter.sh/capacity-type", "operator", "In", "values",
-                "on-demand"),
-      NULL));
+  bench_catalogue_and_pool(&loop, http, kube_url, alibaba_url, n_types);
 
   lp_script_host *scripts = NULL;
   lp_cloudprovider *cp = bench_cloudprovider(&loop, http, "luaprov-sim", alibaba_url, &scripts);

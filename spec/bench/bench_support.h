@@ -1,7 +1,8 @@
 /* Shared by the benchmarks that run the simulators in a child process and drive the engine against
- * them over HTTP (bench_controllers.c, bench_drift.c, bench_provisioner.c): starting and stopping that
- * child; requests to it, one at a time and waited for (bench_request) or many at once (bench_seed, to
- * store thousands of objects before a measurement); the engine side (script host and CloudProvider,
+ * them over HTTP (bench_controllers.c, bench_drift.c, bench_provisioner.c, bench_consolidation.c):
+ * starting and stopping that child; requests to it, one at a time and waited for (bench_request) or many
+ * at once (bench_seed, to store thousands of objects before a measurement); the catalogue, ECSNodeClass
+ * and NodePool of the provisioning benchmarks; the engine side (script host and CloudProvider,
  * Kubernetes client, a controller manager) and its teardown; and the readers of resident memory, heap
  * and CPU time behind the figures. Header-only, every function static
  * inline: each benchmark is its own executable. Loop thread only. */
@@ -214,6 +215,37 @@ static inline double bench_seed(uv_loop_t *loop, bench_seeding *s) {
 }
 
 /* ---- the engine side ------------------------------------------------------------------------ */
+
+/* ---- the cluster the benchmarks share -------------------------------------------------------- */
+
+/* A synthetic catalogue of n_types instance types in 4 zones (printed), the ECSNodeClass "default"
+ * selecting the simulated account's vSwitches, security groups and image, and the on-demand NodePool
+ * "default" on it. */
+static inline void bench_catalogue_and_pool(uv_loop_t *loop, lp_http_client *http, const char *kube_url,
+                                            const char *alibaba_url, int n_types) {
+  long status = 0;
+  json_t *summary = bench_request(loop, http, alibaba_url, "POST", "/_sim/catalogue",
+                                  json_pack("{s:i, s:i}", "instance_types", n_types, "zones", 4), &status);
+  printf("catalogue: %lld instance types in 4 zones (HTTP %ld)\n",
+         json_integer_value(json_object_get(summary, "instance_types")), status);
+  json_decref(summary);
+  json_decref(bench_request(
+      loop, http, kube_url, "POST", "/apis/karpenter.alibabacloud.com/v1alpha1/ecsnodeclasses",
+      json_pack("{s:s, s:s, s:{s:s}, s:{s:[{s:{s:s}}], s:[{s:{s:s}}], s:[{s:s}]}}", "apiVersion",
+                "karpenter.alibabacloud.com/v1alpha1", "kind", "ECSNodeClass", "metadata", "name", "default",
+                "spec", "vSwitchSelectorTerms", "tags", "karpenter.sh/discovery", "luaprov-sim",
+                "securityGroupSelectorTerms", "tags", "karpenter.sh/discovery", "luaprov-sim",
+                "imageSelectorTerms", "alias", "AlibabaCloudLinux3"),
+      NULL));
+  json_decref(bench_request(
+      loop, http, kube_url, "POST", "/apis/karpenter.sh/v1/nodepools",
+      json_pack("{s:s, s:s, s:{s:s}, s:{s:{s:{s:{s:s, s:s, s:s}, s:[{s:s, s:s, s:[s]}]}}}}", "apiVersion",
+                "karpenter.sh/v1", "kind", "NodePool", "metadata", "name", "default", "spec", "template",
+                "spec", "nodeClassRef", "group", "karpenter.alibabacloud.com", "kind", "ECSNodeClass", "name",
+                "default", "requirements", "key", "karpenter.sh/capacity-type", "operator", "In", "values",
+                "on-demand"),
+      NULL));
+}
 
 /* A script host on loop over the source tree's scripts with the contract modules (their HTTP calls on
  * http), and a CloudProvider over it for cluster_id in cn-hangzhou, its mapping pointed at endpoint

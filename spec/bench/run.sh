@@ -22,6 +22,9 @@ echo
 echo "== provisioner: 1,000 pending pods against 500 instance types"
 "$BUILD/spec/bench_provisioner" 1000 500
 echo
+echo "== consolidation simulation: 500 nodes, 5,000 pods, 500 instance types"
+"$BUILD/spec/bench_consolidation" 500 10 500
+echo
 echo "== drift: passes over 5,000 NodeClaims (time, cloud API calls)"
 "$BUILD/spec/bench_drift" 5000
 echo

@@ -16,51 +16,20 @@
 #include "controller/disruption_simulate.h"
 #include "controller_fixture.h"
 #include "provisioner_test_support.h"
+#include "simulate_test_support.h"
 
 static ctrl_fixture f;
 static json_t *types; /* the ECSNodeClass default's instance types */
 
-/* ---- the test's controller: dz_sim_new needs one ---------------------------------------------- */
-
-static lp_controller *probe;
-
-static void probe_reconcile(lp_controller *c, const char *key) {
-  probe = c;
-  lp_controller_done(c, key, NULL, 0);
-}
-
-static const lp_controller_def probe_def = {
-    .name = "probe", .primary = LP_KIND_NONE, .singleton_key = "probe", .reconcile = probe_reconcile};
-
-typedef struct taken {
-  int done;
-  dz_sim *sim;
-  lp_error *err;
-} taken;
-
-static void sim_ready(void *ud, dz_sim *sim, lp_error *err) {
-  taken *t = ud;
-  t->done = 1;
-  t->sim = sim;
-  t->err = err;
-}
-
-static int is_done(ctrl_fixture *fx, const void *ud) {
-  (void)fx;
-  return ((const taken *)ud)->done;
-}
-
-/* A snapshot of what the caches show now (after a moment for them to catch up). */
+/* A snapshot of what the caches show now (after a moment for them to catch up), through the test's
+ * own controller (simulate_test_support.h). */
 static dz_sim *snapshot(void) {
   ctrl_run_for(&f, 0.3);
-  taken t = {0};
-  dz_sim_new(probe, sim_ready, &t);
-  CHECK(!t.done); /* later, never from inside dz_sim_new */
-  CHECK(ctrl_wait_for(&f, 10, is_done, &t));
-  CHECK(t.sim != NULL);
-  if (t.err) fprintf(stderr, "snapshot: %s\n", t.err->message);
-  lp_error_free(t.err);
-  return t.sim;
+  int early = 0;
+  dz_sim *sim = sp_snapshot(&f.loop, &early);
+  CHECK(!early); /* later, never from inside dz_sim_new */
+  CHECK(sim != NULL);
+  return sim;
 }
 
 /* ---- the catalogue ---------------------------------------------------------------------------- */
@@ -215,8 +184,9 @@ static int near(double a, double b) {
 /* ---- the cases -------------------------------------------------------------------------------- */
 
 /* Two half-empty 4-core nodes: either one's pod fits on the other, so one can go without a
- * replacement; asked twice (a binary search asks many times), the answer is the same. Both at once:
- * their pods need one new node, cheaper than the two. */
+ * replacement; asked twice (a binary search asks many times), the answer is the same, and still after
+ * n2 is deleted (a later snapshot needs a replacement). Both at once: their pods need one new node,
+ * cheaper than the two. */
 static void test_half_empty_nodes(void) {
   node("n1", "default", "ecs.g7.xlarge", "on-demand", "4", "15Gi");
   node("n2", "default", "ecs.g7.xlarge", "on-demand", "4", "15Gi");
@@ -235,7 +205,17 @@ static void test_half_empty_nodes(void) {
     CHECK(r.replacement_price == 0);
     dz_sim_result_free(&r);
   }
+  /* the snapshot holds what it read: n2 going away is not news to it, only to the next one */
+  CHECK_INT(ctrl_kube_pack(&f, "DELETE", "/api/v1/nodes/n2", NULL), 200);
+  dz_sim *later = snapshot();
   dz_sim_result r;
+  simulate(sim, "n1", NULL, 0, &r);
+  CHECK(r.feasible && r.replacement == NULL);
+  dz_sim_result_free(&r);
+  simulate(later, "n1", NULL, 0, &r);
+  CHECK(r.feasible && r.replacement != NULL);
+  dz_sim_result_free(&r);
+  dz_sim_free(later);
   simulate(sim, "n1", "n2", 0, &r);
   CHECK(r.feasible);
   CHECK(r.replacement != NULL);
@@ -425,7 +405,7 @@ static void test_daemonset_pods_stay(void) {
   pt_cleanup(&f);
 }
 
-static const lp_controller_def *const controllers[] = {&lp_nodeclass_controller, &probe_def, NULL};
+static const lp_controller_def *const controllers[] = {&lp_nodeclass_controller, &sp_probe_def, NULL};
 
 int main(void) {
   ctrl_fixture_start(&f, controllers, NULL);
@@ -433,7 +413,7 @@ int main(void) {
       ctrl_admin(&f, "alibaba", "POST", "/_sim/clock", "{\"speed\": 0}")); /* spot prices hold still */
   ctrl_fixture_apply_defaults(&f);
   CHECK(ctrl_wait_for(&f, 10, pt_class_ready, "default"));
-  CHECK(probe != NULL);
+  CHECK(sp_probe != NULL);
   types = pt_instance_types(&f);
   CHECK(json_array_size(types) > 0);
   RUN(test_half_empty_nodes);
