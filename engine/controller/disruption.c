@@ -16,7 +16,8 @@
  *   single-node      the first of them the simulation can delete; the others get Unconsolidatable
  * An emptiness or consolidation decision waits DZ_VALIDATE_AFTER_S on lp_env_monotonic (the pass polls
  * at most every second meanwhile, no other method running) and is checked again (consolidation on a new
- * snapshot) before it acts. Decisions needing a replacement node are not taken for consolidation yet.
+ * snapshot) before it acts. Single-node consolidation may replace its candidate by one cheaper node
+ * (the drift replacement's machinery, with the simulation's shape); multi-node consolidation only deletes.
  * Every disruption first asks the Lua disruption policy (disruption_replace.c). Budgets: the reason's
  * budget (disruption_budget.c) minus the pool's NodeClaims being disrupted for any reason (deleting, or
  * marked); percentages count the pool's initialized NodeClaims.
@@ -136,6 +137,7 @@ static void pass_end(dz_pass *p) {
     json_decref(a->claim);
     json_decref(a->nodepool);
     json_decref(a->replacement);
+    json_decref(a->shape);
     free(a->why);
   }
   lp_controller_done(p->c, p->key, p->err, p->err ? 0 : p->requeue_after);
@@ -396,17 +398,18 @@ typedef struct consolidation {
   size_t tried; /* candidates the search looked at */
 } consolidation;
 
-static int try_claims(void *ud, dz_candidate *const *unused, size_t k);
-
-/* dz_try_fn over the first k (from offset) of the consolidation's claims: feasible by deletion alone.
- * A decision that needs a replacement node is not taken (not implemented yet for consolidation). */
+/* dz_try_fn over the first k (from offset) of the consolidation's claims: feasible by deletion alone,
+ * or, with allow_replace (single-node), by one cheaper replacement too, whose shape is then kept. One
+ * replacement for several candidates is not launched (multi-node consolidation only deletes). */
 typedef struct attempt {
   consolidation *co;
   size_t offset;
-  char *why; /* the last refusal's, malloc'd */
+  int allow_replace;
+  json_t *shape; /* the last accepted answer's dz_sim_result.replacement (own), or NULL: delete only */
+  char *why;     /* the last refusal's, malloc'd */
 } attempt;
 
-static int try_attempt(void *ud, dz_candidate *const *unused, size_t k) {
+static int try_claims(void *ud, dz_candidate *const *unused, size_t k) {
   (void)unused;
   attempt *at = ud;
   consolidation *co = at->co;
@@ -415,18 +418,18 @@ static int try_attempt(void *ud, dz_candidate *const *unused, size_t k) {
   dz_sim_result r = {0};
   dz_simulate(co->sim, v, k, lp_env_settings(co->p->env)->spot_to_spot_consolidation, &r);
   free(v);
-  int ok = r.feasible && !r.replacement;
+  int ok = r.feasible && (!r.replacement || at->allow_replace);
   free(at->why);
   at->why = ok ? NULL
                : lp_xstrdup(r.why ? r.why
-                                  : "consolidating it would need a replacement node, which this "
-                                    "engine does not launch for consolidation yet");
+                                  : "consolidating these nodes together would need a replacement node; "
+                                    "only one node at a time is replaced");
+  if (ok) {
+    json_decref(at->shape);
+    at->shape = json_incref(r.replacement);
+  }
   dz_sim_result_free(&r);
   return ok;
-}
-
-static int try_claims(void *ud, dz_candidate *const *unused, size_t k) {
-  return try_attempt(ud, unused, k);
 }
 
 static void consolidation_end(consolidation *co) {
@@ -437,10 +440,22 @@ static void consolidation_end(consolidation *co) {
   launch_more(p);
 }
 
-static void add_deletes(dz_pass *p, json_t *claims, size_t from, size_t k, const char *type,
-                        const char *method) {
+/* The actions of a validated consolidation: the candidates deleted, or the single one replaced by the
+ * cheaper shape (its replacement made first; deleted once that is initialized). */
+static void add_consolidation(dz_pass *p, json_t *claims, size_t k, const char *type, const char *method,
+                              json_t *shape) {
   size_t first = p->nactions;
-  for (size_t i = from; i < from + k; i++) {
+  if (shape && k == 1) {
+    json_t *claim = json_array_get(claims, 0);
+    dz_action *a = add_action(p, DZ_REPLACE, claim, NULL);
+    a->nodepool = json_incref(lp_env_get(p->env, LP_KIND_NODEPOOL, lp_obj_label(claim, DZ_LABEL_POOL)));
+    a->shape = json_incref(shape);
+    a->reason = DZ_REASON_UNDERUTILIZED;
+    a->type = type;
+    a->method = method;
+    return; /* counted and logged once the replacement is made and the candidate marked */
+  }
+  for (size_t i = 0; i < k; i++) {
     dz_action *a = add_action(p, DZ_DELETE, json_array_get(claims, i), NULL);
     a->reason = DZ_REASON_UNDERUTILIZED;
     a->type = type;
@@ -470,18 +485,22 @@ static void sim_ready(void *ud, dz_sim *sim, lp_error *err) {
     return;
   }
   size_t n = json_array_size(co->claims);
-  attempt at = {co, 0, NULL};
+  attempt at = {.co = co};
   if (co->validating) {
-    const char *type = json_string_value(json_object_get(p->st->pending, "type"));
+    /* static strings: the actions outlive the pending decision they came from */
+    int single = strcmp(json_string_value(json_object_get(p->st->pending, "type")), "single") == 0;
+    const char *type = single ? "single" : "multi";
+    at.allow_replace = single && n == 1;
     if (try_claims(&at, NULL, n))
-      add_deletes(p, co->claims, 0, n, type,
-                  strcmp(type, "multi") == 0 ? "multi-node consolidation" : "single-node consolidation");
+      add_consolidation(p, co->claims, n, type,
+                        single ? "single-node consolidation" : "multi-node consolidation", at.shape);
     else
       lp_info(lp_controller_logger(p->c), "disruption decision dropped after validation",
               LPF_STR("method", type), LPF_STR("why", at.why ? at.why : ""));
     json_decref(p->st->pending);
     p->st->pending = NULL;
     free(at.why);
+    json_decref(at.shape);
     consolidation_end(co);
     return;
   }
@@ -492,6 +511,7 @@ static void sim_ready(void *ud, dz_sim *sim, lp_error *err) {
     decided(p, "multi", co->claims, 0, k);
   } else {
     started = lp_clock_monotonic();
+    at.allow_replace = 1;
     size_t i = 0;
     for (; i < n; i++) {
       at.offset = i;
@@ -502,6 +522,7 @@ static void sim_ready(void *ud, dz_sim *sim, lp_error *err) {
     if (i < n) decided(p, "single", co->claims, i, 1);
   }
   free(at.why);
+  json_decref(at.shape);
   consolidation_end(co);
 }
 

@@ -16,7 +16,8 @@
 #include "core/metrics.h"
 
 #define DZ_ANNOTATION_REPLACES       "luaprov.io/replaces" /* on a replacement: the NodeClaim it replaces */
-#define DZ_ANNOTATION_REPLACED_BY    "luaprov.io/replaced-by" /* on a candidate: its replacement */
+#define DZ_ANNOTATION_REPLACED_BY    "luaprov.io/replaced-by"       /* on a candidate: its replacement */
+#define DZ_ANNOTATION_REASON         "luaprov.io/disruption-reason" /* on a consolidation's replacement */
 #define DZ_ANNOTATION_DO_NOT_DISRUPT "karpenter.sh/do-not-disrupt"
 #define DZ_LABEL_POOL                "karpenter.sh/nodepool"
 #define DZ_REASON                    "Drifted" /* the budget reason and condition drift acts on */
@@ -96,8 +97,11 @@ typedef struct dz_action {
   json_t *replacement; /* the replacement NodeClaim when there is one (own reference), else NULL */
   char *why;           /* DZ_ABANDON: what went wrong, for the event and the log */
   int retried;         /* DZ_REPLACE: POSTed a second time after an answer that said nothing */
-  const char *reason;  /* DZ_DELETE: the decision's reason (DZ_REASON_EMPTY, ...), static */
-  const char *type;    /* DZ_DELETE: luaprov_voluntary_disruption_decisions_total's consolidation_type */
+  const char *reason;  /* DZ_DELETE, DZ_REPLACE, DZ_DELETE_OLD: the decision's reason (DZ_REASON_EMPTY, ...),
+                          static; NULL = DZ_REASON (drift) */
+  const char *type;    /* DZ_DELETE, DZ_REPLACE: luaprov_voluntary_disruption_decisions_total's
+                          consolidation_type ("" for drift) */
+  json_t *shape;       /* DZ_REPLACE by consolidation: dz_sim_result.replacement (own), else NULL */
   const char *method;  /* DZ_REPLACE, DZ_DELETE: the method that decided, as the disruption policy's
                           ctx.method names it ("emptiness", "drift", ...), static */
 } dz_action;
@@ -177,8 +181,15 @@ int dz_budget_allowed(const json_t *nodepool, const char *reason, int total, dou
 
 /* ---- disruption_replace.c -------------------------------------------------------------------- */
 
-/* The NodeClaim named name that replaces claim in nodepool (all borrowed); caller owns it. */
-json_t *dz_replacement_for(const json_t *claim, const json_t *nodepool, const char *name);
+/* The NodeClaim named name that replaces claim in nodepool (all borrowed); caller owns it. shape NULL:
+ * drift's replacement (the template, narrowed as the candidate was). shape a consolidation's
+ * ({"requirements", "resources"} of dz_sim_result.replacement): its requirements (the cheaper instance
+ * types) and requests instead of the candidate's, and the annotation DZ_ANNOTATION_REASON = reason, so
+ * the deletion that follows is counted under the reason that decided it, even after a restart. */
+json_t *dz_replacement_for(const json_t *claim, const json_t *nodepool, const char *name, const json_t *shape,
+                           const char *reason);
+/* The reason a replacement (borrowed) was made for: its DZ_ANNOTATION_REASON, else DZ_REASON (drift). */
+const char *dz_replacement_reason(const json_t *replacement);
 /* Forgets the replacements on their way that the cache shows now (the replacement itself, or the
  * candidate's mark) and those whose candidate is gone or being deleted: from then on the pass sees
  * them as it sees any other. */

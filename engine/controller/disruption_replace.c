@@ -59,7 +59,14 @@ static json_t *requirements_for(const json_t *candidate, const json_t *pool) {
   return out;
 }
 
-json_t *dz_replacement_for(const json_t *claim, const json_t *nodepool, const char *name) {
+const char *dz_replacement_reason(const json_t *replacement) {
+  const char *reason = lp_obj_annotation(replacement, DZ_ANNOTATION_REASON);
+  if (reason && strcmp(reason, DZ_REASON_UNDERUTILIZED) == 0) return DZ_REASON_UNDERUTILIZED;
+  return DZ_REASON;
+}
+
+json_t *dz_replacement_for(const json_t *claim, const json_t *nodepool, const char *name, const json_t *shape,
+                           const char *reason) {
   static const char *const from_template[] = {
       "nodeClassRef", "taints", "startupTaints", "expireAfter", "terminationGracePeriod", NULL};
   const char *pool = lp_obj_name(nodepool);
@@ -76,6 +83,7 @@ json_t *dz_replacement_for(const json_t *claim, const json_t *nodepool, const ch
   json_object_set_new(annotations, LP_NODEPOOL_HASH_VERSION_ANNOTATION,
                       json_string(LP_NODEPOOL_HASH_VERSION));
   json_object_set_new(annotations, DZ_ANNOTATION_REPLACES, json_string(lp_obj_name(claim)));
+  if (shape && reason) json_object_set_new(annotations, DZ_ANNOTATION_REASON, json_string(reason));
 
   json_t *spec = json_object();
   for (size_t i = 0; from_template[i]; i++) {
@@ -84,10 +92,12 @@ json_t *dz_replacement_for(const json_t *claim, const json_t *nodepool, const ch
   }
   if (!json_object_get(spec, "nodeClassRef")) /* an invalid template: keep the node's class */
     json_object_set_new(spec, "nodeClassRef", json_deep_copy(json_object_get(cspec, "nodeClassRef")));
+  /* a consolidation's replacement is the cheaper shape the simulation found, not the candidate's */
+  const json_t *from = shape ? shape : cspec;
   json_object_set_new(
       spec, "requirements",
-      requirements_for(json_object_get(cspec, "requirements"), json_object_get(tspec, "requirements")));
-  const json_t *resources = json_object_get(cspec, "resources");
+      requirements_for(json_object_get(from, "requirements"), json_object_get(tspec, "requirements")));
+  const json_t *resources = json_object_get(from, "resources");
   if (json_is_object(resources)) json_object_set_new(spec, "resources", json_deep_copy(resources));
 
   return json_pack("{s:s, s:s, s:{s:s, s:o, s:o, s:[o]}, s:o}", "apiVersion", "karpenter.sh/v1", "kind",
@@ -130,6 +140,14 @@ static int candidate_gone(dz_action *a, const lp_kube_reply *reply, const char *
   return 1;
 }
 
+/* The lower-case reason of luaprov_nodeclaims_disrupted_total and the decisions ("empty"). */
+static const char *metric_reason(const char *reason) {
+  if (!reason) return DZ_METRIC_REASON;
+  if (strcmp(reason, DZ_REASON_EMPTY) == 0) return "empty";
+  if (strcmp(reason, DZ_REASON_UNDERUTILIZED) == 0) return "underutilized";
+  return DZ_METRIC_REASON;
+}
+
 static void marked(const lp_kube_reply *reply, void *ud) {
   dz_action *a = ud;
   if (candidate_gone(a, reply, "marking the candidate as replaced")) return;
@@ -139,17 +157,18 @@ static void marked(const lp_kube_reply *reply, void *ud) {
   }
   const char *log = lp_controller_logger(a->p->c), *name = name_of(a->claim);
   const char *replacement = name_of(a->replacement), *pool = lp_obj_label(a->claim, DZ_LABEL_POOL);
+  const char *reason = a->reason ? a->reason : dz_replacement_reason(a->replacement);
   if (a->kind == DZ_REPLACE) {
     lp_counter_inc(a->p->st->replacements, LP_LABELS("launched"));
-    lp_counter_inc(a->p->st->decisions, LP_LABELS("replace", DZ_METRIC_REASON, ""));
+    lp_counter_inc(a->p->st->decisions, LP_LABELS("replace", metric_reason(reason), a->type ? a->type : ""));
     lp_env_event(a->p->env, a->claim, "Normal", "Disrupted",
-                 "Disrupting NodeClaim: %s/Replace with NodeClaim %s", DZ_REASON, replacement);
+                 "Disrupting NodeClaim: %s/Replace with NodeClaim %s", reason, replacement);
     lp_env_event(a->p->env, a->claim, "Normal", "DisruptionLaunching", "Launching NodeClaim %s: %s",
-                 replacement, DZ_REASON);
-    lp_info(log, "disrupting nodeclaim(s) via replace", LPF_STR("reason", DZ_METRIC_REASON),
+                 replacement, reason);
+    lp_info(log, "disrupting nodeclaim(s) via replace", LPF_STR("reason", metric_reason(reason)),
             LPF_STR("nodeclaim", name), LPF_STR("nodepool", pool), LPF_STR("replacement", replacement));
   } else {
-    lp_info(log, "resuming the replacement of a nodeclaim", LPF_STR("reason", DZ_METRIC_REASON),
+    lp_info(log, "resuming the replacement of a nodeclaim", LPF_STR("reason", metric_reason(reason)),
             LPF_STR("nodeclaim", name), LPF_STR("nodepool", pool), LPF_STR("replacement", replacement));
   }
   dz_action_done(a, NULL);
@@ -242,7 +261,7 @@ static void post_replacement(dz_action *a) {
 static void replace(dz_action *a) {
   dz_state *st = a->p->st;
   char *name = lp_env_nodeclaim_name(a->p->env, lp_obj_name(a->nodepool), name_on_its_way, st->on_its_way);
-  a->replacement = dz_replacement_for(a->claim, a->nodepool, name);
+  a->replacement = dz_replacement_for(a->claim, a->nodepool, name, a->shape, a->reason);
   json_object_set_new(st->on_its_way, name_of(a->claim),
                       json_pack("{s:s, s:f, s:b}", "replacement", name, "at", a->p->mono, "unanswered", 0));
   free(name);
@@ -290,11 +309,12 @@ static void candidate_deleted(const lp_kube_reply *reply, void *ud) {
   }
   if (!reply->error) {
     const char *pool = lp_obj_label(a->claim, DZ_LABEL_POOL);
-    lp_counter_inc(a->p->st->disrupted, LP_LABELS(DZ_METRIC_REASON, pool ? pool : ""));
+    const char *reason = dz_replacement_reason(a->replacement);
+    lp_counter_inc(a->p->st->disrupted, LP_LABELS(metric_reason(reason), pool ? pool : ""));
     lp_env_event(a->p->env, a->claim, "Normal", "DisruptionTerminating",
-                 "Disrupting NodeClaim: %s (replaced by %s)", DZ_REASON, name_of(a->replacement));
+                 "Disrupting NodeClaim: %s (replaced by %s)", reason, name_of(a->replacement));
     lp_info(lp_controller_logger(a->p->c), "deleting replaced nodeclaim, its replacement is initialized",
-            LPF_STR("reason", DZ_METRIC_REASON), LPF_STR("nodeclaim", name_of(a->claim)),
+            LPF_STR("reason", metric_reason(reason)), LPF_STR("nodeclaim", name_of(a->claim)),
             LPF_STR("nodepool", pool), LPF_STR("replacement", name_of(a->replacement)));
   }
   dz_action_done(a, NULL);
@@ -337,13 +357,6 @@ static void abandon(dz_action *a) {
 }
 
 /* ---- a validated delete ------------------------------------------------------------------------ */
-
-/* The lower-case reason of luaprov_nodeclaims_disrupted_total and the decisions ("empty"). */
-static const char *metric_reason(const char *reason) {
-  if (strcmp(reason, DZ_REASON_EMPTY) == 0) return "empty";
-  if (strcmp(reason, DZ_REASON_UNDERUTILIZED) == 0) return "underutilized";
-  return DZ_METRIC_REASON;
-}
 
 static void disrupted_deleted(const lp_kube_reply *reply, void *ud) {
   dz_action *a = ud;
@@ -444,8 +457,8 @@ static void ask_policy(dz_action *a) {
   json_t *pods = json_array();
   if (node_name) lp_env_index_each(env, LP_INDEX_POD_BY_NODE, node_name, collect_pod, pods);
   const char *pool = lp_obj_label(a->claim, DZ_LABEL_POOL);
-  json_t *ctx = json_pack("{s:s, s:s, s:f, s:s}", "reason", a->kind == DZ_REPLACE ? DZ_REASON : a->reason,
-                          "nodepool", pool ? pool : "", "now", a->p->now, "method", a->method);
+  json_t *ctx = json_pack("{s:s, s:s, s:f, s:s}", "reason", a->reason ? a->reason : DZ_REASON, "nodepool",
+                          pool ? pool : "", "now", a->p->now, "method", a->method);
   json_t *null_node = json_null();
   lp_cp_can_disrupt(lp_env_cloud(env), a->claim, node ? node : null_node, pods, ctx, vetted, a);
   json_decref(null_node);

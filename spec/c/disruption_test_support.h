@@ -58,24 +58,29 @@ static inline void dt_set_generation(ctrl_fixture *f, const char *gen) {
   dt_patch_pool(f, json_pack("{s:{s:{s:{s:{s:s}}}}}", "spec", "template", "metadata", "labels", "gen", gen));
 }
 
-/* A NodeClaim as the provisioner makes them: the template's labels and the pool's current hash. */
-static inline void dt_post_claim(ctrl_fixture *f, const char *name) {
+/* A NodeClaim as the provisioner makes them: the template's labels and the pool's current hash; its
+ * requirements also hold extra (a requirement object, stolen) unless NULL. */
+static inline void dt_post_claim_with(ctrl_fixture *f, const char *name, json_t *extra) {
   json_t *pool = ctrl_get(f, DT_POOLS "/" DT_POOL);
   char hash[17];
   lp_nodepool_hash(pool, hash);
   const char *gen = lp_obj_str(pool, "spec.template.metadata.labels.gen");
-  CHECK_INT(ctrl_kube_pack(f, "POST", DT_CLAIMS,
-                           "{s:s, s:s, s:{s:s, s:{s:s, s:s}, s:{s:s, s:s}}, s:{s:{s:s, s:s, s:s}, "
-                           "s:[{s:s, s:s, s:[s]}], s:{s:{s:s}}}}",
-                           "apiVersion", "karpenter.sh/v1", "kind", "NodeClaim", "metadata", "name", name,
-                           "labels", "karpenter.sh/nodepool", DT_POOL, "gen", gen, "annotations",
-                           LP_NODEPOOL_HASH_ANNOTATION, hash, LP_NODEPOOL_HASH_VERSION_ANNOTATION,
-                           LP_NODEPOOL_HASH_VERSION, "spec", "nodeClassRef", "group",
-                           "karpenter.alibabacloud.com", "kind", "ECSNodeClass", "name", "default",
-                           "requirements", "key", "karpenter.sh/capacity-type", "operator", "In", "values",
-                           "on-demand", "resources", "requests", "cpu", "1"),
-            201);
+  json_t *claim =
+      json_pack("{s:s, s:s, s:{s:s, s:{s:s, s:s}, s:{s:s, s:s}}, s:{s:{s:s, s:s, s:s}, "
+                "s:[{s:s, s:s, s:[s]}], s:{s:{s:s}}}}",
+                "apiVersion", "karpenter.sh/v1", "kind", "NodeClaim", "metadata", "name", name, "labels",
+                "karpenter.sh/nodepool", DT_POOL, "gen", gen, "annotations", LP_NODEPOOL_HASH_ANNOTATION,
+                hash, LP_NODEPOOL_HASH_VERSION_ANNOTATION, LP_NODEPOOL_HASH_VERSION, "spec", "nodeClassRef",
+                "group", "karpenter.alibabacloud.com", "kind", "ECSNodeClass", "name", "default",
+                "requirements", "key", "karpenter.sh/capacity-type", "operator", "In", "values", "on-demand",
+                "resources", "requests", "cpu", "1");
+  if (extra) json_array_append_new(json_object_get(json_object_get(claim, "spec"), "requirements"), extra);
+  CHECK_INT(ctrl_kube_pack(f, "POST", DT_CLAIMS, "o", claim), 201);
   json_decref(pool);
+}
+
+static inline void dt_post_claim(ctrl_fixture *f, const char *name) {
+  dt_post_claim_with(f, name, NULL);
 }
 
 /* The NodeClaim named name from the API (caller decrefs), or NULL. */

@@ -61,13 +61,17 @@ static void test_search(void) {
 
 /* ---- the cluster -------------------------------------------------------------------------------- */
 
-static void post_pod(const char *name, const char *node) {
-  json_t *pod =
-      json_pack("{s:s, s:s, s:{s:s, s:{s:s}}, s:{s:[{s:s, s:s, s:{s:{s:s}}}]}}", "apiVersion", "v1", "kind",
-                "Pod", "metadata", "name", name, "labels", "app", "web", "spec", "containers", "name", "app",
-                "image", "nginx", "resources", "requests", "cpu", "100m");
+/* A pod asking for cpu, bound to node (NULL: pending, the simulated binder places it). */
+static void post_pod_of(const char *name, const char *node, const char *cpu) {
+  json_t *pod = json_pack("{s:s, s:s, s:{s:s, s:{s:s}}, s:{s:[{s:s, s:s, s:{s:{s:s}}}]}}", "apiVersion", "v1",
+                          "kind", "Pod", "metadata", "name", name, "labels", "app", "web", "spec",
+                          "containers", "name", "app", "image", "nginx", "resources", "requests", "cpu", cpu);
   if (node) json_object_set_new(json_object_get(pod, "spec"), "nodeName", json_string(node));
   CHECK_INT(ctrl_kube_pack(&f, "POST", PODS, "o", pod), 201);
+}
+
+static void post_pod(const char *name, const char *node) {
+  post_pod_of(name, node, "100m");
 }
 
 #define NPODS 4
@@ -144,6 +148,63 @@ static void test_multi_node(void) {
   CHECK_INT(ctrl_metric(&f, "luaprov_nodeclaims_disrupted_total", LP_LABELS("underutilized", DT_POOL)), 2);
 }
 
+/* More than a node the provisioner sizes for one CPU holds: only the big node, or a replacement, takes it. */
+#define BIG_CPU "6"
+
+/* A ctrl_wait_for condition that also lets the controllers' clock run fast (half a second a check), so
+ * each decision's 15 s validation passes within a few real seconds: one NodeClaim is left, not of
+ * instance type *ud, every pod runs, nothing is deleting. */
+static int replaced_by_cheaper(ctrl_fixture *fx, const void *ud) {
+  mono += 0.5;
+  static const char *const pods[] = {"w-1", "w-2", "w-3", "w-4", "w-big"};
+  size_t running = 0;
+  for (size_t i = 0; i < sizeof pods / sizeof pods[0]; i++) {
+    char path[128];
+    snprintf(path, sizeof path, PODS "/%s", pods[i]);
+    json_t *pod = ctrl_get(fx, path);
+    if (!pod) post_pod_of(pods[i], NULL, strcmp(pods[i], "w-big") == 0 ? BIG_CPU : "100m");
+    const char *phase = lp_obj_str(pod, "status.phase");
+    running += phase && strcmp(phase, "Running") == 0 && !lp_obj_deleting(pod);
+    json_decref(pod);
+  }
+  json_t *items = dt_pool_claims(fx);
+  json_t *only = json_array_size(items) == 1 ? json_array_get(items, 0) : NULL;
+  const json_t *labels = lp_obj_get(only, "metadata.labels");
+  const char *type = json_string_value(json_object_get(labels, "node.kubernetes.io/instance-type"));
+  int ok = only && !lp_obj_deleting(only) && lp_condition_is(only, "Initialized", "True") && type &&
+           strcmp(type, (const char *)ud) != 0 && running == sizeof pods / sizeof pods[0];
+  json_decref(items);
+  return ok;
+}
+
+/* A 16-vCPU node running one 6-CPU pod, next to the two small nodes left above: consolidation ends with
+ * one node of a cheaper type holding every pod. The two small ones can go by deletion (their pods fit
+ * on the big one, the big pod on neither of them); the big one alone is replaced (single-node consolidation:
+ * the replacement initialized before the candidate is deleted), the pods moving to the replacement. */
+static void test_single_replace(void) {
+  const char *big_type = "ecs.g7.4xlarge";
+  dt_post_claim_with(&f, "web-big",
+                     json_pack("{s:s, s:s, s:[s]}", "key", "node.kubernetes.io/instance-type", "operator",
+                               "In", "values", big_type));
+  CHECK(ctrl_wait_for(&f, 30, dt_pool_initialized, &(int){3}));
+  json_t *c = dt_claim(&f, "web-big");
+  post_pod_of("w-big", lp_obj_str(c, "status.nodeName"), BIG_CPU);
+  json_decref(c);
+  dt_mark_consolidatable(&f, "web-big");
+  dt_set_budgets(&f, "[{\"nodes\":\"100%\"}]");
+  CHECK(ctrl_wait_for(&f, 60, replaced_by_cheaper, big_type));
+  CHECK_INT(ctrl_metric(&f, "luaprov_voluntary_disruption_decisions_total",
+                        LP_LABELS("replace", "underutilized", "single")),
+            1);
+  CHECK(ctrl_has_event(&f, "web-big", "DisruptionLaunching"));
+  json_t *items = dt_pool_claims(&f);
+  json_t *replacement = json_array_get(items, 0);
+  CHECK_STR(dt_annotation(replacement, DZ_ANNOTATION_REPLACES), "web-big");
+  CHECK_STR(dt_annotation(replacement, DZ_ANNOTATION_REASON), "Underutilized");
+  json_decref(items);
+  CHECK(ctrl_metric(&f, "luaprov_nodeclaims_disrupted_total", LP_LABELS("underutilized", DT_POOL)) >= 3);
+}
+
 static const lp_controller_def *const controllers[] = {
     &lp_nodeclass_controller, &lp_nodeclaim_lifecycle_controller, &lp_termination_controller,
     &lp_disruption_controller, NULL};
@@ -158,6 +219,7 @@ int main(void) {
   CHECK(ctrl_wait_for(&f, 10, ctrl_nodeclass_has_ready, "default"));
   dt_nodepool(&f, "0"); /* nothing goes until the test lets it */
   RUN(test_multi_node);
+  RUN(test_single_replace);
   ctrl_fixture_stop(&f);
   return check_summary();
 }
