@@ -226,12 +226,7 @@ void pv_finish(pv_pass *p) {
   if (on_its_way > 0 && on_its_way < requeue) requeue = on_its_way;
   pv_claims_free(p);
   pv_pools_free(p);
-  for (size_t i = 0; i < p->npods; i++) {
-    free(p->pods[i].key);
-    json_decref(p->pods[i].obj);
-    json_decref(p->pods[i].reqs);
-    free(p->pods[i].why);
-  }
+  for (size_t i = 0; i < p->npods; i++) pv_pod_free(&p->pods[i]);
   free(p->pods);
   json_decref(p->types);
   pv_dims_free(&p->dims);
@@ -255,15 +250,7 @@ static void add_pod(const char *key, json_t *pod, void *ud) {
   }
   pv_pass *p = s->p;
   p->pods = lp_xrealloc(p->pods, (p->npods + 1) * sizeof *p->pods);
-  pv_pod *pp = &p->pods[p->npods++];
-  memset(pp, 0, sizeof *pp);
-  pp->key = lp_xstrdup(key);
-  pp->obj = json_incref(pod);
-  const json_t *spec = json_object_get(pod, "spec");
-  pv_pod_requests(&p->dims, spec, &pp->requests);
-  pp->reqs = pv_pod_requirements(spec);
-  pp->tolerations = json_object_get(spec, "tolerations");
-  pp->created = lp_rfc3339_parse(lp_obj_str(pod, "metadata.creationTimestamp"));
+  pv_pod_init(p, &p->pods[p->npods++], key, pod);
 }
 
 static void report_unschedulable(pv_pass *p) {

@@ -187,14 +187,21 @@ void pv_collect_bins(pv_pass *p, const json_t *nominated) {
   json_decref(index);
 }
 
+static int bin_satisfies(const pv_bin *b, const json_t *reqs) {
+  if (b->labels) return pv_labels_satisfy(b->labels, reqs);
+  /* strict, as for a node: a label the NodeClaim does not pin yet (its zone before launch) may come out
+   * other than the pod needs */
+  return !pv_undefined_key(reqs, b->reqs, NULL, 0) && lp_requirements_compatible(reqs, b->reqs, NULL);
+}
+
+/* The scheduler's view: any required node-affinity term will do; preferences only rank. */
 static int bin_takes(const pv_pass *p, const pv_bin *b, const pv_pod *pod) {
   if (!pv_res_fits(&p->dims, &pod->requests, &b->free) || !pv_tolerates(pod->tolerations, b->taints, NULL))
     return 0;
-  if (b->labels) return pv_labels_satisfy(b->labels, pod->reqs);
-  /* strict, as for a node: a label the NodeClaim does not pin yet (its zone before launch) may come out
-   * other than the pod needs */
-  return !pv_undefined_key(pod->reqs, b->reqs, NULL, 0) &&
-         lp_requirements_compatible(pod->reqs, b->reqs, NULL);
+  size_t n = json_array_size(pod->terms);
+  for (size_t i = 0; i < n; i++)
+    if (bin_satisfies(b, json_array_get(pod->terms, i))) return 1;
+  return n == 0;
 }
 
 size_t pv_place_on_bins(pv_pass *p) {

@@ -74,9 +74,16 @@ char *pv_pod_key(const json_t *pod);
  * request), or its largest init container when that is more, plus spec.overhead, plus one pod. */
 void pv_pod_requests(pv_dims *d, const json_t *spec, pv_res *out);
 /* The node requirements of a pod spec: nodeSelector as In requirements and the first term of its
- * required node affinity (later terms are alternatives Karpenter would try one by one; we take the
- * first), deprecated beta label keys normalized. New list, or NULL when the pod has none. */
+ * required node affinity, deprecated beta label keys normalized. New list, or NULL when the pod has
+ * none. (What a DaemonSet's pod needs; a pending pod's alternatives are pv_pod_requirement_terms.) */
 json_t *pv_pod_requirements(const json_t *spec);
+/* The alternatives a pod spec's node requirements allow: one list per term of its required node
+ * affinity (the terms are ORed), each with the nodeSelector, or the nodeSelector alone when there is
+ * no term. New array of lists, or NULL when the pod requires nothing. */
+json_t *pv_pod_requirement_terms(const json_t *spec);
+/* The requirements of each preferred node-affinity term, heaviest weight first (equal weights keep
+ * their order). New array of lists, or NULL when there is none. */
+json_t *pv_pod_preferences(const json_t *spec);
 /* Non-zero when tolerations (a pod spec's list; NULL = none) tolerate every NoSchedule and NoExecute
  * taint of taints. Otherwise *untolerated (may be NULL) gets the first taint that is not. */
 int pv_tolerates(const json_t *tolerations, const json_t *taints, const json_t **untolerated);
@@ -97,7 +104,9 @@ typedef struct pv_pod {
   char *key;   /* "namespace/name" */
   json_t *obj; /* own reference */
   pv_res requests;
-  json_t *reqs; /* pv_pod_requirements, or NULL */
+  json_t *terms; /* pv_pod_requirement_terms (own), or NULL: existing capacity takes any that fits */
+  json_t *prefs; /* pv_pod_preferences (own), or NULL */
+  json_t *reqs;  /* the requirements of the current attempt (own; pv_pod_attempt), or NULL: none */
   const json_t *tolerations;
   double created; /* creationTimestamp, epoch seconds */
   char *why;      /* set when no NodePool can take it */
@@ -187,6 +196,20 @@ typedef struct pv_pass {
   size_t checking; /* checks by name in flight (pv_inflight_check) */
   lp_error *err;   /* the first failure; the pass ends with it and is retried */
 } pv_pass;
+
+/* ---- a pod of the pass (provisioner_pods.c) -------------------------------------------------- */
+
+/* Fills pod from the Pod obj (a new reference is kept) under key: its requests, requirement terms and
+ * preferences, tolerations and creation time, computed once; reqs is the first term. */
+void pv_pod_init(pv_pass *p, pv_pod *pod, const char *key, json_t *obj);
+void pv_pod_free(pv_pod *pod);
+/* How many ways a new NodeClaim may take the pod, strictest first: with every preference, each
+ * required term in turn; then the same with the lightest preference dropped, and so on, until none is
+ * left. */
+size_t pv_pod_attempts(const pv_pod *pod);
+/* Sets pod->reqs for attempt (< pv_pod_attempts). Returns 0 when that attempt's requirements
+ * contradict each other (a preference against its term): nothing can take the pod that way. */
+int pv_pod_attempt(pv_pod *pod, size_t attempt);
 
 /* ---- provisioner.c -------------------------------------------------------------------------- */
 

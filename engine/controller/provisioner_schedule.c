@@ -214,18 +214,35 @@ static int open_claim(pv_pass *p, pv_pool *pool, size_t index, lp_buf *why) {
   return 1;
 }
 
+/* Puts the pod, as its current attempt asks, on a NodeClaim opened so far, else on a new one on the
+ * first NodePool that takes it; appends to why the reason each NodePool cannot. */
+static int place_new(pv_pass *p, size_t index, lp_buf *why) {
+  for (size_t k = 0; k < p->nclaims; k++)
+    if (claim_add(p, &p->claims[k], index)) return 1;
+  for (size_t k = 0; k < p->npools; k++) {
+    if (k) lp_buf_puts(why, "; ");
+    if (open_claim(p, &p->pools[k], index, why)) return 1;
+  }
+  if (p->npools == 0) lp_buf_puts(why, "no NodePool with a Ready node class");
+  return 0;
+}
+
 void pv_schedule(pv_pass *p) {
   for (size_t i = 0; i < p->npods; i++) {
     pv_pod *pod = &p->pods[i];
     if (pod->placed) continue;
-    for (size_t k = 0; k < p->nclaims && !pod->placed; k++) pod->placed = claim_add(p, &p->claims[k], i);
-    if (pod->placed) continue;
-    lp_buf why = LP_BUF_INIT;
-    for (size_t k = 0; k < p->npools && !pod->placed; k++) {
-      if (k) lp_buf_puts(&why, "; ");
-      pod->placed = open_claim(p, &p->pools[k], i, &why);
+    size_t attempts = pv_pod_attempts(pod), terms = json_array_size(pod->terms), last = terms ? terms : 1;
+    lp_buf why = LP_BUF_INIT, one = LP_BUF_INIT;
+    for (size_t a = 0; a < attempts && !pod->placed; a++) {
+      if (!pv_pod_attempt(pod, a)) continue;
+      lp_buf_reset(&one);
+      pod->placed = place_new(p, i, &one);
+      if (pod->placed || a + last < attempts) continue; /* only the most relaxed attempts say why */
+      if (why.len) lp_buf_puts(&why, "; ");
+      if (terms > 1) lp_buf_printf(&why, "with term %zu of its required node affinity: ", a % terms + 1);
+      lp_buf_puts(&why, lp_buf_cstr(&one));
     }
-    if (!pod->placed && p->npools == 0) lp_buf_puts(&why, "no NodePool with a Ready node class");
+    lp_buf_free(&one);
     if (pod->placed)
       lp_buf_free(&why);
     else

@@ -1,0 +1,110 @@
+/* The provisioner's scheduling constraints beyond resources and taints (engine/controller/
+ * provisioner*.c; docs/controllers.md "## Provisioner"), through the real manager, the Alibaba mapping's
+ * instance types and the Kubernetes simulator, whose binder marks the pods Unschedulable: every term of
+ * a required node affinity (ORed), preferred node affinity as a ranking that is relaxed, a NodePool's
+ * minValues, host ports, required pod (anti-)affinity, topology spread constraints, and the
+ * FailedScheduling message naming the constraint that failed. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "contract/shapes.h"
+#include "controller_fixture.h"
+#include "provisioner_test_support.h"
+
+static ctrl_fixture f;
+
+static int values_are(const json_t *values, const char *a, const char *b) {
+  size_t n = json_array_size(values);
+  if (n != (b ? 2u : 1u)) return 0;
+  for (size_t i = 0; i < n; i++) {
+    const char *v = json_string_value(json_array_get(values, i));
+    if (!v || (strcmp(v, a) != 0 && (!b || strcmp(v, b) != 0))) return 0;
+  }
+  return 1;
+}
+
+/* {"key": key, "operator": "In", "values": [value]} as a one-expression node selector term. */
+static json_t *zone_term(const char *zone) {
+  return json_pack("{s:[{s:s, s:s, s:[s]}]}", "matchExpressions", "key", LP_LABEL_ZONE, "operator", "In",
+                   "values", zone);
+}
+
+static json_t *required_terms(json_t *a, json_t *b) {
+  return json_pack("{s:{s:{s:{s:[oo]}}}}", "affinity", "nodeAffinity",
+                   "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms", a, b);
+}
+
+static int has_failed_scheduling(ctrl_fixture *fx, const void *pod) {
+  char *msg = pt_event(fx, pod, "FailedScheduling");
+  free(msg);
+  return msg != NULL;
+}
+
+/* ---- node affinity ---------------------------------------------------------------------------- */
+
+/* The first term names a zone nobody offers, the second one that exists: the pod gets a NodeClaim in
+ * the second's zone. A pod whose every term is impossible is reported for each term. */
+static void test_required_terms_ored(void) {
+  CHECK_INT(pt_pod(&f, "second-term", "500m", "512Mi",
+                   required_terms(zone_term("cn-hangzhou-z"), zone_term("cn-hangzhou-j"))),
+            201);
+  CHECK_INT(pt_pod(&f, "no-term", "500m", "512Mi",
+                   required_terms(zone_term("cn-hangzhou-y"), zone_term("cn-hangzhou-z"))),
+            201);
+  json_t *claim = pt_claim_of(&f, "second-term");
+  CHECK(claim != NULL);
+  CHECK(values_are(pt_values(claim, LP_LABEL_ZONE), "cn-hangzhou-j", NULL));
+  json_decref(claim);
+  CHECK(ctrl_wait_for(&f, 5, has_failed_scheduling, "no-term"));
+  char *msg = pt_event(&f, "no-term", "FailedScheduling");
+  CHECK_CONTAINS(msg, "with term 1 of its required node affinity: nodepool default: ");
+  CHECK_CONTAINS(msg, "with term 2 of its required node affinity: nodepool default: ");
+  free(msg);
+  CHECK_INT(pt_claims(&f, NULL), 1);
+  pt_cleanup(&f);
+}
+
+static json_t *preference(int weight, const char *zone) {
+  return json_pack("{s:i, s:o}", "weight", weight, "preference", zone_term(zone));
+}
+
+/* Preferences rank: the heaviest that can be met wins (k and i contradict: the lighter, k, is dropped
+ * first), and a preference nobody can meet never leaves a pod unschedulable. */
+static void test_preferences_relaxed(void) {
+  CHECK_INT(
+      pt_pod(&f, "prefers-i", "500m", "512Mi",
+             json_pack("{s:{s:{s:[ooo]}}}", "affinity", "nodeAffinity",
+                       "preferredDuringSchedulingIgnoredDuringExecution", preference(10, "cn-hangzhou-k"),
+                       preference(50, "cn-hangzhou-i"), preference(1, "cn-hangzhou-z"))),
+      201);
+  CHECK_INT(
+      pt_pod(&f, "prefers-nothing-possible", "3", "512Mi",
+             json_pack("{s:{s:{s:[o]}}}", "affinity", "nodeAffinity",
+                       "preferredDuringSchedulingIgnoredDuringExecution", preference(5, "cn-hangzhou-z"))),
+      201);
+  json_t *claim = pt_claim_of(&f, "prefers-i");
+  CHECK(claim != NULL);
+  CHECK(values_are(pt_values(claim, LP_LABEL_ZONE), "cn-hangzhou-i", NULL));
+  json_t *other = pt_claim_of(&f, "prefers-nothing-possible");
+  CHECK(other != NULL);
+  CHECK(!has_failed_scheduling(&f, "prefers-nothing-possible"));
+  json_decref(claim);
+  json_decref(other);
+  pt_cleanup(&f);
+}
+
+/* The manager keeps this list for as long as it runs. */
+static const lp_controller_def *const controllers[] = {&lp_nodeclass_controller, &lp_provisioner_controller,
+                                                       NULL};
+
+int main(void) {
+  ctrl_fixture_start(&f, controllers, NULL);
+  ctrl_fixture_apply_defaults(&f);
+  CHECK(ctrl_wait_for(&f, 10, pt_class_ready, "default"));
+  RUN(test_required_terms_ored);
+  RUN(test_preferences_relaxed);
+  ctrl_fixture_stop(&f);
+  return check_summary();
+}
