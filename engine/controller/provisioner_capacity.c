@@ -6,6 +6,7 @@
 
 #include "contract/requirements.h"
 #include "controller/conditions.h"
+#include "controller/nodepool.h"
 #include "controller/provisioner_internal.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -336,6 +337,22 @@ static void set_limits(pv_pass *p, pv_pool *pool) {
         lp_xasprintf("nodes resource usage of %g exceeds limit of %g", pool->nodes_used, pool->node_limit);
 }
 
+/* The template requirements with a minValues: [{"key", "minValues"}], or NULL. */
+static json_t *min_values_of(const json_t *pool) {
+  json_t *out = json_array();
+  size_t i;
+  const json_t *req;
+  json_array_foreach(lp_obj_get(pool, "spec.template.spec.requirements"), i, req) {
+    const json_t *min = json_object_get(req, "minValues");
+    const char *key = json_string_value(json_object_get(req, "key"));
+    if (key && json_is_integer(min) && json_integer_value(min) > 0)
+      json_array_append_new(out, json_pack("{s:s, s:O}", "key", lp_label_normalized(key), "minValues", min));
+  }
+  if (json_array_size(out)) return out;
+  json_decref(out);
+  return NULL;
+}
+
 void pv_collect_pools(pv_pass *p) {
   pool_scan s = {p, lp_cloudprovider_supported_nodeclasses(lp_env_cloud(p->env)), NULL, 0};
   lp_env_each(p->env, LP_KIND_NODEPOOL, scan_pool, &s);
@@ -355,6 +372,7 @@ void pv_collect_pools(pv_pass *p) {
     if (!pool->reqs) pool->skip_why = lp_xasprintf("its requirements contradict each other (%s)", why);
     free(why);
     if (pool->reqs) pool->daemon = daemon_overhead(p, pool->reqs, pool->taints);
+    pool->min_values = min_values_of(pool->obj);
     set_limits(p, pool);
   }
   free(s.found);
@@ -418,6 +436,7 @@ void pv_pools_free(pv_pass *p) {
     json_decref(pool->obj);
     json_decref(pool->reqs);
     json_decref(pool->provider_keys);
+    json_decref(pool->min_values);
     free(pool->types);
     free(pool->skip_why);
     free(pool->nodeclass);

@@ -135,7 +135,8 @@ typedef struct pv_pool {
   double node_limit; /* spec.limits.nodes, or < 0 */
   pv_res used;       /* capacity of the pool's NodeClaims */
   double nodes_used;
-  pv_type *types; /* the nodeclass's instance types compatible with reqs */
+  json_t *min_values; /* [{"key", "minValues"}] of the template requirements that set it (own), or NULL */
+  pv_type *types;     /* the nodeclass's instance types compatible with reqs */
   size_t ntypes;
   char *skip_why; /* set: the pool takes no pod this pass */
 } pv_pool;

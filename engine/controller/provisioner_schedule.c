@@ -53,6 +53,51 @@ static void set_max_alloc(pv_claim *c) {
         c->max_alloc.v[r] = c->types[t]->allocatable.v[r];
 }
 
+/* The values an instance type offers for key: those of its In requirement on key (its name for the
+ * instance-type label), or NULL. */
+static const json_t *type_values(const pv_type *type, const char *key) {
+  size_t i;
+  const json_t *req;
+  json_array_foreach(json_object_get(type->obj, "requirements"), i, req) {
+    if (strcmp(json_string_value(json_object_get(req, "key")) ?: "", key) == 0 &&
+        strcmp(json_string_value(json_object_get(req, "operator")) ?: "", "In") == 0)
+      return json_object_get(req, "values");
+  }
+  return NULL;
+}
+
+/* Notes in seen the values of key that type offers; returns how many were new. */
+static size_t note_values(json_t *seen, const pv_type *type, const char *key) {
+  size_t i, added = 0;
+  const json_t *v;
+  json_array_foreach(type_values(type, key), i, v) {
+    const char *value = json_string_value(v);
+    if (!value || json_object_get(seen, value)) continue;
+    json_object_set_new(seen, value, json_true());
+    added++;
+  }
+  return added;
+}
+
+/* The first minValues requirement of the pool that the n types do not meet (borrowed), or NULL;
+ * *have gets how many distinct values they offer for its key. */
+static const json_t *min_values_unmet(const pv_pool *pool, pv_type *const *types, size_t n, size_t *have) {
+  size_t i;
+  const json_t *req;
+  json_array_foreach(pool->min_values, i, req) {
+    const char *key = json_string_value(json_object_get(req, "key"));
+    size_t want = (size_t)json_integer_value(json_object_get(req, "minValues")), count = 0;
+    json_t *seen = json_object();
+    for (size_t t = 0; t < n && count < want; t++) count += note_values(seen, types[t], key);
+    json_decref(seen);
+    if (count < want) {
+      *have = count;
+      return req;
+    }
+  }
+  return NULL;
+}
+
 static void claim_push_pod(pv_claim *c, size_t pod) {
   if (c->npods == c->cap) {
     c->cap = c->cap ? 2 * c->cap : 8;
@@ -87,7 +132,8 @@ static int claim_add(pv_pass *p, pv_claim *c, size_t index) {
       continue;
     kept[n++] = type;
   }
-  if (n == 0) {
+  size_t have = 0;
+  if (n == 0 || (pool->min_values && min_values_unmet(pool, kept, n, &have))) {
     free(kept);
     json_decref(reqs);
     return 0;
@@ -191,8 +237,15 @@ static int open_claim(pv_pass *p, pv_pool *pool, size_t index, lp_buf *why) {
       kept[n++] = type;
     }
   }
-  if (n == 0) {
+  size_t have = 0;
+  const json_t *unmet = n && pool->min_values ? min_values_unmet(pool, kept, n, &have) : NULL;
+  if (unmet)
+    lp_buf_printf(why, "nodepool %s: minValues requirement is not met for %s (%zu of %lld distinct values)",
+                  pool->name, json_string_value(json_object_get(unmet, "key")), have,
+                  (long long)json_integer_value(json_object_get(unmet, "minValues")));
+  else if (n == 0)
     describe_misses(why, p, pool, &m, &want);
+  if (n == 0 || unmet) {
     free(kept);
     json_decref(reqs);
     return 0;
@@ -261,6 +314,46 @@ static int by_price(const void *a, const void *b) {
   return strcmp(x->type->name, y->type->name);
 }
 
+/* Reorders list (n > PV_MAX_INSTANCE_TYPES, cheapest first) so that its first PV_MAX_INSTANCE_TYPES
+ * are, by price, the cheapest types giving each minValues key of the pool its distinct values first,
+ * then the cheapest of the rest: the truncation keeps minValues when the options can. */
+static void keep_min_values(const pv_pool *pool, priced *list, size_t n) {
+  char *chosen = lp_xcalloc(n, 1);
+  size_t nchosen = 0, i;
+  const json_t *req;
+  json_array_foreach(pool->min_values, i, req) {
+    const char *key = json_string_value(json_object_get(req, "key"));
+    size_t want = (size_t)json_integer_value(json_object_get(req, "minValues")), count = 0;
+    json_t *seen = json_object();
+    for (size_t t = 0; t < n; t++)
+      if (chosen[t]) count += note_values(seen, list[t].type, key);
+    for (size_t t = 0; t < n && count < want && nchosen < PV_MAX_INSTANCE_TYPES; t++) {
+      if (chosen[t]) continue;
+      size_t added = note_values(seen, list[t].type, key);
+      if (added) {
+        chosen[t] = 1;
+        nchosen++;
+        count += added;
+      }
+    }
+    json_decref(seen);
+  }
+  for (size_t t = 0; t < n && nchosen < PV_MAX_INSTANCE_TYPES; t++)
+    if (!chosen[t]) {
+      chosen[t] = 1;
+      nchosen++;
+    }
+  priced *sorted = lp_xmalloc(n * sizeof *sorted);
+  size_t k = 0;
+  for (size_t t = 0; t < n; t++)
+    if (chosen[t]) sorted[k++] = list[t];
+  for (size_t t = 0; t < n; t++)
+    if (!chosen[t]) sorted[k++] = list[t];
+  memcpy(list, sorted, n * sizeof *list);
+  free(sorted);
+  free(chosen);
+}
+
 static void note_capacity_types(json_t *set, const pv_type *type, const json_t *reqs) {
   size_t i;
   const json_t *o;
@@ -279,7 +372,10 @@ void pv_finalize(pv_pass *p) {
     for (size_t t = 0; t < c->ntypes; t++)
       list[t] = (priced){c->types[t], cheapest_offering(c->types[t], c->reqs)};
     qsort(list, c->ntypes, sizeof *list, by_price);
-    if (c->ntypes > PV_MAX_INSTANCE_TYPES) c->ntypes = PV_MAX_INSTANCE_TYPES;
+    if (c->ntypes > PV_MAX_INSTANCE_TYPES) {
+      if (c->pool->min_values) keep_min_values(c->pool, list, c->ntypes);
+      c->ntypes = PV_MAX_INSTANCE_TYPES;
+    }
     json_t *set = json_object();
     for (size_t t = 0; t < c->ntypes; t++) {
       c->types[t] = list[t].type;

@@ -95,6 +95,70 @@ static void test_preferences_relaxed(void) {
   pt_cleanup(&f);
 }
 
+/* ---- minValues ------------------------------------------------------------------------------ */
+
+#define FAMILY "karpenter.k8s.alibabacloud/instance-family"
+
+/* A NodePool named name labelling its nodes team=name whose requirement on key is Exists with
+ * minValues min (on-demand only). */
+static void min_values_pool(const char *name, const char *key, int min) {
+  CHECK_INT(pt_nodepool(&f, name, 0,
+                        json_pack("{s:[{s:s, s:s, s:[s]}, {s:s, s:s, s:i}]}", "requirements", "key",
+                                  LP_LABEL_CAPACITY_TYPE, "operator", "In", "values", "on-demand", "key", key,
+                                  "operator", "Exists", "minValues", min),
+                        json_pack("{s:{s:s}}", "labels", "team", name), NULL),
+            201);
+}
+
+/* How many distinct cpu counts the claim's options have. */
+static size_t distinct_cpus(const json_t *claim) {
+  json_t *types = pt_instance_types(&f), *seen = json_object();
+  size_t i;
+  const json_t *v;
+  json_array_foreach(pt_values(claim, LP_LABEL_INSTANCE_TYPE), i, v) {
+    char cpus[32];
+    snprintf(cpus, sizeof cpus, "%g", pt_type_capacity(types, json_string_value(v), "cpu"));
+    json_object_set_new(seen, cpus, json_true());
+  }
+  size_t n = json_object_size(seen);
+  json_decref(seen);
+  json_decref(types);
+  return n;
+}
+
+/* instance-type minValues 3: three r8y sizes hold a 1-core pod, so its NodeClaim keeps them; only one
+ * holds 5 cores, so that pod is unschedulable on the pool and says why. Each of the 9 cpu counts of
+ * the catalogue (instance-cpu minValues 9) survives the cut to 60 options, though the 60 cheapest
+ * lack the two largest (48 and 64 cores). */
+static void test_min_values(void) {
+  min_values_pool("three", LP_LABEL_INSTANCE_TYPE, 3);
+  min_values_pool("cpus", "karpenter.k8s.alibabacloud/instance-cpu", 9);
+  ctrl_run_for(&f, 0.3);
+  CHECK_INT(pt_pod(&f, "three-fit", "1", "512Mi",
+                   json_pack("{s:{s:s, s:s}}", "nodeSelector", "team", "three", FAMILY, "ecs.r8y")),
+            201);
+  CHECK_INT(pt_pod(&f, "one-fits", "5", "512Mi",
+                   json_pack("{s:{s:s, s:s}}", "nodeSelector", "team", "three", FAMILY, "ecs.r8y")),
+            201);
+  CHECK_INT(pt_pod(&f, "varied", "500m", "512Mi", json_pack("{s:{s:s}}", "nodeSelector", "team", "cpus")),
+            201);
+  json_t *claim = pt_claim_of(&f, "three-fit");
+  CHECK(claim != NULL);
+  CHECK(json_array_size(pt_values(claim, LP_LABEL_INSTANCE_TYPE)) >= 3);
+  json_decref(claim);
+  CHECK(ctrl_wait_for(&f, 5, has_failed_scheduling, "one-fits"));
+  char *msg = pt_event(&f, "one-fits", "FailedScheduling");
+  CHECK_CONTAINS(msg, "nodepool three: minValues requirement is not met for node.kubernetes.io/instance-type "
+                      "(1 of 3 distinct values)");
+  free(msg);
+  json_t *varied = pt_claim_of(&f, "varied");
+  CHECK(varied != NULL);
+  CHECK_INT(json_array_size(pt_values(varied, LP_LABEL_INSTANCE_TYPE)), 60);
+  CHECK_INT(distinct_cpus(varied), 9);
+  json_decref(varied);
+  pt_cleanup(&f);
+}
+
 /* The manager keeps this list for as long as it runs. */
 static const lp_controller_def *const controllers[] = {&lp_nodeclass_controller, &lp_provisioner_controller,
                                                        NULL};
@@ -105,6 +169,7 @@ int main(void) {
   CHECK(ctrl_wait_for(&f, 10, pt_class_ready, "default"));
   RUN(test_required_terms_ored);
   RUN(test_preferences_relaxed);
+  RUN(test_min_values);
   ctrl_fixture_stop(&f);
   return check_summary();
 }
