@@ -98,6 +98,27 @@ int pv_labels_satisfy(const json_t *labels, const json_t *reqs);
 /* "key=value:Effect" of a taint, malloc'd. */
 char *pv_taint_text(const json_t *taint);
 
+/* A host port a pod asks for: a container port with hostPort set. */
+typedef struct pv_port {
+  int port;
+  char protocol[8]; /* TCP (the default), UDP, SCTP */
+  char ip[48];      /* hostIP; "" = every address */
+} pv_port;
+
+typedef struct pv_ports {
+  pv_port *v;
+  size_t n, cap;
+} pv_ports;
+
+/* Appends the host ports of a pod spec's containers to out. */
+void pv_ports_of(const json_t *spec, pv_ports *out);
+/* Appends every port of from to to. */
+void pv_ports_add(pv_ports *to, const pv_ports *from);
+/* The first port of want that one of used holds already (same port and protocol, addresses that
+ * overlap: equal, or either is every address), or NULL. */
+const pv_port *pv_ports_clash(const pv_ports *used, const pv_ports *want);
+void pv_ports_free(pv_ports *ports);
+
 /* ---- the pass ------------------------------------------------------------------------------- */
 
 typedef struct pv_pod {
@@ -108,6 +129,7 @@ typedef struct pv_pod {
   json_t *prefs; /* pv_pod_preferences (own), or NULL */
   json_t *reqs;  /* the requirements of the current attempt (own; pv_pod_attempt), or NULL: none */
   const json_t *tolerations;
+  pv_ports ports; /* its host ports */
   double created; /* creationTimestamp, epoch seconds */
   char *why;      /* set when no NodePool can take it */
   int placed;     /* on existing capacity, or on a new NodeClaim */
@@ -130,6 +152,7 @@ typedef struct pv_pool {
   json_t *provider_keys; /* every key an instance type defines: a pod may require these, keys of
                             reqs and well-known labels, and no other */
   pv_res daemon;         /* requests of the DaemonSet pods a node of this pool would run */
+  pv_ports daemon_ports; /* and their host ports */
   pv_res limit;          /* spec.limits (limited[i] says which) */
   int limited[PV_RES_MAX];
   double node_limit; /* spec.limits.nodes, or < 0 */
@@ -149,6 +172,7 @@ typedef struct pv_claim {
   pv_type **types; /* options that fit every pod so far */
   size_t ntypes;
   pv_res max_alloc; /* per resource, the largest allocatable among types: a quick "cannot fit" */
+  pv_ports ports;   /* of its pods and of its pool's DaemonSet pods */
   size_t *pods;     /* indices into the pass's pods */
   size_t npods, cap;
   json_t *capacity_types; /* after pv_finalize: of the options' available compatible offerings */
@@ -163,6 +187,7 @@ typedef struct pv_bin {
   json_t *reqs;         /* a NodeClaim's requirements and labels (own), or NULL */
   const json_t *taints;
   pv_res free;
+  pv_ports ports; /* host ports of the pods bound to it, nominated for it, or placed on it */
 } pv_bin;
 
 /* The controller's state (state_new). */

@@ -1,5 +1,6 @@
 /* What a pending pod asks of a node (provisioner_internal.h): whether it is provisionable at all, its
  * resource requests as the scheduler counts them, its node requirements and its tolerations. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -259,6 +260,52 @@ char *pv_taint_text(const json_t *taint) {
                       effect ? effect : "");
 }
 
+void pv_ports_of(const json_t *spec, pv_ports *out) {
+  size_t i, k;
+  const json_t *container, *port;
+  json_array_foreach(json_object_get(spec, "containers"), i, container) {
+    json_array_foreach(json_object_get(container, "ports"), k, port) {
+      json_int_t host = json_integer_value(json_object_get(port, "hostPort"));
+      if (host <= 0) continue;
+      pv_port one = {.port = (int)host};
+      snprintf(one.protocol, sizeof one.protocol, "%s",
+               json_string_value(json_object_get(port, "protocol")) ?: "TCP");
+      const char *ip = json_string_value(json_object_get(port, "hostIP"));
+      if (ip && strcmp(ip, "0.0.0.0") != 0 && strcmp(ip, "::") != 0)
+        snprintf(one.ip, sizeof one.ip, "%s", ip);
+      pv_ports sole = {&one, 1, 1};
+      pv_ports_add(out, &sole);
+    }
+  }
+}
+
+void pv_ports_add(pv_ports *to, const pv_ports *from) {
+  if (to->n + from->n > to->cap) {
+    to->cap = to->n + from->n + 4;
+    to->v = lp_xrealloc(to->v, to->cap * sizeof *to->v);
+  }
+  if (from->n) memcpy(to->v + to->n, from->v, from->n * sizeof *from->v);
+  to->n += from->n;
+}
+
+const pv_port *pv_ports_clash(const pv_ports *used, const pv_ports *want) {
+  for (size_t i = 0; i < want->n; i++) {
+    const pv_port *w = &want->v[i];
+    for (size_t k = 0; k < used->n; k++) {
+      const pv_port *u = &used->v[k];
+      if (u->port == w->port && strcmp(u->protocol, w->protocol) == 0 &&
+          (!*u->ip || !*w->ip || strcmp(u->ip, w->ip) == 0))
+        return w;
+    }
+  }
+  return NULL;
+}
+
+void pv_ports_free(pv_ports *ports) {
+  free(ports->v);
+  memset(ports, 0, sizeof *ports);
+}
+
 void pv_pod_init(pv_pass *p, pv_pod *pod, const char *key, json_t *obj) {
   memset(pod, 0, sizeof *pod);
   pod->key = lp_xstrdup(key);
@@ -269,6 +316,7 @@ void pv_pod_init(pv_pass *p, pv_pod *pod, const char *key, json_t *obj) {
   pod->prefs = pv_pod_preferences(spec);
   pod->reqs = json_incref(json_array_get(pod->terms, 0));
   pod->tolerations = json_object_get(spec, "tolerations");
+  pv_ports_of(spec, &pod->ports);
   pod->created = lp_rfc3339_parse(lp_obj_str(obj, "metadata.creationTimestamp"));
 }
 
@@ -278,6 +326,7 @@ void pv_pod_free(pv_pod *pod) {
   json_decref(pod->reqs);
   json_decref(pod->terms);
   json_decref(pod->prefs);
+  pv_ports_free(&pod->ports);
   free(pod->why);
 }
 

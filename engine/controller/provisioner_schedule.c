@@ -112,7 +112,8 @@ static int claim_add(pv_pass *p, pv_claim *c, size_t index) {
   pv_pool *pool = c->pool;
   pv_res pods = pv_res_sum(&c->requests, &pod->requests);
   pv_res want = pv_res_sum(&pods, &pool->daemon);
-  if (!pv_res_fits(&p->dims, &want, &c->max_alloc) || !pv_tolerates(pod->tolerations, pool->taints, NULL))
+  if (!pv_res_fits(&p->dims, &want, &c->max_alloc) || !pv_tolerates(pod->tolerations, pool->taints, NULL) ||
+      pv_ports_clash(&c->ports, &pod->ports))
     return 0;
   json_t *reqs = json_incref(c->reqs);
   int changed = 0;
@@ -144,6 +145,7 @@ static int claim_add(pv_pass *p, pv_claim *c, size_t index) {
   json_decref(c->reqs);
   c->reqs = reqs;
   c->requests = pods;
+  pv_ports_add(&c->ports, &pod->ports);
   claim_push_pod(c, index);
   set_max_alloc(c);
   return 1;
@@ -202,6 +204,12 @@ static int open_claim(pv_pass *p, pv_pool *pool, size_t index, lp_buf *why) {
     free(text);
     return 0;
   }
+  const pv_port *port = pv_ports_clash(&pool->daemon_ports, &pod->ports);
+  if (port) {
+    lp_buf_printf(why, "nodepool %s: host port %d/%s%s%s in use by a DaemonSet pod", pool->name, port->port,
+                  port->protocol, *port->ip ? " on " : "", port->ip);
+    return 0;
+  }
   if ((unknown = unknown_label(pool, pod->reqs))) {
     lp_buf_printf(why, "nodepool %s: label %s does not have known values", pool->name, unknown);
     return 0;
@@ -254,6 +262,8 @@ static int open_claim(pv_pass *p, pv_pool *pool, size_t index, lp_buf *why) {
   c->types = kept;
   c->ntypes = n;
   c->requests = pod->requests;
+  pv_ports_add(&c->ports, &pool->daemon_ports);
+  pv_ports_add(&c->ports, &pod->ports);
   claim_push_pod(c, index);
   set_max_alloc(c);
   /* Karpenter's pessimism: the claim may become its largest option, so that much of the limit is gone */
@@ -397,6 +407,7 @@ void pv_claims_free(pv_pass *p) {
     json_decref(p->claims[k].capacity_types);
     free(p->claims[k].types);
     free(p->claims[k].pods);
+    pv_ports_free(&p->claims[k].ports);
   }
   free(p->claims);
   p->claims = NULL;

@@ -159,6 +159,88 @@ static void test_min_values(void) {
   pt_cleanup(&f);
 }
 
+/* ---- host ports ----------------------------------------------------------------------------- */
+
+/* A container of 250m and 256Mi listening on host port port/protocol (port 0: none). */
+static json_t *port_container(int port, const char *protocol) {
+  json_t *c = json_pack("{s:s, s:s, s:{s:{s:s, s:s}}}", "name", "app", "image", "app", "resources",
+                        "requests", "cpu", "250m", "memory", "256Mi");
+  if (port)
+    json_object_set_new(
+        c, "ports",
+        json_pack("[{s:i, s:i, s:s}]", "containerPort", port, "hostPort", port, "protocol", protocol));
+  return c;
+}
+
+/* A pod of the scheduler "custom" (the simulator's binder leaves it alone) with extra in its spec
+ * (stolen), bound to node, or else marked Unschedulable as that scheduler would. */
+static void custom_pod(const char *name, json_t *extra, const char *node) {
+  json_object_set_new(extra, "schedulerName", json_string("custom"));
+  if (node) json_object_set_new(extra, "nodeName", json_string(node));
+  CHECK_INT(pt_pod(&f, name, "250m", "256Mi", extra), 201);
+  if (node) return;
+  char path[256];
+  snprintf(path, sizeof path, PT_PODS "/%s/status", name);
+  CHECK_INT(ctrl_kube_pack(&f, "PATCH", path, "{s:{s:[{s:s, s:s, s:s}]}}", "status", "conditions", "type",
+                           "PodScheduled", "status", "False", "reason", "Unschedulable"),
+            200);
+}
+
+static json_t *ports_spec(int port, const char *protocol) {
+  return json_pack("{s:[o]}", "containers", port_container(port, protocol));
+}
+
+/* The same, in zone cn-hangzhou-j: not on node n1. */
+static json_t *ports_spec_j(int port, const char *protocol) {
+  return json_pack("{s:[o], s:{s:s}}", "containers", port_container(port, protocol), "nodeSelector",
+                   LP_LABEL_ZONE, "cn-hangzhou-j");
+}
+
+/* A Ready node of 4 cores and 8Gi in zone. */
+static void node(const char *name, const char *zone) {
+  CHECK_INT(pt_post(&f, "/api/v1/nodes",
+                    json_pack("{s:s, s:s, s:{s:s, s:{s:s, s:s}}, s:{s:{s:s, s:s, s:s}, s:[{s:s, s:s}]}}",
+                              "apiVersion", "v1", "kind", "Node", "metadata", "name", name, "labels",
+                              "kubernetes.io/hostname", name, LP_LABEL_ZONE, zone, "status", "allocatable",
+                              "cpu", "4", "memory", "8Gi", "pods", "110", "conditions", "type", "Ready",
+                              "status", "True")),
+            201);
+}
+
+/* Two pods on host port 8080/TCP (in a zone node n1 is not in) need two NodeClaims; one on 8080/UDP shares. A
+ * pod on the host port a bound pod holds on node n1 gets a NodeClaim, one on another port is left to n1. A
+ * pod on the port of a DaemonSet is unschedulable and says which port. */
+static void test_host_ports(void) {
+  node("n1", "cn-hangzhou-h");
+  custom_pod("resident", ports_spec(9090, "TCP"), "n1");
+  json_t *ds = json_pack("{s:s, s:s, s:{s:s}, s:{s:{s:{s:s}}, s:{s:{s:{s:s}}, s:{s:[o]}}}}", "apiVersion",
+                         "apps/v1", "kind", "DaemonSet", "metadata", "name", "agent", "spec", "selector",
+                         "matchLabels", "app", "agent", "template", "metadata", "labels", "app", "agent",
+                         "spec", "containers", port_container(8081, "TCP"));
+  CHECK_INT(pt_post(&f, PT_DAEMONSETS, ds), 201);
+  ctrl_run_for(&f, 0.3);
+  custom_pod("web-a", ports_spec_j(8080, "TCP"), NULL);
+  custom_pod("web-b", ports_spec_j(8080, "TCP"), NULL);
+  custom_pod("web-udp", ports_spec_j(8080, "UDP"), NULL);
+  custom_pod("wants-9090", ports_spec(9090, "TCP"), NULL);
+  custom_pod("wants-9091", ports_spec(9091, "TCP"), NULL);
+  custom_pod("wants-8081", ports_spec_j(8081, "TCP"), NULL);
+  json_t *a = pt_claim_of(&f, "web-a"), *b = pt_claim_of(&f, "web-b"), *c = pt_claim_of(&f, "wants-9090");
+  CHECK(a && b && c);
+  CHECK(strcmp(lp_obj_name(a) ?: "", lp_obj_name(b) ?: "") != 0);
+  CHECK(pt_is_nominated(&f, "web-udp"));
+  CHECK(!pt_is_nominated(&f, "wants-9091"));
+  CHECK(ctrl_wait_for(&f, 5, has_failed_scheduling, "wants-8081"));
+  char *msg = pt_event(&f, "wants-8081", "FailedScheduling");
+  CHECK_CONTAINS(msg, "nodepool default: host port 8081/TCP in use by a DaemonSet pod");
+  free(msg);
+  CHECK_INT(pt_claims(&f, NULL), 2);
+  json_decref(a);
+  json_decref(b);
+  json_decref(c);
+  pt_cleanup(&f);
+}
+
 /* The manager keeps this list for as long as it runs. */
 static const lp_controller_def *const controllers[] = {&lp_nodeclass_controller, &lp_provisioner_controller,
                                                        NULL};
@@ -170,6 +252,7 @@ int main(void) {
   RUN(test_required_terms_ored);
   RUN(test_preferences_relaxed);
   RUN(test_min_values);
+  RUN(test_host_ports);
   ctrl_fixture_stop(&f);
   return check_summary();
 }
