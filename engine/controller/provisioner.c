@@ -226,6 +226,7 @@ void pv_finish(pv_pass *p) {
   if (on_its_way > 0 && on_its_way < requeue) requeue = on_its_way;
   pv_claims_free(p);
   pv_pools_free(p);
+  pv_topology_free(p);
   for (size_t i = 0; i < p->npods; i++) pv_pod_free(&p->pods[i]);
   free(p->pods);
   json_decref(p->types);

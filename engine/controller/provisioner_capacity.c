@@ -133,6 +133,7 @@ static void add_node_bin(const char *key, json_t *node, void *ud) {
   if (claim && (lp_obj_deleting(claim) || !lp_condition_is(claim, "Initialized", "True"))) return;
   pv_bin *b = new_bin(p);
   b->node = key;
+  b->host = lp_xstrdup(key);
   b->labels = labels_of(node);
   b->taints = json_object_get(json_object_get(node, "spec"), "taints");
   pv_res_add_list(&p->dims, &b->free, json_object_get(json_object_get(node, "status"), "allocatable"), 1);
@@ -162,6 +163,8 @@ static void add_claim_bin(pv_pass *p, const char *name, json_t *claim, void *ud)
   const json_t *spec = json_object_get(claim, "spec");
   pv_bin *b = new_bin(p);
   b->claim = name;
+  const char *node_name = lp_obj_str(claim, "status.nodeName");
+  b->host = lp_xstrdup(node_name && *node_name ? node_name : name);
   b->reqs = claim_requirements(claim);
   b->taints = json_object_get(spec, "taints");
   const json_t *allocatable = json_object_get(json_object_get(claim, "status"), "allocatable");
@@ -174,7 +177,12 @@ static void add_claim_bin(pv_pass *p, const char *name, json_t *claim, void *ud)
   json_object_set_new(index, name, json_integer((json_int_t)(p->nbins - 1)));
 }
 
+static pv_site bin_site(const pv_bin *b) {
+  return (pv_site){b->host, b->labels, b->reqs, 0};
+}
+
 void pv_collect_bins(pv_pass *p, const json_t *nominated) {
+  pv_topology_count(p);
   lp_env_each(p->env, LP_KIND_NODE, add_node_bin, p);
   json_t *index = json_object(); /* NodeClaim name -> bin */
   each_claim(p, add_claim_bin, index);
@@ -189,6 +197,8 @@ void pv_collect_bins(pv_pass *p, const json_t *nominated) {
     pv_bin *b = &p->bins[json_integer_value(i)];
     for (size_t k = 0; k < PV_RES_MAX; k++) b->free.v[k] -= r.v[k];
     pv_ports_of(json_object_get(pod, "spec"), &b->ports);
+    pv_site site = bin_site(b);
+    pv_topology_record_obj(p, pod, &site);
   }
   json_decref(index);
 }
@@ -206,9 +216,10 @@ static int bin_takes(const pv_pass *p, const pv_bin *b, const pv_pod *pod) {
       pv_ports_clash(&b->ports, &pod->ports))
     return 0;
   size_t n = json_array_size(pod->terms);
-  for (size_t i = 0; i < n; i++)
-    if (bin_satisfies(b, json_array_get(pod->terms, i))) return 1;
-  return n == 0;
+  int fits = n == 0;
+  for (size_t i = 0; i < n && !fits; i++) fits = bin_satisfies(b, json_array_get(pod->terms, i));
+  pv_site site = bin_site(b);
+  return fits && pv_topology_allows(p, pod, &site);
 }
 
 size_t pv_place_on_bins(pv_pass *p) {
@@ -220,6 +231,8 @@ size_t pv_place_on_bins(pv_pass *p) {
       if (!bin_takes(p, b, pod)) continue;
       for (size_t r = 0; r < PV_RES_MAX; r++) b->free.v[r] -= pod->requests.v[r];
       pv_ports_add(&b->ports, &pod->ports);
+      pv_site site = bin_site(b);
+      pv_topology_record(p, pod, &site);
       pod->placed = 1;
       if (b->claim) pv_nominate(p, pod, b->claim);
     }
@@ -232,6 +245,7 @@ void pv_bins_free(pv_pass *p) {
   for (size_t i = 0; i < p->nbins; i++) {
     json_decref(p->bins[i].reqs);
     pv_ports_free(&p->bins[i].ports);
+    free(p->bins[i].host);
   }
   free(p->bins);
   p->bins = NULL;

@@ -317,6 +317,7 @@ void pv_pod_init(pv_pass *p, pv_pod *pod, const char *key, json_t *obj) {
   pod->reqs = json_incref(json_array_get(pod->terms, 0));
   pod->tolerations = json_object_get(spec, "tolerations");
   pv_ports_of(spec, &pod->ports);
+  pv_topology_pod(p, pod);
   pod->created = lp_rfc3339_parse(lp_obj_str(obj, "metadata.creationTimestamp"));
 }
 
@@ -327,6 +328,7 @@ void pv_pod_free(pv_pod *pod) {
   json_decref(pod->terms);
   json_decref(pod->prefs);
   pv_ports_free(&pod->ports);
+  free(pod->topo);
   free(pod->why);
 }
 
@@ -336,12 +338,13 @@ static size_t term_count(const pv_pod *pod) {
 }
 
 size_t pv_pod_attempts(const pv_pod *pod) {
-  return term_count(pod) * (json_array_size(pod->prefs) + 1);
+  return term_count(pod) * (json_array_size(pod->prefs) + pod->nsoft + 1);
 }
 
 int pv_pod_attempt(pv_pod *pod, size_t attempt) {
   size_t level = attempt / term_count(pod), prefs = json_array_size(pod->prefs);
-  size_t kept = level < prefs ? prefs - level : 0;
+  size_t kept = level < prefs ? prefs - level : 0, dropped = level > prefs ? level - prefs : 0;
+  pod->soft_kept = dropped < pod->nsoft ? pod->nsoft - dropped : 0;
   json_t *reqs = json_incref(json_array_get(pod->terms, attempt % term_count(pod)));
   int ok = 1;
   for (size_t i = 0; i < kept && ok; i++) { /* heaviest first: the lightest is the first one dropped */

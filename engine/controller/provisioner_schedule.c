@@ -5,6 +5,7 @@
  * NodeClaim on the first NodePool (by weight) that has an option for it. A NodeClaim's options are
  * the instance types compatible with its requirements, with an available compatible offering, whose
  * allocatable holds its pods and whose capacity fits the NodePool's remaining limits. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,24 +54,11 @@ static void set_max_alloc(pv_claim *c) {
         c->max_alloc.v[r] = c->types[t]->allocatable.v[r];
 }
 
-/* The values an instance type offers for key: those of its In requirement on key (its name for the
- * instance-type label), or NULL. */
-static const json_t *type_values(const pv_type *type, const char *key) {
-  size_t i;
-  const json_t *req;
-  json_array_foreach(json_object_get(type->obj, "requirements"), i, req) {
-    if (strcmp(json_string_value(json_object_get(req, "key")) ?: "", key) == 0 &&
-        strcmp(json_string_value(json_object_get(req, "operator")) ?: "", "In") == 0)
-      return json_object_get(req, "values");
-  }
-  return NULL;
-}
-
 /* Notes in seen the values of key that type offers; returns how many were new. */
 static size_t note_values(json_t *seen, const pv_type *type, const char *key) {
   size_t i, added = 0;
   const json_t *v;
-  json_array_foreach(type_values(type, key), i, v) {
+  json_array_foreach(pv_type_values(type, key), i, v) {
     const char *value = json_string_value(v);
     if (!value || json_object_get(seen, value)) continue;
     json_object_set_new(seen, value, json_true());
@@ -106,23 +94,13 @@ static void claim_push_pod(pv_claim *c, size_t pod) {
   c->pods[c->npods++] = pod;
 }
 
-/* Puts the pod on the claim when it can take it; returns non-zero when it did. */
-static int claim_add(pv_pass *p, pv_claim *c, size_t index) {
+/* Narrows claim c to reqs (stolen) with the pod: the options that still hold every pod and, when
+ * changed, agree with reqs, keeping minValues. Returns non-zero when it did; else c is unchanged. */
+static int claim_take(pv_pass *p, pv_claim *c, size_t index, json_t *reqs, const pv_res *pods) {
   pv_pod *pod = &p->pods[index];
   pv_pool *pool = c->pool;
-  pv_res pods = pv_res_sum(&c->requests, &pod->requests);
-  pv_res want = pv_res_sum(&pods, &pool->daemon);
-  if (!pv_res_fits(&p->dims, &want, &c->max_alloc) || !pv_tolerates(pod->tolerations, pool->taints, NULL) ||
-      pv_ports_clash(&c->ports, &pod->ports))
-    return 0;
-  json_t *reqs = json_incref(c->reqs);
-  int changed = 0;
-  if (pod->reqs) {
-    json_decref(reqs);
-    reqs = unknown_label(pool, pod->reqs) ? NULL : lp_requirements_intersect(c->reqs, pod->reqs, NULL);
-    if (!reqs) return 0;
-    changed = !json_equal(reqs, c->reqs);
-  }
+  pv_res want = pv_res_sum(pods, &pool->daemon);
+  int changed = !json_equal(reqs, c->reqs);
   pv_type **kept = lp_xmalloc((c->ntypes ? c->ntypes : 1) * sizeof *kept);
   size_t n = 0;
   for (size_t t = 0; t < c->ntypes; t++) {
@@ -144,11 +122,55 @@ static int claim_add(pv_pass *p, pv_claim *c, size_t index) {
   c->ntypes = n;
   json_decref(c->reqs);
   c->reqs = reqs;
-  c->requests = pods;
+  c->requests = *pods;
   pv_ports_add(&c->ports, &pod->ports);
   claim_push_pod(c, index);
   set_max_alloc(c);
+  pv_site site = {c->host, NULL, c->reqs, 1};
+  pv_topology_record(p, pod, &site);
   return 1;
+}
+
+/* Tries reqs (stolen) narrowed by each of options (NULL: reqs alone) in turn with take(p, x, index,
+ * narrowed, ud); returns non-zero at the first that takes the pod. */
+static int each_option(pv_pass *p, void *x, size_t index, json_t *reqs, const json_t *options,
+                       int (*take)(pv_pass *p, void *x, size_t index, json_t *reqs, void *ud), void *ud) {
+  if (!options) return take(p, x, index, reqs, ud);
+  int done = 0;
+  size_t i;
+  const json_t *o;
+  json_array_foreach(options, i, o) {
+    json_t *narrowed = json_array_size(o) ? lp_requirements_intersect(reqs, o, NULL) : json_incref(reqs);
+    if (narrowed && (done = take(p, x, index, narrowed, ud))) break;
+  }
+  json_decref(reqs);
+  return done;
+}
+
+static int claim_take_option(pv_pass *p, void *x, size_t index, json_t *reqs, void *ud) {
+  return claim_take(p, x, index, reqs, ud);
+}
+
+/* Puts the pod on the claim when it can take it; returns non-zero when it did. */
+static int claim_add(pv_pass *p, pv_claim *c, size_t index) {
+  pv_pod *pod = &p->pods[index];
+  pv_pool *pool = c->pool;
+  pv_res pods = pv_res_sum(&c->requests, &pod->requests);
+  pv_res want = pv_res_sum(&pods, &pool->daemon);
+  if (!pv_res_fits(&p->dims, &want, &c->max_alloc) || !pv_tolerates(pod->tolerations, pool->taints, NULL) ||
+      pv_ports_clash(&c->ports, &pod->ports))
+    return 0;
+  json_t *reqs = json_incref(c->reqs);
+  if (pod->reqs) {
+    json_decref(reqs);
+    reqs = unknown_label(pool, pod->reqs) ? NULL : lp_requirements_intersect(c->reqs, pod->reqs, NULL);
+    if (!reqs) return 0;
+  }
+  pv_site site = {c->host, NULL, reqs, 1};
+  json_t *options = pv_topology_options(p, pod, &site, NULL);
+  int done = each_option(p, c, index, reqs, options, claim_take_option, &pods);
+  json_decref(options);
+  return done;
 }
 
 /* Why a pool's instance types cannot hold a pod, counted while looking for options. */
@@ -185,7 +207,73 @@ static pv_claim *new_claim(pv_pass *p, pv_pool *pool, json_t *reqs) {
   memset(c, 0, sizeof *c);
   c->pool = pool;
   c->reqs = reqs;
+  snprintf(c->host, sizeof c->host, "new-%zu", p->nclaims - 1);
   return c;
+}
+
+/* What opening a claim tries to place, and why it could not. */
+typedef struct opening {
+  pv_res want;   /* the pod and the pool's DaemonSet overhead */
+  lp_buf detail; /* why the last option failed */
+} opening;
+
+/* Opens a NodeClaim on pool with requirements reqs (stolen) for the pod when some option holds it. */
+static int open_with(pv_pass *p, void *x, size_t index, json_t *reqs, void *ud) {
+  pv_pool *pool = x;
+  opening *o = ud;
+  pv_pod *pod = &p->pods[index];
+  type_misses m = {0};
+  pv_type **kept = lp_xmalloc((pool->ntypes ? pool->ntypes : 1) * sizeof *kept);
+  size_t n = 0;
+  for (size_t t = 0; t < pool->ntypes; t++) {
+    pv_type *type = &pool->types[t];
+    if (!lp_requirements_compatible(reqs, json_object_get(type->obj, "requirements"), NULL)) {
+      m.incompatible++;
+    } else if (cheapest_offering(type, reqs) < 0) {
+      m.unavailable++;
+    } else if (!pv_res_fits(&p->dims, &o->want, &type->allocatable)) {
+      m.too_small++;
+      if (!m.largest || type->allocatable.v[PV_CPU] > m.largest->allocatable.v[PV_CPU]) m.largest = type;
+    } else if (!within_limits(p, pool, type)) {
+      m.over_limits++;
+    } else {
+      kept[n++] = type;
+    }
+  }
+  size_t have = 0;
+  const json_t *unmet = n && pool->min_values ? min_values_unmet(pool, kept, n, &have) : NULL;
+  lp_buf_reset(&o->detail);
+  if (unmet)
+    lp_buf_printf(&o->detail,
+                  "nodepool %s: minValues requirement is not met for %s (%zu of %lld distinct values)",
+                  pool->name, json_string_value(json_object_get(unmet, "key")), have,
+                  (long long)json_integer_value(json_object_get(unmet, "minValues")));
+  else if (n == 0)
+    describe_misses(&o->detail, p, pool, &m, &o->want);
+  if (n == 0 || unmet) {
+    free(kept);
+    json_decref(reqs);
+    return 0;
+  }
+  pv_claim *c = new_claim(p, pool, reqs);
+  c->types = kept;
+  c->ntypes = n;
+  c->requests = pod->requests;
+  pv_ports_add(&c->ports, &pool->daemon_ports);
+  pv_ports_add(&c->ports, &pod->ports);
+  claim_push_pod(c, index);
+  set_max_alloc(c);
+  pv_site site = {c->host, NULL, c->reqs, 1};
+  pv_topology_record(p, pod, &site);
+  /* Karpenter's pessimism: the claim may become its largest option, so that much of the limit is gone */
+  for (size_t r = 0; r < PV_RES_MAX; r++) {
+    double largest = 0;
+    for (size_t t = 0; t < n; t++)
+      if (kept[t]->capacity.v[r] > largest) largest = kept[t]->capacity.v[r];
+    pool->used.v[r] += largest;
+  }
+  pool->nodes_used += 1;
+  return 1;
 }
 
 /* Opens a NodeClaim on pool for the pod, or appends to why the reason it cannot. */
@@ -226,55 +314,23 @@ static int open_claim(pv_pass *p, pv_pool *pool, size_t index, lp_buf *why) {
     json_decref(reqs);
     return 0;
   }
-  pv_res want = pv_res_sum(&pod->requests, &pool->daemon);
-  type_misses m = {0};
-  pv_type **kept = lp_xmalloc((pool->ntypes ? pool->ntypes : 1) * sizeof *kept);
-  size_t n = 0;
-  for (size_t t = 0; t < pool->ntypes; t++) {
-    pv_type *type = &pool->types[t];
-    if (!lp_requirements_compatible(reqs, json_object_get(type->obj, "requirements"), NULL)) {
-      m.incompatible++;
-    } else if (cheapest_offering(type, reqs) < 0) {
-      m.unavailable++;
-    } else if (!pv_res_fits(&p->dims, &want, &type->allocatable)) {
-      m.too_small++;
-      if (!m.largest || type->allocatable.v[PV_CPU] > m.largest->allocatable.v[PV_CPU]) m.largest = type;
-    } else if (!within_limits(p, pool, type)) {
-      m.over_limits++;
-    } else {
-      kept[n++] = type;
-    }
-  }
-  size_t have = 0;
-  const json_t *unmet = n && pool->min_values ? min_values_unmet(pool, kept, n, &have) : NULL;
-  if (unmet)
-    lp_buf_printf(why, "nodepool %s: minValues requirement is not met for %s (%zu of %lld distinct values)",
-                  pool->name, json_string_value(json_object_get(unmet, "key")), have,
-                  (long long)json_integer_value(json_object_get(unmet, "minValues")));
-  else if (n == 0)
-    describe_misses(why, p, pool, &m, &want);
-  if (n == 0 || unmet) {
-    free(kept);
+  char host[32];
+  snprintf(host, sizeof host, "new-%zu", p->nclaims);
+  pv_site site = {host, NULL, reqs, 1};
+  opening o = {pv_res_sum(&pod->requests, &pool->daemon), LP_BUF_INIT};
+  json_t *options = pv_topology_options(p, pod, &site, &o.detail);
+  if (options && json_array_size(options) == 0) {
+    lp_buf_printf(why, "nodepool %s: %s", pool->name, lp_buf_cstr(&o.detail));
+    json_decref(options);
     json_decref(reqs);
+    lp_buf_free(&o.detail);
     return 0;
   }
-  pv_claim *c = new_claim(p, pool, reqs);
-  c->types = kept;
-  c->ntypes = n;
-  c->requests = pod->requests;
-  pv_ports_add(&c->ports, &pool->daemon_ports);
-  pv_ports_add(&c->ports, &pod->ports);
-  claim_push_pod(c, index);
-  set_max_alloc(c);
-  /* Karpenter's pessimism: the claim may become its largest option, so that much of the limit is gone */
-  for (size_t r = 0; r < PV_RES_MAX; r++) {
-    double largest = 0;
-    for (size_t t = 0; t < n; t++)
-      if (kept[t]->capacity.v[r] > largest) largest = kept[t]->capacity.v[r];
-    pool->used.v[r] += largest;
-  }
-  pool->nodes_used += 1;
-  return 1;
+  int done = each_option(p, pool, index, reqs, options, open_with, &o);
+  if (!done) lp_buf_puts(why, lp_buf_cstr(&o.detail));
+  json_decref(options);
+  lp_buf_free(&o.detail);
+  return done;
 }
 
 /* Puts the pod, as its current attempt asks, on a NodeClaim opened so far, else on a new one on the
@@ -291,6 +347,7 @@ static int place_new(pv_pass *p, size_t index, lp_buf *why) {
 }
 
 void pv_schedule(pv_pass *p) {
+  pv_topology_add_pool_domains(p);
   for (size_t i = 0; i < p->npods; i++) {
     pv_pod *pod = &p->pods[i];
     if (pod->placed) continue;

@@ -172,18 +172,29 @@ static json_t *port_container(int port, const char *protocol) {
   return c;
 }
 
-/* A pod of the scheduler "custom" (the simulator's binder leaves it alone) with extra in its spec
- * (stolen), bound to node, or else marked Unschedulable as that scheduler would. */
-static void custom_pod(const char *name, json_t *extra, const char *node) {
+/* A pod of the scheduler "custom" (the simulator's binder leaves it alone) of 250m and 256Mi, labelled
+ * app=app (NULL: no label), with extra in its spec (stolen, may be NULL), bound to node, or else marked
+ * Unschedulable as that scheduler would. */
+static void app_pod(const char *name, const char *app, json_t *extra, const char *node) {
+  if (!extra) extra = json_object();
   json_object_set_new(extra, "schedulerName", json_string("custom"));
   if (node) json_object_set_new(extra, "nodeName", json_string(node));
-  CHECK_INT(pt_pod(&f, name, "250m", "256Mi", extra), 201);
+  if (!json_object_get(extra, "containers"))
+    json_object_set_new(extra, "containers", json_pack("[o]", port_container(0, NULL)));
+  json_t *pod = json_pack("{s:s, s:s, s:{s:s, s:s}, s:o}", "apiVersion", "v1", "kind", "Pod", "metadata",
+                          "name", name, "namespace", "default", "spec", extra);
+  if (app) json_object_set_new(json_object_get(pod, "metadata"), "labels", json_pack("{s:s}", "app", app));
+  CHECK_INT(pt_post(&f, PT_PODS, pod), 201);
   if (node) return;
   char path[256];
   snprintf(path, sizeof path, PT_PODS "/%s/status", name);
   CHECK_INT(ctrl_kube_pack(&f, "PATCH", path, "{s:{s:[{s:s, s:s, s:s}]}}", "status", "conditions", "type",
                            "PodScheduled", "status", "False", "reason", "Unschedulable"),
             200);
+}
+
+static void custom_pod(const char *name, json_t *extra, const char *node) {
+  app_pod(name, NULL, extra, node);
 }
 
 static json_t *ports_spec(int port, const char *protocol) {
@@ -241,6 +252,163 @@ static void test_host_ports(void) {
   pt_cleanup(&f);
 }
 
+/* ---- pod affinity and anti-affinity ---------------------------------------------------------- */
+
+/* {"podAntiAffinity" or "podAffinity": required [{labelSelector app=app, topologyKey}]} as a spec. */
+static json_t *pod_affinity(const char *kind, const char *app, const char *key) {
+  return json_pack("{s:{s:{s:[{s:{s:{s:s}}, s:s}]}}}", "affinity", kind,
+                   "requiredDuringSchedulingIgnoredDuringExecution", "labelSelector", "matchLabels", "app",
+                   app, "topologyKey", key);
+}
+
+static const char *zone_of(const json_t *claim) {
+  const json_t *zones = pt_values(claim, LP_LABEL_ZONE);
+  return json_array_size(zones) == 1 ? json_string_value(json_array_get(zones, 0)) : "(not one zone)";
+}
+
+/* Three replicas with hostname self anti-affinity: three NodeClaims. Two with zone self anti-affinity,
+ * a third already running on node n1 in zone h: two NodeClaims, each pinned to its own zone, neither h
+ * (n1 has room, but not for the rule). */
+static void test_pod_anti_affinity(void) {
+  for (int i = 0; i < 3; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "web-%d", i);
+    app_pod(name, "web", pod_affinity("podAntiAffinity", "web", "kubernetes.io/hostname"), NULL);
+  }
+  json_t *w0 = pt_claim_of(&f, "web-0"), *w1 = pt_claim_of(&f, "web-1"), *w2 = pt_claim_of(&f, "web-2");
+  CHECK(w0 && w1 && w2);
+  CHECK(strcmp(lp_obj_name(w0) ?: "", lp_obj_name(w1) ?: "") != 0);
+  CHECK(strcmp(lp_obj_name(w1) ?: "", lp_obj_name(w2) ?: "") != 0);
+  CHECK(strcmp(lp_obj_name(w0) ?: "", lp_obj_name(w2) ?: "") != 0);
+  CHECK_INT(pt_claims(&f, NULL), 3);
+  json_decref(w0);
+  json_decref(w1);
+  json_decref(w2);
+  pt_cleanup(&f);
+
+  node("n1", "cn-hangzhou-h");
+  app_pod("zonal-0", "zonal", pod_affinity("podAntiAffinity", "zonal", LP_LABEL_ZONE), "n1");
+  app_pod("zonal-1", "zonal", pod_affinity("podAntiAffinity", "zonal", LP_LABEL_ZONE), NULL);
+  app_pod("zonal-2", "zonal", pod_affinity("podAntiAffinity", "zonal", LP_LABEL_ZONE), NULL);
+  json_t *z1 = pt_claim_of(&f, "zonal-1"), *z2 = pt_claim_of(&f, "zonal-2");
+  CHECK(z1 && z2);
+  CHECK(strcmp(zone_of(z1), zone_of(z2)) != 0);
+  CHECK(strcmp(zone_of(z1), "cn-hangzhou-h") != 0 && strcmp(zone_of(z1), "(not one zone)") != 0);
+  CHECK(strcmp(zone_of(z2), "cn-hangzhou-h") != 0 && strcmp(zone_of(z2), "(not one zone)") != 0);
+  json_decref(z1);
+  json_decref(z2);
+  pt_cleanup(&f);
+}
+
+/* A container requesting cpu. */
+static json_t *cpu_containers(const char *cpu) {
+  return json_pack("[{s:s, s:s, s:{s:{s:s}}}]", "name", "app", "image", "app", "resources", "requests", "cpu",
+                   cpu);
+}
+
+/* A pod with zone affinity to a pod running on node n1 in zone k, too big for n1, gets a NodeClaim in
+ * k; one with hostname affinity to it cannot go on a new node, and says so. */
+static void test_pod_affinity(void) {
+  node("n1", "cn-hangzhou-k");
+  app_pod("leader", "leader", NULL, "n1");
+  json_t *follower = pod_affinity("podAffinity", "leader", LP_LABEL_ZONE);
+  json_object_set_new(follower, "containers", cpu_containers("6"));
+  app_pod("follower", "follower", follower, NULL);
+  json_t *sticky = pod_affinity("podAffinity", "leader", "kubernetes.io/hostname");
+  json_object_set_new(sticky, "containers", cpu_containers("8"));
+  app_pod("sticky", "sticky", sticky, NULL);
+  json_t *claim = pt_claim_of(&f, "follower");
+  CHECK(claim != NULL);
+  CHECK_STR(zone_of(claim), "cn-hangzhou-k");
+  json_decref(claim);
+  CHECK(ctrl_wait_for(&f, 5, has_failed_scheduling, "sticky"));
+  char *msg = pt_event(&f, "sticky", "FailedScheduling");
+  CHECK_CONTAINS(msg, "nodepool default: pod affinity on kubernetes.io/hostname cannot be met");
+  free(msg);
+  pt_cleanup(&f);
+}
+
+/* ---- topology spread ----------------------------------------------------------------------- */
+
+/* A spread constraint on key over pods app=app. */
+static json_t *spread(const char *key, int skew, const char *when, const char *app) {
+  return json_pack("{s:[{s:i, s:s, s:s, s:{s:{s:s}}}]}", "topologySpreadConstraints", "maxSkew", skew,
+                   "topologyKey", key, "whenUnsatisfiable", when, "labelSelector", "matchLabels", "app", app);
+}
+
+/* A NodePool "zones" over zones h, i and j for pods with nodeSelector team=zones. */
+static void zones_pool(void) {
+  CHECK_INT(pt_nodepool(&f, "zones", 0,
+                        json_pack("{s:[{s:s, s:s, s:[s]}, {s:s, s:s, s:[sss]}]}", "requirements", "key",
+                                  LP_LABEL_CAPACITY_TYPE, "operator", "In", "values", "on-demand", "key",
+                                  LP_LABEL_ZONE, "operator", "In", "values", "cn-hangzhou-h", "cn-hangzhou-i",
+                                  "cn-hangzhou-j"),
+                        json_pack("{s:{s:s}}", "labels", "team", "zones"), NULL),
+            201);
+  ctrl_run_for(&f, 0.3);
+}
+
+static json_t *spread_spec(const char *when, const char *cpu) {
+  json_t *spec = spread(LP_LABEL_ZONE, 1, when, "spread");
+  json_object_set_new(spec, "nodeSelector", json_pack("{s:s}", "team", "zones"));
+  json_object_set_new(spec, "containers", cpu_containers(cpu));
+  return spec;
+}
+
+/* Zone spread, maxSkew 1, over the pool's zones h, i and j; two matching pods already run in h (on
+ * nodes too small for another). Two new replicas go one to i, one to j, each NodeClaim pinned to its
+ * zone so that the launch lands there. */
+static void test_zone_spread(void) {
+  zones_pool();
+  node("n1", "cn-hangzhou-h");
+  node("n2", "cn-hangzhou-h");
+  app_pod("old-1", "spread", json_pack("{s:o}", "containers", cpu_containers("3")), "n1");
+  app_pod("old-2", "spread", json_pack("{s:o}", "containers", cpu_containers("3")), "n2");
+  app_pod("new-1", "spread", spread_spec("DoNotSchedule", "3"), NULL);
+  app_pod("new-2", "spread", spread_spec("DoNotSchedule", "3"), NULL);
+  json_t *a = pt_claim_of(&f, "new-1"), *b = pt_claim_of(&f, "new-2");
+  CHECK(a && b);
+  const char *za = zone_of(a), *zb = zone_of(b);
+  CHECK(strcmp(za, zb) != 0);
+  CHECK(strcmp(za, "cn-hangzhou-i") == 0 || strcmp(za, "cn-hangzhou-j") == 0);
+  CHECK(strcmp(zb, "cn-hangzhou-i") == 0 || strcmp(zb, "cn-hangzhou-j") == 0);
+  json_decref(a);
+  json_decref(b);
+  pt_cleanup(&f);
+}
+
+/* Zone spread over h (the only zone of the pool) and j (where node n1 runs, no matching pod): the first
+ * replica goes to h, a second would make h 2 against j's 0 and is unschedulable, naming the
+ * constraint; the same pod with ScheduleAnyway gets a NodeClaim (the preference is relaxed). */
+static void test_spread_unsatisfiable(void) {
+  CHECK_INT(pt_nodepool(&f, "only-h", 0,
+                        json_pack("{s:[{s:s, s:s, s:[s]}, {s:s, s:s, s:[s]}]}", "requirements", "key",
+                                  LP_LABEL_CAPACITY_TYPE, "operator", "In", "values", "on-demand", "key",
+                                  LP_LABEL_ZONE, "operator", "In", "values", "cn-hangzhou-h"),
+                        json_pack("{s:{s:s}}", "labels", "team", "zones"), NULL),
+            201);
+  node("n1", "cn-hangzhou-j");
+  app_pod("old", "other", NULL, "n1"); /* zone j is a domain, with no matching pod */
+  ctrl_run_for(&f, 0.3);
+  app_pod("hard-1", "spread", spread_spec("DoNotSchedule", "3"), NULL);
+  app_pod("hard-2", "spread", spread_spec("DoNotSchedule", "3"), NULL);
+  json_t *first = pt_claim_of(&f, "hard-1");
+  CHECK(first != NULL);
+  CHECK_STR(zone_of(first), "cn-hangzhou-h");
+  json_decref(first);
+  CHECK(ctrl_wait_for(&f, 5, has_failed_scheduling, "hard-2"));
+  char *msg = pt_event(&f, "hard-2", "FailedScheduling");
+  CHECK_CONTAINS(msg,
+                 "nodepool only-h: topology spread constraint on topology.kubernetes.io/zone (maxSkew 1) "
+                 "cannot be met");
+  free(msg);
+  app_pod("soft", "spread", spread_spec("ScheduleAnyway", "3"), NULL);
+  json_t *soft = pt_claim_of(&f, "soft");
+  CHECK(soft != NULL);
+  json_decref(soft);
+  pt_cleanup(&f);
+}
+
 /* The manager keeps this list for as long as it runs. */
 static const lp_controller_def *const controllers[] = {&lp_nodeclass_controller, &lp_provisioner_controller,
                                                        NULL};
@@ -253,6 +421,10 @@ int main(void) {
   RUN(test_preferences_relaxed);
   RUN(test_min_values);
   RUN(test_host_ports);
+  RUN(test_pod_anti_affinity);
+  RUN(test_pod_affinity);
+  RUN(test_zone_spread);
+  RUN(test_spread_unsatisfiable);
   ctrl_fixture_stop(&f);
   return check_summary();
 }
