@@ -331,7 +331,8 @@ void pv_claims_free(pv_pass *p);
  * groups (equal terms share one) and to pod->topo. Other keys are ignored. */
 void pv_topology_pod(pv_pass *p, pv_pod *pod);
 /* Counts the pods bound to nodes (but those of p->ignore_nodes) in every group whose selector they
- * match, and notes the domains of the Ready nodes. Once, after every pod of the pass is added. */
+ * match, adds their own required anti-affinity terms (a pod matching one keeps out of its domain), and
+ * notes the domains of the nodes. Once, after every pod of the pass is added (pv_collect_bins). */
 void pv_topology_count(pv_pass *p);
 /* Notes the domains the NodePools' instance types offer and their requirements allow (after
  * pv_pool_set_types). */

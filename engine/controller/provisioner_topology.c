@@ -14,7 +14,8 @@
  * Domains of a key: the values on Ready nodes, and (from pv_topology_add_pool_domains) those the
  * NodePools' requirements and instance types allow. Affinity: the domain must hold a matching pod
  * (when none exists anywhere and the pod matches its own selector, any one domain will do). Anti-
- * affinity: it must hold none, and no pod whose anti-affinity term the pod matches may be there.
+ * affinity: it must hold none, and no pod whose anti-affinity term the pod matches (a pod bound to a
+ * node, or placed by the pass) may be there.
  * Spread: the matching pods in the domain, plus the pod itself when it matches, minus the fewest in any
  * domain the pod's node requirements allow (0 when fewer such domains than minDomains, and always 0
  * for kubernetes.io/hostname: a new node is a new domain) must not exceed maxSkew. */
@@ -102,7 +103,13 @@ static void add_term(pv_pod *pod, size_t group, int hard) {
   if (!hard) pod->nsoft++;
 }
 
-static void affinity_terms(pv_pass *p, pv_pod *pod, const json_t *affinity, int kind) {
+static json_t *site_values(const pv_pass *p, const pv_site *s, const char *key);
+static void bump(json_t *counts, const char *domain, json_int_t by);
+
+/* The required terms of affinity (of the pod obj) as groups: added to pod's terms, or (pod NULL: a pod
+ * bound at site) counted in the owners of its anti-affinity groups. */
+static void affinity_terms(pv_pass *p, const json_t *obj, const json_t *affinity, int kind, pv_pod *pod,
+                           const pv_site *site) {
   size_t i;
   const json_t *term;
   json_array_foreach(json_object_get(affinity, "requiredDuringSchedulingIgnoredDuringExecution"), i, term) {
@@ -114,20 +121,25 @@ static void affinity_terms(pv_pass *p, pv_pod *pod, const json_t *affinity, int 
     json_array_foreach(json_object_get(term, "namespaces"), k, ns) {
       if (json_is_string(ns)) json_object_set(namespaces, json_string_value(ns), json_true());
     }
-    if (json_object_size(namespaces) == 0)
-      json_object_set_new(namespaces, namespace_of(pod->obj), json_true());
-    add_term(
-        pod,
-        intern(p, kind, key, selector_requirements(json_object_get(term, "labelSelector")), namespaces, 0, 0),
-        1);
+    if (json_object_size(namespaces) == 0) json_object_set_new(namespaces, namespace_of(obj), json_true());
+    size_t g =
+        intern(p, kind, key, selector_requirements(json_object_get(term, "labelSelector")), namespaces, 0, 0);
+    if (pod) {
+      add_term(pod, g, 1);
+      continue;
+    }
+    json_t *values = site_values(p, site, key);
+    if (json_array_size(values) == 1)
+      bump(p->groups[g].owners, json_string_value(json_array_get(values, 0)), 1);
+    json_decref(values);
   }
 }
 
 void pv_topology_pod(pv_pass *p, pv_pod *pod) {
   const json_t *spec = json_object_get(pod->obj, "spec");
   const json_t *affinity = json_object_get(spec, "affinity");
-  affinity_terms(p, pod, json_object_get(affinity, "podAffinity"), PV_TOPO_AFFINITY);
-  affinity_terms(p, pod, json_object_get(affinity, "podAntiAffinity"), PV_TOPO_ANTI);
+  affinity_terms(p, pod->obj, json_object_get(affinity, "podAffinity"), PV_TOPO_AFFINITY, pod, NULL);
+  affinity_terms(p, pod->obj, json_object_get(affinity, "podAntiAffinity"), PV_TOPO_ANTI, pod, NULL);
   size_t i;
   const json_t *c;
   json_array_foreach(json_object_get(spec, "topologySpreadConstraints"), i, c) {
@@ -254,18 +266,21 @@ static void bound_pod(const char *key, json_t *obj, void *ud) {
       (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)) ||
       json_object_get(p->ignore_nodes, node_name))
     return;
+  const json_t *anti =
+      json_object_get(json_object_get(lp_obj_get(obj, "spec"), "affinity"), "podAntiAffinity");
+  if (!p->ngroups && !anti) return;
   const json_t *node = lp_env_get(p->env, LP_KIND_NODE, node_name);
   pv_site s = {.host = node_name, .labels = json_object_get(json_object_get(node, "metadata"), "labels")};
   json_t *none = s.labels ? NULL : json_object(); /* no node: only its hostname is known */
   if (none) s.labels = none;
   record(p, obj, NULL, &s);
+  if (anti) affinity_terms(p, obj, anti, PV_TOPO_ANTI, NULL, &s);
   json_decref(none);
 }
 
 void pv_topology_count(pv_pass *p) {
-  if (!p->ngroups) return;
-  lp_env_each(p->env, LP_KIND_NODE, node_domains, p);
   lp_env_each(p->env, LP_KIND_POD, bound_pod, p);
+  if (p->ngroups) lp_env_each(p->env, LP_KIND_NODE, node_domains, p);
 }
 
 void pv_topology_add_pool_domains(pv_pass *p) {

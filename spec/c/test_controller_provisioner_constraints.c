@@ -254,6 +254,17 @@ static void test_host_ports(void) {
 
 /* ---- pod affinity and anti-affinity ---------------------------------------------------------- */
 
+/* A NodePool "only-h" in zone h alone for pods with nodeSelector team=zones. */
+static void zones_pool_only_h(void) {
+  CHECK_INT(pt_nodepool(&f, "only-h", 0,
+                        json_pack("{s:[{s:s, s:s, s:[s]}, {s:s, s:s, s:[s]}]}", "requirements", "key",
+                                  LP_LABEL_CAPACITY_TYPE, "operator", "In", "values", "on-demand", "key",
+                                  LP_LABEL_ZONE, "operator", "In", "values", "cn-hangzhou-h"),
+                        json_pack("{s:{s:s}}", "labels", "team", "zones"), NULL),
+            201);
+  ctrl_run_for(&f, 0.3);
+}
+
 /* {"podAntiAffinity" or "podAffinity": required [{labelSelector app=app, topologyKey}]} as a spec. */
 static json_t *pod_affinity(const char *kind, const char *app, const char *key) {
   return json_pack("{s:{s:{s:[{s:{s:{s:s}}, s:s}]}}}", "affinity", kind,
@@ -297,6 +308,27 @@ static void test_pod_anti_affinity(void) {
   CHECK(strcmp(zone_of(z2), "cn-hangzhou-h") != 0 && strcmp(zone_of(z2), "(not one zone)") != 0);
   json_decref(z1);
   json_decref(z2);
+  pt_cleanup(&f);
+}
+
+/* A pod running on node n1 with hostname anti-affinity against app=web keeps a web pod off n1 (it gets
+ * a NodeClaim); zone anti-affinity against a pod in the only zone a pool offers cannot be met, and the
+ * pod says so. */
+static void test_anti_affinity_of_running_pods(void) {
+  zones_pool_only_h();
+  node("n1", "cn-hangzhou-h");
+  app_pod("guard", "guard", pod_affinity("podAntiAffinity", "web", "kubernetes.io/hostname"), "n1");
+  app_pod("web", "web", NULL, NULL);
+  json_t *lonely = pod_affinity("podAntiAffinity", "guard", LP_LABEL_ZONE);
+  json_object_set_new(lonely, "nodeSelector", json_pack("{s:s}", "team", "zones"));
+  app_pod("lonely", "lonely", lonely, NULL);
+  json_t *claim = pt_claim_of(&f, "web");
+  CHECK(claim != NULL);
+  json_decref(claim);
+  CHECK(ctrl_wait_for(&f, 5, has_failed_scheduling, "lonely"));
+  char *msg = pt_event(&f, "lonely", "FailedScheduling");
+  CHECK_CONTAINS(msg, "nodepool only-h: pod anti-affinity on topology.kubernetes.io/zone cannot be met");
+  free(msg);
   pt_cleanup(&f);
 }
 
@@ -381,12 +413,7 @@ static void test_zone_spread(void) {
  * replica goes to h, a second would make h 2 against j's 0 and is unschedulable, naming the
  * constraint; the same pod with ScheduleAnyway gets a NodeClaim (the preference is relaxed). */
 static void test_spread_unsatisfiable(void) {
-  CHECK_INT(pt_nodepool(&f, "only-h", 0,
-                        json_pack("{s:[{s:s, s:s, s:[s]}, {s:s, s:s, s:[s]}]}", "requirements", "key",
-                                  LP_LABEL_CAPACITY_TYPE, "operator", "In", "values", "on-demand", "key",
-                                  LP_LABEL_ZONE, "operator", "In", "values", "cn-hangzhou-h"),
-                        json_pack("{s:{s:s}}", "labels", "team", "zones"), NULL),
-            201);
+  zones_pool_only_h();
   node("n1", "cn-hangzhou-j");
   app_pod("old", "other", NULL, "n1"); /* zone j is a domain, with no matching pod */
   ctrl_run_for(&f, 0.3);
@@ -409,6 +436,22 @@ static void test_spread_unsatisfiable(void) {
   pt_cleanup(&f);
 }
 
+/* Hostname spread, maxSkew 1: every replica on a node of its own (a new node is an empty domain). */
+static void test_hostname_spread(void) {
+  for (int i = 0; i < 3; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "spread-%d", i);
+    app_pod(name, "host-spread", spread("kubernetes.io/hostname", 1, "DoNotSchedule", "host-spread"), NULL);
+  }
+  for (int i = 0; i < 3; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "spread-%d", i);
+    CHECK(ctrl_wait_for(&f, 10, pt_is_nominated, name));
+  }
+  CHECK_INT(pt_claims(&f, NULL), 3);
+  pt_cleanup(&f);
+}
+
 /* The manager keeps this list for as long as it runs. */
 static const lp_controller_def *const controllers[] = {&lp_nodeclass_controller, &lp_provisioner_controller,
                                                        NULL};
@@ -423,8 +466,10 @@ int main(void) {
   RUN(test_host_ports);
   RUN(test_pod_anti_affinity);
   RUN(test_pod_affinity);
+  RUN(test_anti_affinity_of_running_pods);
   RUN(test_zone_spread);
   RUN(test_spread_unsatisfiable);
+  RUN(test_hostname_spread);
   ctrl_fixture_stop(&f);
   return check_summary();
 }
