@@ -15,7 +15,8 @@
  * A pass (one reconcile): the provisionable pods, minus those nominated for a NodeClaim that is
  * still on its way, biggest first; those that fit existing capacity (provisioner_capacity.c: Ready
  * nodes, and NodeClaims not initialized yet) are left to the scheduler, or nominated for the
- * in-flight NodeClaim; the rest are packed into new NodeClaims (provisioner_schedule.c) over the
+ * in-flight NodeClaim (any required node-affinity term, host ports and hard pod topology count there:
+ * provisioner_topology.c); the rest are packed into new NodeClaims (provisioner_schedule.c) over the
  * NodePools with a Ready node class and the instance types of that class (lp_cp_get_instance_types,
  * cached by the provider), and the NodeClaims created (provisioner_create.c) under names of our own.
  * Nominations live in memory: a pod stays nominated while its NodeClaim exists (in the cache, or on its
@@ -24,7 +25,8 @@
  * cache has not shown for a while.
  *
  * Events: Normal "Nominated" on a pod ("Pod should schedule on: nodeclaim/<name>"); Warning
- * "FailedScheduling" on a pod no NodePool can take ("Failed to schedule pod, <why per NodePool>");
+ * "FailedScheduling" on a pod no NodePool can take ("Failed to schedule pod, <why per NodePool>", naming
+ * the constraint: minValues, a DaemonSet's host port, pod (anti-)affinity, topology spread);
  * Warning "NoCompatibleInstanceTypes" on a NodePool whose requirements leave no instance type.
  * Metrics:
  *   luaprov_provisioner_scheduling_duration_seconds            histogram, packing time of a pass

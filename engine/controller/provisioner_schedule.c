@@ -4,7 +4,11 @@
  * agreeing, and some option left that holds every pod plus the DaemonSet overhead — else opens a new
  * NodeClaim on the first NodePool (by weight) that has an option for it. A NodeClaim's options are
  * the instance types compatible with its requirements, with an available compatible offering, whose
- * allocatable holds its pods and whose capacity fits the NodePool's remaining limits. */
+ * allocatable holds its pods and whose capacity fits the NodePool's remaining limits, keeping the
+ * pool's minValues. A pod is tried in its attempts' order (pv_pod_attempt: preferences first, then
+ * relaxed); pods sharing a host port never share a NodeClaim, and topology (provisioner_topology.c)
+ * may refuse a NodeClaim or narrow an open zone to one value. The reason kept for FailedScheduling is
+ * that of the most relaxed attempts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -15,16 +15,6 @@
 
 static ctrl_fixture f;
 
-static int values_are(const json_t *values, const char *a, const char *b) {
-  size_t n = json_array_size(values);
-  if (n != (b ? 2u : 1u)) return 0;
-  for (size_t i = 0; i < n; i++) {
-    const char *v = json_string_value(json_array_get(values, i));
-    if (!v || (strcmp(v, a) != 0 && (!b || strcmp(v, b) != 0))) return 0;
-  }
-  return 1;
-}
-
 /* {"key": key, "operator": "In", "values": [value]} as a one-expression node selector term. */
 static json_t *zone_term(const char *zone) {
   return json_pack("{s:[{s:s, s:s, s:[s]}]}", "matchExpressions", "key", LP_LABEL_ZONE, "operator", "In",
@@ -42,6 +32,16 @@ static int has_failed_scheduling(ctrl_fixture *fx, const void *pod) {
   return msg != NULL;
 }
 
+/* Non-zero when the pod gets (within 5 s) a FailedScheduling event whose message holds text. */
+static int failed_with(const char *pod, const char *text) {
+  if (!ctrl_wait_for(&f, 5, has_failed_scheduling, pod)) return 0;
+  char *msg = pt_event(&f, pod, "FailedScheduling");
+  int ok = msg && strstr(msg, text) != NULL;
+  if (!ok) fprintf(stderr, "FailedScheduling of %s: %s\n", pod, msg ? msg : "(none)");
+  free(msg);
+  return ok;
+}
+
 /* ---- node affinity ---------------------------------------------------------------------------- */
 
 /* The first term names a zone nobody offers, the second one that exists: the pod gets a NodeClaim in
@@ -55,13 +55,10 @@ static void test_required_terms_ored(void) {
             201);
   json_t *claim = pt_claim_of(&f, "second-term");
   CHECK(claim != NULL);
-  CHECK(values_are(pt_values(claim, LP_LABEL_ZONE), "cn-hangzhou-j", NULL));
+  CHECK(pt_values_are(pt_values(claim, LP_LABEL_ZONE), "cn-hangzhou-j", NULL));
   json_decref(claim);
-  CHECK(ctrl_wait_for(&f, 5, has_failed_scheduling, "no-term"));
-  char *msg = pt_event(&f, "no-term", "FailedScheduling");
-  CHECK_CONTAINS(msg, "with term 1 of its required node affinity: nodepool default: ");
-  CHECK_CONTAINS(msg, "with term 2 of its required node affinity: nodepool default: ");
-  free(msg);
+  CHECK(failed_with("no-term", "with term 1 of its required node affinity: nodepool default: "));
+  CHECK(failed_with("no-term", "; with term 2 of its required node affinity: nodepool default: "));
   CHECK_INT(pt_claims(&f, NULL), 1);
   pt_cleanup(&f);
 }
@@ -86,7 +83,7 @@ static void test_preferences_relaxed(void) {
       201);
   json_t *claim = pt_claim_of(&f, "prefers-i");
   CHECK(claim != NULL);
-  CHECK(values_are(pt_values(claim, LP_LABEL_ZONE), "cn-hangzhou-i", NULL));
+  CHECK(pt_values_are(pt_values(claim, LP_LABEL_ZONE), "cn-hangzhou-i", NULL));
   json_t *other = pt_claim_of(&f, "prefers-nothing-possible");
   CHECK(other != NULL);
   CHECK(!has_failed_scheduling(&f, "prefers-nothing-possible"));
@@ -146,11 +143,9 @@ static void test_min_values(void) {
   CHECK(claim != NULL);
   CHECK(json_array_size(pt_values(claim, LP_LABEL_INSTANCE_TYPE)) >= 3);
   json_decref(claim);
-  CHECK(ctrl_wait_for(&f, 5, has_failed_scheduling, "one-fits"));
-  char *msg = pt_event(&f, "one-fits", "FailedScheduling");
-  CHECK_CONTAINS(msg, "nodepool three: minValues requirement is not met for node.kubernetes.io/instance-type "
-                      "(1 of 3 distinct values)");
-  free(msg);
+  CHECK(failed_with("one-fits",
+                    "nodepool three: minValues requirement is not met for node.kubernetes.io/instance-type "
+                    "(1 of 3 distinct values)"));
   json_t *varied = pt_claim_of(&f, "varied");
   CHECK(varied != NULL);
   CHECK_INT(json_array_size(pt_values(varied, LP_LABEL_INSTANCE_TYPE)), 60);
@@ -186,11 +181,7 @@ static void app_pod(const char *name, const char *app, json_t *extra, const char
   if (app) json_object_set_new(json_object_get(pod, "metadata"), "labels", json_pack("{s:s}", "app", app));
   CHECK_INT(pt_post(&f, PT_PODS, pod), 201);
   if (node) return;
-  char path[256];
-  snprintf(path, sizeof path, PT_PODS "/%s/status", name);
-  CHECK_INT(ctrl_kube_pack(&f, "PATCH", path, "{s:{s:[{s:s, s:s, s:s}]}}", "status", "conditions", "type",
-                           "PodScheduled", "status", "False", "reason", "Unschedulable"),
-            200);
+  CHECK_INT(pt_mark_unschedulable(&f, name), 200);
 }
 
 static void custom_pod(const char *name, json_t *extra, const char *node) {
@@ -241,10 +232,7 @@ static void test_host_ports(void) {
   CHECK(strcmp(lp_obj_name(a) ?: "", lp_obj_name(b) ?: "") != 0);
   CHECK(pt_is_nominated(&f, "web-udp"));
   CHECK(!pt_is_nominated(&f, "wants-9091"));
-  CHECK(ctrl_wait_for(&f, 5, has_failed_scheduling, "wants-8081"));
-  char *msg = pt_event(&f, "wants-8081", "FailedScheduling");
-  CHECK_CONTAINS(msg, "nodepool default: host port 8081/TCP in use by a DaemonSet pod");
-  free(msg);
+  CHECK(failed_with("wants-8081", "nodepool default: host port 8081/TCP in use by a DaemonSet pod"));
   CHECK_INT(pt_claims(&f, NULL), 2);
   json_decref(a);
   json_decref(b);
@@ -254,12 +242,13 @@ static void test_host_ports(void) {
 
 /* ---- pod affinity and anti-affinity ---------------------------------------------------------- */
 
-/* A NodePool "only-h" in zone h alone for pods with nodeSelector team=zones. */
-static void zones_pool_only_h(void) {
-  CHECK_INT(pt_nodepool(&f, "only-h", 0,
-                        json_pack("{s:[{s:s, s:s, s:[s]}, {s:s, s:s, s:[s]}]}", "requirements", "key",
+/* A NodePool name (on-demand) in zone a, or a, b and c, for pods with nodeSelector team=zones. */
+static void zone_pool(const char *name, const char *a, const char *b, const char *c) {
+  json_t *zones = b ? json_pack("[sss]", a, b, c) : json_pack("[s]", a);
+  CHECK_INT(pt_nodepool(&f, name, 0,
+                        json_pack("{s:[{s:s, s:s, s:[s]}, {s:s, s:s, s:o}]}", "requirements", "key",
                                   LP_LABEL_CAPACITY_TYPE, "operator", "In", "values", "on-demand", "key",
-                                  LP_LABEL_ZONE, "operator", "In", "values", "cn-hangzhou-h"),
+                                  LP_LABEL_ZONE, "operator", "In", "values", zones),
                         json_pack("{s:{s:s}}", "labels", "team", "zones"), NULL),
             201);
   ctrl_run_for(&f, 0.3);
@@ -315,7 +304,7 @@ static void test_pod_anti_affinity(void) {
  * a NodeClaim); zone anti-affinity against a pod in the only zone a pool offers cannot be met, and the
  * pod says so. */
 static void test_anti_affinity_of_running_pods(void) {
-  zones_pool_only_h();
+  zone_pool("only-h", "cn-hangzhou-h", NULL, NULL);
   node("n1", "cn-hangzhou-h");
   app_pod("guard", "guard", pod_affinity("podAntiAffinity", "web", "kubernetes.io/hostname"), "n1");
   app_pod("web", "web", NULL, NULL);
@@ -325,10 +314,8 @@ static void test_anti_affinity_of_running_pods(void) {
   json_t *claim = pt_claim_of(&f, "web");
   CHECK(claim != NULL);
   json_decref(claim);
-  CHECK(ctrl_wait_for(&f, 5, has_failed_scheduling, "lonely"));
-  char *msg = pt_event(&f, "lonely", "FailedScheduling");
-  CHECK_CONTAINS(msg, "nodepool only-h: pod anti-affinity on topology.kubernetes.io/zone cannot be met");
-  free(msg);
+  CHECK(failed_with("lonely",
+                    "nodepool only-h: pod anti-affinity on topology.kubernetes.io/zone cannot be met"));
   pt_cleanup(&f);
 }
 
@@ -353,10 +340,7 @@ static void test_pod_affinity(void) {
   CHECK(claim != NULL);
   CHECK_STR(zone_of(claim), "cn-hangzhou-k");
   json_decref(claim);
-  CHECK(ctrl_wait_for(&f, 5, has_failed_scheduling, "sticky"));
-  char *msg = pt_event(&f, "sticky", "FailedScheduling");
-  CHECK_CONTAINS(msg, "nodepool default: pod affinity on kubernetes.io/hostname cannot be met");
-  free(msg);
+  CHECK(failed_with("sticky", "nodepool default: pod affinity on kubernetes.io/hostname cannot be met"));
   pt_cleanup(&f);
 }
 
@@ -366,18 +350,6 @@ static void test_pod_affinity(void) {
 static json_t *spread(const char *key, int skew, const char *when, const char *app) {
   return json_pack("{s:[{s:i, s:s, s:s, s:{s:{s:s}}}]}", "topologySpreadConstraints", "maxSkew", skew,
                    "topologyKey", key, "whenUnsatisfiable", when, "labelSelector", "matchLabels", "app", app);
-}
-
-/* A NodePool "zones" over zones h, i and j for pods with nodeSelector team=zones. */
-static void zones_pool(void) {
-  CHECK_INT(pt_nodepool(&f, "zones", 0,
-                        json_pack("{s:[{s:s, s:s, s:[s]}, {s:s, s:s, s:[sss]}]}", "requirements", "key",
-                                  LP_LABEL_CAPACITY_TYPE, "operator", "In", "values", "on-demand", "key",
-                                  LP_LABEL_ZONE, "operator", "In", "values", "cn-hangzhou-h", "cn-hangzhou-i",
-                                  "cn-hangzhou-j"),
-                        json_pack("{s:{s:s}}", "labels", "team", "zones"), NULL),
-            201);
-  ctrl_run_for(&f, 0.3);
 }
 
 static json_t *spread_spec(const char *when, const char *cpu) {
@@ -391,7 +363,7 @@ static json_t *spread_spec(const char *when, const char *cpu) {
  * nodes too small for another). Two new replicas go one to i, one to j, each NodeClaim pinned to its
  * zone so that the launch lands there. */
 static void test_zone_spread(void) {
-  zones_pool();
+  zone_pool("zones", "cn-hangzhou-h", "cn-hangzhou-i", "cn-hangzhou-j");
   node("n1", "cn-hangzhou-h");
   node("n2", "cn-hangzhou-h");
   app_pod("old-1", "spread", json_pack("{s:o}", "containers", cpu_containers("3")), "n1");
@@ -413,7 +385,7 @@ static void test_zone_spread(void) {
  * replica goes to h, a second would make h 2 against j's 0 and is unschedulable, naming the
  * constraint; the same pod with ScheduleAnyway gets a NodeClaim (the preference is relaxed). */
 static void test_spread_unsatisfiable(void) {
-  zones_pool_only_h();
+  zone_pool("only-h", "cn-hangzhou-h", NULL, NULL);
   node("n1", "cn-hangzhou-j");
   app_pod("old", "other", NULL, "n1"); /* zone j is a domain, with no matching pod */
   ctrl_run_for(&f, 0.3);
@@ -423,12 +395,8 @@ static void test_spread_unsatisfiable(void) {
   CHECK(first != NULL);
   CHECK_STR(zone_of(first), "cn-hangzhou-h");
   json_decref(first);
-  CHECK(ctrl_wait_for(&f, 5, has_failed_scheduling, "hard-2"));
-  char *msg = pt_event(&f, "hard-2", "FailedScheduling");
-  CHECK_CONTAINS(msg,
-                 "nodepool only-h: topology spread constraint on topology.kubernetes.io/zone (maxSkew 1) "
-                 "cannot be met");
-  free(msg);
+  CHECK(failed_with("hard-2", "nodepool only-h: topology spread constraint on topology.kubernetes.io/zone "
+                              "(maxSkew 1) cannot be met"));
   app_pod("soft", "spread", spread_spec("ScheduleAnyway", "3"), NULL);
   json_t *soft = pt_claim_of(&f, "soft");
   CHECK(soft != NULL);
