@@ -216,7 +216,7 @@ static int bin_takes(const pv_pass *p, const pv_bin *b, const pv_pod *pod) {
       pv_ports_clash(&b->ports, &pod->ports))
     return 0;
   size_t n = json_array_size(pod->terms);
-  int fits = n == 0;
+  int fits = n == 0 && bin_satisfies(b, pod->reqs); /* a pod built without pv_pod_init has reqs alone */
   for (size_t i = 0; i < n && !fits; i++) fits = bin_satisfies(b, json_array_get(pod->terms, i));
   pv_site site = bin_site(b);
   return fits && pv_topology_allows(p, pod, &site);

@@ -342,6 +342,7 @@ size_t pv_pod_attempts(const pv_pod *pod) {
 }
 
 int pv_pod_attempt(pv_pod *pod, size_t attempt) {
+  if (!pod->terms && !pod->prefs && !pod->nsoft) return 1; /* reqs as they are (none, or set by hand) */
   size_t level = attempt / term_count(pod), prefs = json_array_size(pod->prefs);
   size_t kept = level < prefs ? prefs - level : 0, dropped = level > prefs ? level - prefs : 0;
   pod->soft_kept = dropped < pod->nsoft ? pod->nsoft - dropped : 0;

@@ -279,6 +279,7 @@ static void bound_pod(const char *key, json_t *obj, void *ud) {
 }
 
 void pv_topology_count(pv_pass *p) {
+  if (!p->ngroups && !p->st) return; /* a simulation's pass (its pods have no terms): nothing to count */
   lp_env_each(p->env, LP_KIND_POD, bound_pod, p);
   if (p->ngroups) lp_env_each(p->env, LP_KIND_NODE, node_domains, p);
 }
