@@ -15,7 +15,8 @@
  * A pass (one reconcile): the provisionable pods, minus those nominated for a NodeClaim that is
  * still on its way, biggest first; those that fit existing capacity (provisioner_capacity.c: Ready
  * nodes, and NodeClaims not initialized yet) are left to the scheduler, or nominated for the
- * in-flight NodeClaim; the rest are packed into new NodeClaims (provisioner_schedule.c) over the
+ * in-flight NodeClaim (any required node-affinity term, host ports and hard pod topology count there:
+ * provisioner_topology.c); the rest are packed into new NodeClaims (provisioner_schedule.c) over the
  * NodePools with a Ready node class and the instance types of that class (lp_cp_get_instance_types,
  * cached by the provider), and the NodeClaims created (provisioner_create.c) under names of our own.
  * Nominations live in memory: a pod stays nominated while its NodeClaim exists (in the cache, or on its
@@ -24,7 +25,8 @@
  * cache has not shown for a while.
  *
  * Events: Normal "Nominated" on a pod ("Pod should schedule on: nodeclaim/<name>"); Warning
- * "FailedScheduling" on a pod no NodePool can take ("Failed to schedule pod, <why per NodePool>");
+ * "FailedScheduling" on a pod no NodePool can take ("Failed to schedule pod, <why per NodePool>", naming
+ * the constraint: minValues, a DaemonSet's host port, pod (anti-)affinity, topology spread);
  * Warning "NoCompatibleInstanceTypes" on a NodePool whose requirements leave no instance type.
  * Metrics:
  *   luaprov_provisioner_scheduling_duration_seconds            histogram, packing time of a pass
@@ -226,12 +228,8 @@ void pv_finish(pv_pass *p) {
   if (on_its_way > 0 && on_its_way < requeue) requeue = on_its_way;
   pv_claims_free(p);
   pv_pools_free(p);
-  for (size_t i = 0; i < p->npods; i++) {
-    free(p->pods[i].key);
-    json_decref(p->pods[i].obj);
-    json_decref(p->pods[i].reqs);
-    free(p->pods[i].why);
-  }
+  pv_topology_free(p);
+  for (size_t i = 0; i < p->npods; i++) pv_pod_free(&p->pods[i]);
   free(p->pods);
   json_decref(p->types);
   pv_dims_free(&p->dims);
@@ -255,15 +253,7 @@ static void add_pod(const char *key, json_t *pod, void *ud) {
   }
   pv_pass *p = s->p;
   p->pods = lp_xrealloc(p->pods, (p->npods + 1) * sizeof *p->pods);
-  pv_pod *pp = &p->pods[p->npods++];
-  memset(pp, 0, sizeof *pp);
-  pp->key = lp_xstrdup(key);
-  pp->obj = json_incref(pod);
-  const json_t *spec = json_object_get(pod, "spec");
-  pv_pod_requests(&p->dims, spec, &pp->requests);
-  pp->reqs = pv_pod_requirements(spec);
-  pp->tolerations = json_object_get(spec, "tolerations");
-  pp->created = lp_rfc3339_parse(lp_obj_str(pod, "metadata.creationTimestamp"));
+  pv_pod_init(p, &p->pods[p->npods++], key, pod);
 }
 
 static void report_unschedulable(pv_pass *p) {

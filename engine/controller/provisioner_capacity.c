@@ -6,6 +6,7 @@
 
 #include "contract/requirements.h"
 #include "controller/conditions.h"
+#include "controller/nodepool.h"
 #include "controller/provisioner_internal.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -46,6 +47,7 @@ typedef struct daemon_scan {
   pv_pass *p;
   const json_t *reqs, *taints;
   pv_res *out;
+  pv_ports *ports;
 } daemon_scan;
 
 /* Karpenter counts a DaemonSet when its requirements are compatible with the node's, a key the node
@@ -70,15 +72,16 @@ static void add_daemon(const char *key, json_t *ds, void *ud) {
     pv_res r;
     pv_pod_requests(&s->p->dims, spec, &r);
     *s->out = pv_res_sum(s->out, &r);
+    pv_ports_of(spec, s->ports);
   }
   json_decref(reqs);
 }
 
 /* The requests of the DaemonSet pods that would run on a node with these requirements and taints:
- * those whose node requirements agree and which tolerate the taints. */
-static pv_res daemon_overhead(pv_pass *p, const json_t *reqs, const json_t *taints) {
+ * those whose node requirements agree and which tolerate the taints; their host ports go to ports. */
+static pv_res daemon_overhead(pv_pass *p, const json_t *reqs, const json_t *taints, pv_ports *ports) {
   pv_res out = {{0}};
-  daemon_scan s = {p, reqs, taints, &out};
+  daemon_scan s = {p, reqs, taints, &out, ports};
   lp_env_each(p->env, LP_KIND_DAEMONSET, add_daemon, &s);
   return out;
 }
@@ -94,7 +97,7 @@ static pv_bin *new_bin(pv_pass *p) {
 
 typedef struct bound_scan {
   pv_pass *p;
-  pv_res *free;
+  pv_bin *bin;
 } bound_scan;
 
 static void subtract_bound(const char *key, json_t *pod, void *ud) {
@@ -104,11 +107,13 @@ static void subtract_bound(const char *key, json_t *pod, void *ud) {
   if (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)) return;
   pv_res r;
   pv_pod_requests(&s->p->dims, json_object_get(pod, "spec"), &r);
-  for (size_t i = 0; i < PV_RES_MAX; i++) s->free->v[i] -= r.v[i];
+  for (size_t i = 0; i < PV_RES_MAX; i++) s->bin->free.v[i] -= r.v[i];
+  pv_ports_of(json_object_get(pod, "spec"), &s->bin->ports);
 }
 
-static void subtract_bound_pods(pv_pass *p, const char *node_name, pv_res *free) {
-  bound_scan s = {p, free};
+/* The requests and host ports of the pods bound to node_name count against bin. */
+static void subtract_bound_pods(pv_pass *p, const char *node_name, pv_bin *b) {
+  bound_scan s = {p, b};
   if (node_name && *node_name) lp_env_index_each(p->env, LP_INDEX_POD_BY_NODE, node_name, subtract_bound, &s);
 }
 
@@ -128,10 +133,11 @@ static void add_node_bin(const char *key, json_t *node, void *ud) {
   if (claim && (lp_obj_deleting(claim) || !lp_condition_is(claim, "Initialized", "True"))) return;
   pv_bin *b = new_bin(p);
   b->node = key;
+  b->host = lp_xstrdup(key);
   b->labels = labels_of(node);
   b->taints = json_object_get(json_object_get(node, "spec"), "taints");
   pv_res_add_list(&p->dims, &b->free, json_object_get(json_object_get(node, "status"), "allocatable"), 1);
-  subtract_bound_pods(p, key, &b->free);
+  subtract_bound_pods(p, key, b);
 }
 
 /* A NodeClaim's requirements with its labels as In requirements: what a pod must agree with. */
@@ -157,19 +163,26 @@ static void add_claim_bin(pv_pass *p, const char *name, json_t *claim, void *ud)
   const json_t *spec = json_object_get(claim, "spec");
   pv_bin *b = new_bin(p);
   b->claim = name;
+  const char *node_name = lp_obj_str(claim, "status.nodeName");
+  b->host = lp_xstrdup(node_name && *node_name ? node_name : name);
   b->reqs = claim_requirements(claim);
   b->taints = json_object_get(spec, "taints");
   const json_t *allocatable = json_object_get(json_object_get(claim, "status"), "allocatable");
   if (!json_object_size(allocatable)) /* not launched: it will hold at least what it asked for */
     allocatable = json_object_get(json_object_get(spec, "resources"), "requests");
   pv_res_add_list(&p->dims, &b->free, allocatable, 1);
-  pv_res daemon = daemon_overhead(p, b->reqs, b->taints);
+  pv_res daemon = daemon_overhead(p, b->reqs, b->taints, &b->ports);
   for (size_t i = 0; i < PV_RES_MAX; i++) b->free.v[i] -= daemon.v[i];
-  subtract_bound_pods(p, lp_obj_str(claim, "status.nodeName"), &b->free);
+  subtract_bound_pods(p, lp_obj_str(claim, "status.nodeName"), b);
   json_object_set_new(index, name, json_integer((json_int_t)(p->nbins - 1)));
 }
 
+static pv_site bin_site(const pv_bin *b) {
+  return (pv_site){b->host, b->labels, b->reqs, 0};
+}
+
 void pv_collect_bins(pv_pass *p, const json_t *nominated) {
+  pv_topology_count(p);
   lp_env_each(p->env, LP_KIND_NODE, add_node_bin, p);
   json_t *index = json_object(); /* NodeClaim name -> bin */
   each_claim(p, add_claim_bin, index);
@@ -183,18 +196,30 @@ void pv_collect_bins(pv_pass *p, const json_t *nominated) {
     pv_pod_requests(&p->dims, json_object_get(pod, "spec"), &r);
     pv_bin *b = &p->bins[json_integer_value(i)];
     for (size_t k = 0; k < PV_RES_MAX; k++) b->free.v[k] -= r.v[k];
+    pv_ports_of(json_object_get(pod, "spec"), &b->ports);
+    pv_site site = bin_site(b);
+    pv_topology_record_obj(p, pod, &site);
   }
   json_decref(index);
 }
 
-static int bin_takes(const pv_pass *p, const pv_bin *b, const pv_pod *pod) {
-  if (!pv_res_fits(&p->dims, &pod->requests, &b->free) || !pv_tolerates(pod->tolerations, b->taints, NULL))
-    return 0;
-  if (b->labels) return pv_labels_satisfy(b->labels, pod->reqs);
+static int bin_satisfies(const pv_bin *b, const json_t *reqs) {
+  if (b->labels) return pv_labels_satisfy(b->labels, reqs);
   /* strict, as for a node: a label the NodeClaim does not pin yet (its zone before launch) may come out
    * other than the pod needs */
-  return !pv_undefined_key(pod->reqs, b->reqs, NULL, 0) &&
-         lp_requirements_compatible(pod->reqs, b->reqs, NULL);
+  return !pv_undefined_key(reqs, b->reqs, NULL, 0) && lp_requirements_compatible(reqs, b->reqs, NULL);
+}
+
+/* The scheduler's view: any required node-affinity term will do; preferences only rank. */
+static int bin_takes(const pv_pass *p, const pv_bin *b, const pv_pod *pod) {
+  if (!pv_res_fits(&p->dims, &pod->requests, &b->free) || !pv_tolerates(pod->tolerations, b->taints, NULL) ||
+      pv_ports_clash(&b->ports, &pod->ports))
+    return 0;
+  size_t n = json_array_size(pod->terms);
+  int fits = n == 0 && bin_satisfies(b, pod->reqs); /* a pod built without pv_pod_init has reqs alone */
+  for (size_t i = 0; i < n && !fits; i++) fits = bin_satisfies(b, json_array_get(pod->terms, i));
+  pv_site site = bin_site(b);
+  return fits && pv_topology_allows(p, pod, &site);
 }
 
 size_t pv_place_on_bins(pv_pass *p) {
@@ -205,6 +230,9 @@ size_t pv_place_on_bins(pv_pass *p) {
       pv_bin *b = &p->bins[k];
       if (!bin_takes(p, b, pod)) continue;
       for (size_t r = 0; r < PV_RES_MAX; r++) b->free.v[r] -= pod->requests.v[r];
+      pv_ports_add(&b->ports, &pod->ports);
+      pv_site site = bin_site(b);
+      pv_topology_record(p, pod, &site);
       pod->placed = 1;
       if (b->claim) pv_nominate(p, pod, b->claim);
     }
@@ -214,7 +242,11 @@ size_t pv_place_on_bins(pv_pass *p) {
 }
 
 void pv_bins_free(pv_pass *p) {
-  for (size_t i = 0; i < p->nbins; i++) json_decref(p->bins[i].reqs);
+  for (size_t i = 0; i < p->nbins; i++) {
+    json_decref(p->bins[i].reqs);
+    pv_ports_free(&p->bins[i].ports);
+    free(p->bins[i].host);
+  }
   free(p->bins);
   p->bins = NULL;
   p->nbins = 0;
@@ -329,6 +361,22 @@ static void set_limits(pv_pass *p, pv_pool *pool) {
         lp_xasprintf("nodes resource usage of %g exceeds limit of %g", pool->nodes_used, pool->node_limit);
 }
 
+/* The template requirements with a minValues: [{"key", "minValues"}], or NULL. */
+static json_t *min_values_of(const json_t *pool) {
+  json_t *out = json_array();
+  size_t i;
+  const json_t *req;
+  json_array_foreach(lp_obj_get(pool, "spec.template.spec.requirements"), i, req) {
+    const json_t *min = json_object_get(req, "minValues");
+    const char *key = json_string_value(json_object_get(req, "key"));
+    if (key && json_is_integer(min) && json_integer_value(min) > 0)
+      json_array_append_new(out, json_pack("{s:s, s:O}", "key", lp_label_normalized(key), "minValues", min));
+  }
+  if (json_array_size(out)) return out;
+  json_decref(out);
+  return NULL;
+}
+
 void pv_collect_pools(pv_pass *p) {
   pool_scan s = {p, lp_cloudprovider_supported_nodeclasses(lp_env_cloud(p->env)), NULL, 0};
   lp_env_each(p->env, LP_KIND_NODEPOOL, scan_pool, &s);
@@ -347,7 +395,8 @@ void pv_collect_pools(pv_pass *p) {
     pool->reqs = pool_requirements(pool->obj, &why);
     if (!pool->reqs) pool->skip_why = lp_xasprintf("its requirements contradict each other (%s)", why);
     free(why);
-    if (pool->reqs) pool->daemon = daemon_overhead(p, pool->reqs, pool->taints);
+    if (pool->reqs) pool->daemon = daemon_overhead(p, pool->reqs, pool->taints, &pool->daemon_ports);
+    pool->min_values = min_values_of(pool->obj);
     set_limits(p, pool);
   }
   free(s.found);
@@ -411,6 +460,8 @@ void pv_pools_free(pv_pass *p) {
     json_decref(pool->obj);
     json_decref(pool->reqs);
     json_decref(pool->provider_keys);
+    json_decref(pool->min_values);
+    pv_ports_free(&pool->daemon_ports);
     free(pool->types);
     free(pool->skip_why);
     free(pool->nodeclass);

@@ -1,8 +1,10 @@
 /* Shared by the provisioner's files: provisioner.c (triggers, batching, the pass and its nominations),
  * provisioner_resources.c (resource vectors), provisioner_pods.c (what a pod asks for: requests, node
- * requirements, tolerations),
+ * requirement terms and preferences, tolerations, host ports),
  * provisioner_capacity.c (existing capacity: Ready nodes and in-flight NodeClaims; NodePools, their
- * limits and DaemonSet overhead), provisioner_schedule.c (packing pods into new NodeClaims),
+ * limits, minValues and DaemonSet overhead), provisioner_schedule.c (packing pods into new NodeClaims),
+ * provisioner_topology.c (pod affinity, anti-affinity and topology spread counted over the pass's
+ * places; called by capacity and schedule, calls neither),
  * provisioner_create.c (the NodeClaim objects and their creation) and provisioner_inflight.c (the
  * NodeClaims created and not cached yet: names, lost answers, checks by name).
  *
@@ -21,6 +23,7 @@
 #include <uv.h>
 
 #include "controller/controller.h"
+#include "core/buf.h"
 #include "core/metrics.h"
 
 #define PV_LABEL_NODEPOOL "karpenter.sh/nodepool"
@@ -74,9 +77,16 @@ char *pv_pod_key(const json_t *pod);
  * request), or its largest init container when that is more, plus spec.overhead, plus one pod. */
 void pv_pod_requests(pv_dims *d, const json_t *spec, pv_res *out);
 /* The node requirements of a pod spec: nodeSelector as In requirements and the first term of its
- * required node affinity (later terms are alternatives Karpenter would try one by one; we take the
- * first), deprecated beta label keys normalized. New list, or NULL when the pod has none. */
+ * required node affinity, deprecated beta label keys normalized. New list, or NULL when the pod has
+ * none. (What a DaemonSet's pod needs; a pending pod's alternatives are pv_pod_requirement_terms.) */
 json_t *pv_pod_requirements(const json_t *spec);
+/* The alternatives a pod spec's node requirements allow: one list per term of its required node
+ * affinity (the terms are ORed), each with the nodeSelector, or the nodeSelector alone when there is
+ * no term. New array of lists, or NULL when the pod requires nothing. */
+json_t *pv_pod_requirement_terms(const json_t *spec);
+/* The requirements of each preferred node-affinity term, heaviest weight first (equal weights keep
+ * their order). New array of lists, or NULL when there is none. */
+json_t *pv_pod_preferences(const json_t *spec);
 /* Non-zero when tolerations (a pod spec's list; NULL = none) tolerate every NoSchedule and NoExecute
  * taint of taints. Otherwise *untolerated (may be NULL) gets the first taint that is not. */
 int pv_tolerates(const json_t *tolerations, const json_t *taints, const json_t **untolerated);
@@ -91,17 +101,76 @@ int pv_labels_satisfy(const json_t *labels, const json_t *reqs);
 /* "key=value:Effect" of a taint, malloc'd. */
 char *pv_taint_text(const json_t *taint);
 
+/* A host port a pod asks for: a container port with hostPort set. */
+typedef struct pv_port {
+  int port;
+  char protocol[8]; /* TCP (the default), UDP, SCTP */
+  char ip[48];      /* hostIP; "" = every address */
+} pv_port;
+
+typedef struct pv_ports {
+  pv_port *v;
+  size_t n, cap;
+} pv_ports;
+
+/* Appends the host ports of a pod spec's containers to out. */
+void pv_ports_of(const json_t *spec, pv_ports *out);
+/* Appends every port of from to to. */
+void pv_ports_add(pv_ports *to, const pv_ports *from);
+/* The first port of want that one of used holds already (same port and protocol, addresses that
+ * overlap: equal, or either is every address), or NULL. */
+const pv_port *pv_ports_clash(const pv_ports *used, const pv_ports *want);
+void pv_ports_free(pv_ports *ports);
+
+/* ---- topology terms ------------------------------------------------------------------------- */
+
+enum { PV_TOPO_AFFINITY, PV_TOPO_ANTI, PV_TOPO_SPREAD };
+
+/* One distinct pod (anti-)affinity term or spread constraint of the pass's pods, and the pods matching
+ * its selector per domain (provisioner_topology.c). */
+typedef struct pv_group {
+  int kind;           /* PV_TOPO_* */
+  char *key;          /* topologyKey */
+  json_t *selector;   /* labelSelector as requirements (own); NULL matches nothing */
+  json_t *namespaces; /* the namespaces whose pods count: name -> true (own) */
+  int max_skew, min_domains;
+  json_t *counts;   /* domain -> matching pods there */
+  json_t *owners;   /* anti-affinity: domain -> pods carrying the term there */
+  json_int_t total; /* matching pods counted in some domain */
+} pv_group;
+
+/* A term of one pod: its group, and whether it is hard (required, DoNotSchedule) or a preference
+ * (ScheduleAnyway). */
+typedef struct pv_term {
+  size_t group;
+  int hard;
+} pv_term;
+
+/* Where a pod is (or would be) placed, as topology sees it. */
+typedef struct pv_site {
+  const char *host;     /* its kubernetes.io/hostname domain: a node's name, a NodeClaim's */
+  const json_t *labels; /* a node's labels, or NULL */
+  const json_t *reqs;   /* otherwise a NodeClaim's requirements: a key with one In value is pinned */
+  int fresh;            /* a new NodeClaim: a key its requirements leave open may take any known domain */
+} pv_site;
+
 /* ---- the pass ------------------------------------------------------------------------------- */
 
 typedef struct pv_pod {
   char *key;   /* "namespace/name" */
   json_t *obj; /* own reference */
   pv_res requests;
-  json_t *reqs; /* pv_pod_requirements, or NULL */
+  json_t *terms; /* pv_pod_requirement_terms (own), or NULL: existing capacity takes any that fits */
+  json_t *prefs; /* pv_pod_preferences (own), or NULL */
+  json_t *reqs;  /* the requirements of the current attempt (own; pv_pod_attempt), or NULL: none */
   const json_t *tolerations;
-  double created; /* creationTimestamp, epoch seconds */
-  char *why;      /* set when no NodePool can take it */
-  int placed;     /* on existing capacity, or on a new NodeClaim */
+  pv_ports ports; /* its host ports */
+  pv_term *topo;  /* its pod (anti-)affinity terms and spread constraints (provisioner_topology.c) */
+  size_t ntopo, nsoft;
+  size_t soft_kept; /* the current attempt keeps its first soft_kept ScheduleAnyway constraints */
+  double created;   /* creationTimestamp, epoch seconds */
+  char *why;        /* set when no NodePool can take it */
+  int placed;       /* on existing capacity, or on a new NodeClaim */
 } pv_pod;
 
 /* One instance type of GetInstanceTypes (the shape `luaprov eval instance-types` prints). */
@@ -121,12 +190,14 @@ typedef struct pv_pool {
   json_t *provider_keys; /* every key an instance type defines: a pod may require these, keys of
                             reqs and well-known labels, and no other */
   pv_res daemon;         /* requests of the DaemonSet pods a node of this pool would run */
+  pv_ports daemon_ports; /* and their host ports */
   pv_res limit;          /* spec.limits (limited[i] says which) */
   int limited[PV_RES_MAX];
   double node_limit; /* spec.limits.nodes, or < 0 */
   pv_res used;       /* capacity of the pool's NodeClaims */
   double nodes_used;
-  pv_type *types; /* the nodeclass's instance types compatible with reqs */
+  json_t *min_values; /* [{"key", "minValues"}] of the template requirements that set it (own), or NULL */
+  pv_type *types;     /* the nodeclass's instance types compatible with reqs */
   size_t ntypes;
   char *skip_why; /* set: the pool takes no pod this pass */
 } pv_pool;
@@ -139,6 +210,8 @@ typedef struct pv_claim {
   pv_type **types; /* options that fit every pod so far */
   size_t ntypes;
   pv_res max_alloc; /* per resource, the largest allocatable among types: a quick "cannot fit" */
+  pv_ports ports;   /* of its pods and of its pool's DaemonSet pods */
+  char host[32];    /* its hostname domain for topology ("new-<index>") */
   size_t *pods;     /* indices into the pass's pods */
   size_t npods, cap;
   json_t *capacity_types; /* after pv_finalize: of the options' available compatible offerings */
@@ -153,6 +226,8 @@ typedef struct pv_bin {
   json_t *reqs;         /* a NodeClaim's requirements and labels (own), or NULL */
   const json_t *taints;
   pv_res free;
+  pv_ports ports; /* host ports of the pods bound to it, nominated for it, or placed on it */
+  char *host;     /* its hostname domain: the node's name, or the NodeClaim's node or name (own) */
 } pv_bin;
 
 /* The controller's state (state_new). */
@@ -184,9 +259,29 @@ typedef struct pv_pass {
   pv_claim *claims;
   size_t nclaims, claims_cap;
   size_t next_create, creating;
-  size_t checking; /* checks by name in flight (pv_inflight_check) */
-  lp_error *err;   /* the first failure; the pass ends with it and is retried */
+  size_t checking;  /* checks by name in flight (pv_inflight_check) */
+  pv_group *groups; /* the topology terms of the pass's pods */
+  size_t ngroups;
+  json_t *domains;            /* topology key -> {value: true}: the domains known (own) */
+  const json_t *ignore_nodes; /* node name -> anything: nodes whose pods topology does not count (a
+                                 disruption simulation's candidates); NULL = none */
+  lp_error *err;              /* the first failure; the pass ends with it and is retried */
 } pv_pass;
+
+/* ---- a pod of the pass (provisioner_pods.c) -------------------------------------------------- */
+
+/* Fills pod from the Pod obj (a new reference is kept) under key: its requests, requirement terms and
+ * preferences, tolerations and creation time, computed once; reqs is the first term. */
+void pv_pod_init(pv_pass *p, pv_pod *pod, const char *key, json_t *obj);
+void pv_pod_free(pv_pod *pod);
+/* How many ways a new NodeClaim may take the pod, strictest first: with every preferred node-affinity
+ * term and ScheduleAnyway spread constraint, each required term in turn; then the same with the
+ * lightest preference dropped, and so on; then dropping the ScheduleAnyway constraints one at a time
+ * (the last first), until no preference is left. */
+size_t pv_pod_attempts(const pv_pod *pod);
+/* Sets pod->reqs and pod->soft_kept for attempt (< pv_pod_attempts). Returns 0 when that attempt's
+ * requirements contradict each other (a preference against its term): nothing can take the pod that way. */
+int pv_pod_attempt(pv_pod *pod, size_t attempt);
 
 /* ---- provisioner.c -------------------------------------------------------------------------- */
 
@@ -228,6 +323,36 @@ void pv_schedule(pv_pass *p);
  * first PV_MAX_INSTANCE_TYPES and notes the capacity types those offerings have. */
 void pv_finalize(pv_pass *p);
 void pv_claims_free(pv_pass *p);
+
+/* ---- provisioner_topology.c: pod (anti-)affinity and topology spread ---------------------------- */
+
+/* Adds the pod's required pod affinity and anti-affinity terms and its topology spread constraints on
+ * kubernetes.io/hostname, topology.kubernetes.io/zone and karpenter.sh/capacity-type to the pass's
+ * groups (equal terms share one) and to pod->topo. Other keys are ignored. */
+void pv_topology_pod(pv_pass *p, pv_pod *pod);
+/* Counts the pods bound to nodes (but those of p->ignore_nodes) in every group whose selector they
+ * match, adds their own required anti-affinity terms (a pod matching one keeps out of its domain), and
+ * notes the domains of the nodes. Once, after every pod of the pass is added (pv_collect_bins). */
+void pv_topology_count(pv_pass *p);
+/* Notes the domains the NodePools' instance types offer and their requirements allow (after
+ * pv_pool_set_types). */
+void pv_topology_add_pool_domains(pv_pass *p);
+/* Counts pod (of the pass), or obj (any pod, e.g. nominated for a launching NodeClaim), at site. */
+void pv_topology_record(pv_pass *p, const pv_pod *pod, const pv_site *site);
+void pv_topology_record_obj(pv_pass *p, const json_t *obj, const pv_site *site);
+/* Non-zero when the pod's hard terms (and soft ones its attempt keeps) allow site, whose constrained
+ * keys must be pinned (an existing node, a launching NodeClaim). */
+int pv_topology_allows(const pv_pass *p, const pv_pod *pod, const pv_site *site);
+/* For a NodeClaim at site (reqs: its requirements with the pod's): NULL when topology asks nothing;
+ * otherwise the requirement lists to add, best first, each pinning one value of every constrained key
+ * the site leaves open (new array; empty when none will do, and then why, when empty, gets the
+ * constraint that failed: "topology spread constraint on topology.kubernetes.io/zone (maxSkew 1)
+ * cannot be met"). */
+json_t *pv_topology_options(const pv_pass *p, const pv_pod *pod, const pv_site *site, lp_buf *why);
+/* The values type offers for key: those of its In requirement on key (its name for the instance-type
+ * label), or NULL. */
+const json_t *pv_type_values(const pv_type *type, const char *key);
+void pv_topology_free(pv_pass *p);
 
 /* ---- provisioner_create.c ------------------------------------------------------------------- */
 

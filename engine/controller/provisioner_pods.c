@@ -1,5 +1,6 @@
 /* What a pending pod asks of a node (provisioner_internal.h): whether it is provisionable at all, its
  * resource requests as the scheduler counts them, its node requirements and its tolerations. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -83,18 +84,8 @@ void pv_pod_requests(pv_dims *d, const json_t *spec, pv_res *out) {
   out->v[PV_PODS] += 1;
 }
 
-json_t *pv_pod_requirements(const json_t *spec) {
-  json_t *out = json_array();
-  const char *key;
-  const json_t *value;
-  json_object_foreach(json_object_get(spec, "nodeSelector"), key, value) {
-    if (json_is_string(value))
-      json_array_append_new(out, json_pack("{s:s, s:s, s:[O]}", "key", lp_label_normalized(key), "operator",
-                                           "In", "values", value));
-  }
-  const json_t *required = json_object_get(json_object_get(json_object_get(spec, "affinity"), "nodeAffinity"),
-                                           "requiredDuringSchedulingIgnoredDuringExecution");
-  const json_t *term = json_array_get(json_object_get(required, "nodeSelectorTerms"), 0);
+/* A node selector term's matchExpressions as requirements appended to out, label keys normalized. */
+static void append_term(json_t *out, const json_t *term) {
   size_t i;
   const json_t *expr;
   json_array_foreach(json_object_get(term, "matchExpressions"), i, expr) {
@@ -106,11 +97,92 @@ json_t *pv_pod_requirements(const json_t *spec) {
                                     json_object_get(expr, "operator"), "values",
                                     json_is_array(values) ? json_incref((json_t *)values) : json_array()));
   }
-  if (json_array_size(out) == 0) {
-    json_decref(out);
-    return NULL;
+}
+
+static json_t *selector_requirements(const json_t *spec) {
+  json_t *out = json_array();
+  const char *key;
+  const json_t *value;
+  json_object_foreach(json_object_get(spec, "nodeSelector"), key, value) {
+    if (json_is_string(value))
+      json_array_append_new(out, json_pack("{s:s, s:s, s:[O]}", "key", lp_label_normalized(key), "operator",
+                                           "In", "values", value));
   }
   return out;
+}
+
+static const json_t *node_affinity(const json_t *spec) {
+  return json_object_get(json_object_get(spec, "affinity"), "nodeAffinity");
+}
+
+static const json_t *required_terms(const json_t *spec) {
+  return json_object_get(
+      json_object_get(node_affinity(spec), "requiredDuringSchedulingIgnoredDuringExecution"),
+      "nodeSelectorTerms");
+}
+
+static json_t *none_if_empty(json_t *list) {
+  if (json_array_size(list) > 0) return list;
+  json_decref(list);
+  return NULL;
+}
+
+json_t *pv_pod_requirements(const json_t *spec) {
+  json_t *out = selector_requirements(spec);
+  append_term(out, json_array_get(required_terms(spec), 0));
+  return none_if_empty(out);
+}
+
+json_t *pv_pod_requirement_terms(const json_t *spec) {
+  const json_t *terms = required_terms(spec);
+  json_t *out = json_array();
+  size_t i;
+  const json_t *term;
+  json_array_foreach(terms, i, term) {
+    json_t *one = selector_requirements(spec);
+    append_term(one, term);
+    json_array_append_new(out, one);
+  }
+  if (json_array_size(out) == 0) {
+    json_t *one = none_if_empty(selector_requirements(spec));
+    if (one) json_array_append_new(out, one);
+  }
+  return none_if_empty(out);
+}
+
+typedef struct weighted {
+  long weight;
+  size_t order;
+  const json_t *term;
+} weighted;
+
+static int by_weight_desc(const void *a, const void *b) {
+  const weighted *x = a, *y = b;
+  if (x->weight != y->weight) return x->weight > y->weight ? -1 : 1;
+  return x->order < y->order ? -1 : x->order > y->order;
+}
+
+json_t *pv_pod_preferences(const json_t *spec) {
+  const json_t *prefs =
+      json_object_get(node_affinity(spec), "preferredDuringSchedulingIgnoredDuringExecution");
+  size_t n = json_array_size(prefs);
+  if (n == 0) return NULL;
+  weighted *list = lp_xmalloc(n * sizeof *list);
+  for (size_t i = 0; i < n; i++) {
+    const json_t *pref = json_array_get(prefs, i);
+    list[i] = (weighted){(long)json_integer_value(json_object_get(pref, "weight")), i,
+                         json_object_get(pref, "preference")};
+  }
+  qsort(list, n, sizeof *list, by_weight_desc);
+  json_t *out = json_array();
+  for (size_t i = 0; i < n; i++) {
+    json_t *one = json_array();
+    append_term(one, list[i].term);
+    if (json_array_size(one) > 0) json_array_append(out, one);
+    json_decref(one);
+  }
+  free(list);
+  return none_if_empty(out);
 }
 
 static int str_is(const json_t *obj, const char *field, const char *want) {
@@ -186,4 +258,103 @@ char *pv_taint_text(const json_t *taint) {
   const char *effect = json_string_value(json_object_get(taint, "effect"));
   return lp_xasprintf("%s%s%s:%s", key ? key : "", value && *value ? "=" : "", value && *value ? value : "",
                       effect ? effect : "");
+}
+
+void pv_ports_of(const json_t *spec, pv_ports *out) {
+  size_t i, k;
+  const json_t *container, *port;
+  json_array_foreach(json_object_get(spec, "containers"), i, container) {
+    json_array_foreach(json_object_get(container, "ports"), k, port) {
+      json_int_t host = json_integer_value(json_object_get(port, "hostPort"));
+      if (host <= 0) continue;
+      pv_port one = {.port = (int)host};
+      snprintf(one.protocol, sizeof one.protocol, "%s",
+               json_string_value(json_object_get(port, "protocol")) ?: "TCP");
+      const char *ip = json_string_value(json_object_get(port, "hostIP"));
+      if (ip && strcmp(ip, "0.0.0.0") != 0 && strcmp(ip, "::") != 0)
+        snprintf(one.ip, sizeof one.ip, "%s", ip);
+      pv_ports sole = {&one, 1, 1};
+      pv_ports_add(out, &sole);
+    }
+  }
+}
+
+void pv_ports_add(pv_ports *to, const pv_ports *from) {
+  if (to->n + from->n > to->cap) {
+    to->cap = to->n + from->n + 4;
+    to->v = lp_xrealloc(to->v, to->cap * sizeof *to->v);
+  }
+  if (from->n) memcpy(to->v + to->n, from->v, from->n * sizeof *from->v);
+  to->n += from->n;
+}
+
+const pv_port *pv_ports_clash(const pv_ports *used, const pv_ports *want) {
+  for (size_t i = 0; i < want->n; i++) {
+    const pv_port *w = &want->v[i];
+    for (size_t k = 0; k < used->n; k++) {
+      const pv_port *u = &used->v[k];
+      if (u->port == w->port && strcmp(u->protocol, w->protocol) == 0 &&
+          (!*u->ip || !*w->ip || strcmp(u->ip, w->ip) == 0))
+        return w;
+    }
+  }
+  return NULL;
+}
+
+void pv_ports_free(pv_ports *ports) {
+  free(ports->v);
+  memset(ports, 0, sizeof *ports);
+}
+
+void pv_pod_init(pv_pass *p, pv_pod *pod, const char *key, json_t *obj) {
+  memset(pod, 0, sizeof *pod);
+  pod->key = lp_xstrdup(key);
+  pod->obj = json_incref(obj);
+  const json_t *spec = json_object_get(obj, "spec");
+  pv_pod_requests(&p->dims, spec, &pod->requests);
+  pod->terms = pv_pod_requirement_terms(spec);
+  pod->prefs = pv_pod_preferences(spec);
+  pod->reqs = json_incref(json_array_get(pod->terms, 0));
+  pod->tolerations = json_object_get(spec, "tolerations");
+  pv_ports_of(spec, &pod->ports);
+  pv_topology_pod(p, pod);
+  pod->created = lp_rfc3339_parse(lp_obj_str(obj, "metadata.creationTimestamp"));
+}
+
+void pv_pod_free(pv_pod *pod) {
+  free(pod->key);
+  json_decref(pod->obj);
+  json_decref(pod->reqs);
+  json_decref(pod->terms);
+  json_decref(pod->prefs);
+  pv_ports_free(&pod->ports);
+  free(pod->topo);
+  free(pod->why);
+}
+
+static size_t term_count(const pv_pod *pod) {
+  size_t n = json_array_size(pod->terms);
+  return n ? n : 1;
+}
+
+size_t pv_pod_attempts(const pv_pod *pod) {
+  return term_count(pod) * (json_array_size(pod->prefs) + pod->nsoft + 1);
+}
+
+int pv_pod_attempt(pv_pod *pod, size_t attempt) {
+  if (!pod->terms && !pod->prefs && !pod->nsoft) return 1; /* reqs as they are (none, or set by hand) */
+  size_t level = attempt / term_count(pod), prefs = json_array_size(pod->prefs);
+  size_t kept = level < prefs ? prefs - level : 0, dropped = level > prefs ? level - prefs : 0;
+  pod->soft_kept = dropped < pod->nsoft ? pod->nsoft - dropped : 0;
+  json_t *reqs = json_incref(json_array_get(pod->terms, attempt % term_count(pod)));
+  int ok = 1;
+  for (size_t i = 0; i < kept && ok; i++) { /* heaviest first: the lightest is the first one dropped */
+    json_t *both = lp_requirements_intersect(reqs, json_array_get(pod->prefs, i), NULL);
+    ok = both != NULL;
+    json_decref(reqs);
+    reqs = both;
+  }
+  json_decref(pod->reqs);
+  pod->reqs = reqs;
+  return ok;
 }

@@ -116,6 +116,25 @@ static inline const json_t *pt_values(const json_t *claim, const char *key) {
   return NULL;
 }
 
+/* Non-zero when values (a JSON array) holds exactly a, or exactly a and b (b not NULL), in any order. */
+static inline int pt_values_are(const json_t *values, const char *a, const char *b) {
+  size_t n = json_array_size(values);
+  if (n != (b ? 2u : 1u)) return 0;
+  for (size_t i = 0; i < n; i++) {
+    const char *v = json_string_value(json_array_get(values, i));
+    if (!v || (strcmp(v, a) != 0 && (!b || strcmp(v, b) != 0))) return 0;
+  }
+  return 1;
+}
+
+/* Marks the pod name Unschedulable, as a scheduler that could not place it would; the HTTP status. */
+static inline long pt_mark_unschedulable(ctrl_fixture *f, const char *name) {
+  char path[256];
+  snprintf(path, sizeof path, PT_PODS "/%s/status", name);
+  return ctrl_kube_pack(f, "PATCH", path, "{s:{s:[{s:s, s:s, s:s}]}}", "status", "conditions", "type",
+                        "PodScheduled", "status", "False", "reason", "Unschedulable");
+}
+
 /* A NodeClaim's request of resource, as stored ("1500m"), borrowed. */
 static inline const char *pt_request(const json_t *claim, const char *resource) {
   const json_t *requests =

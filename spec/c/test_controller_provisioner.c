@@ -46,16 +46,6 @@ static int not_in_families(const char *name, const void *families) {
   return 1;
 }
 
-static int values_are(const json_t *values, const char *a, const char *b) {
-  size_t n = json_array_size(values);
-  if (n != (b ? 2u : 1u)) return 0;
-  for (size_t i = 0; i < n; i++) {
-    const char *v = json_string_value(json_array_get(values, i));
-    if (!v || (strcmp(v, a) != 0 && (!b || strcmp(v, b) != 0))) return 0;
-  }
-  return 1;
-}
-
 /* ---- requirement intersection (engine/contract/requirements_merge.c) -------------------------- */
 
 /* The intersection of two requirement lists given as JSON text, dumped compactly (or "NULL: why"). */
@@ -148,10 +138,10 @@ static void test_selectors_and_affinity(void) {
   json_t *zonal = pt_claim_of(&f, "zonal-c7"), *arm = pt_claim_of(&f, "arm"),
          *affine = pt_claim_of(&f, "affine");
   CHECK(zonal && arm && affine);
-  CHECK(values_are(pt_values(zonal, LP_LABEL_ZONE), "cn-hangzhou-i", NULL));
+  CHECK(pt_values_are(pt_values(zonal, LP_LABEL_ZONE), "cn-hangzhou-i", NULL));
   CHECK(every_type(zonal, has_prefix, "ecs.c7."));
-  CHECK(values_are(pt_values(zonal, LP_LABEL_CAPACITY_TYPE), "on-demand", NULL));
-  CHECK(values_are(pt_values(zonal, "karpenter.sh/nodepool"), "default", NULL));
+  CHECK(pt_values_are(pt_values(zonal, LP_LABEL_CAPACITY_TYPE), "on-demand", NULL));
+  CHECK(pt_values_are(pt_values(zonal, "karpenter.sh/nodepool"), "default", NULL));
   CHECK_STR(label(zonal, "karpenter.sh/nodepool"), "default");
   CHECK_STR(lp_obj_str(zonal, "spec.nodeClassRef.name"), "default");
   CHECK_STR(pt_request(zonal, "cpu"), "500m");
@@ -166,11 +156,11 @@ static void test_selectors_and_affinity(void) {
   CHECK_STR(json_string_value(json_object_get(owner, "name")), "default");
   CHECK(strncmp(lp_obj_name(zonal) ?: "", "default-", 8) == 0);
 
-  CHECK(values_are(pt_values(arm, LP_LABEL_ARCH), "arm64", NULL));
+  CHECK(pt_values_are(pt_values(arm, LP_LABEL_ARCH), "arm64", NULL));
   CHECK(every_type(arm, is_arm, NULL));
 
-  CHECK(values_are(pt_values(affine, LP_LABEL_ARCH), "amd64", NULL));
-  CHECK(values_are(pt_values(affine, LP_LABEL_ZONE), "cn-hangzhou-h", "cn-hangzhou-j"));
+  CHECK(pt_values_are(pt_values(affine, LP_LABEL_ARCH), "amd64", NULL));
+  CHECK(pt_values_are(pt_values(affine, LP_LABEL_ZONE), "cn-hangzhou-h", "cn-hangzhou-j"));
   CHECK(every_type(affine, not_in_families, excluded));
   CHECK(every_type(affine, not_in_families, (const char *const[]){"ecs.g8y.", "ecs.c8y.", "ecs.r8y.", NULL}));
 
@@ -279,7 +269,7 @@ static void test_taints_and_weights(void) {
   CHECK_STR(
       lp_obj_str(json_array_get(json_object_get(json_object_get(tolerant, "spec"), "taints"), 0), "key"),
       "dedicated");
-  CHECK(values_are(pt_values(tolerant, "team"), "special", NULL));
+  CHECK(pt_values_are(pt_values(tolerant, "team"), "special", NULL));
   CHECK_STR(label(intolerant, "karpenter.sh/nodepool"), "default");
   CHECK_STR(label(anywhere, "karpenter.sh/nodepool"), "arm-first");
   CHECK(every_type(anywhere, is_arm, NULL));

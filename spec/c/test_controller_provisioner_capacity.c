@@ -24,11 +24,7 @@ static void custom_pod(const char *name, const char *cpu, const char *node) {
   if (node) json_object_set_new(extra, "nodeName", json_string(node));
   CHECK_INT(pt_pod(&f, name, cpu, "256Mi", extra), 201);
   if (node) return;
-  char path[256];
-  snprintf(path, sizeof path, PT_PODS "/%s/status", name);
-  CHECK_INT(ctrl_kube_pack(&f, "PATCH", path, "{s:{s:[{s:s, s:s, s:s}]}}", "status", "conditions", "type",
-                           "PodScheduled", "status", "False", "reason", "Unschedulable"),
-            200);
+  CHECK_INT(pt_mark_unschedulable(&f, name), 200);
 }
 
 /* Node n1: Ready, 4 cores of which a bound pod takes 3. A pending pod of 500m fits there and gets no
