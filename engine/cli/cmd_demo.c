@@ -76,13 +76,14 @@ static int ready(demo *d, void *ud, char *line, size_t cap) {
 }
 
 static void summary(demo *d, int engine_status) {
-  printf("\n%ssummary%s (%.0f s): %d nodes launched, %d pods bound, %d nodes drifted and replaced, %d nodes "
-         "repaired, script generation %lld after the hot reload, %d Bizfly scale-up over gRPC; engine exit "
-         "status %d.\n%s\n",
-         isatty(STDOUT_FILENO) ? "\033[1m" : "", isatty(STDOUT_FILENO) ? "\033[0m" : "",
-         lp_clock_monotonic() - d->started, d->nodes_launched, d->pods_bound, d->nodes_replaced,
-         d->nodes_repaired, d->generation, d->scale_ups, engine_status,
-         d->failed ? "A step failed (see above)." : "Every step checked out.");
+  printf(
+      "\n%ssummary%s (%.0f s): %d nodes launched, %d pods bound, %d nodes drifted and replaced, %d nodes "
+      "repaired, script generation %lld after the hot reload, %d nodes consolidated (%.3f -> %.3f per hour), "
+      "%d Bizfly scale-up over gRPC; engine exit status %d.\n%s\n",
+      isatty(STDOUT_FILENO) ? "\033[1m" : "", isatty(STDOUT_FILENO) ? "\033[0m" : "",
+      lp_clock_monotonic() - d->started, d->nodes_launched, d->pods_bound, d->nodes_replaced,
+      d->nodes_repaired, d->generation, d->nodes_consolidated, d->cost_before, d->cost_after, d->scale_ups,
+      engine_status, d->failed ? "A step failed (see above)." : "Every step checked out.");
 }
 
 int lp_cmd_demo(int argc, char **argv) {

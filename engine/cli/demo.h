@@ -21,6 +21,9 @@ typedef struct demo {
   double started;
   /* the summary */
   int nodes_launched, pods_bound, pods_recreated, nodes_drifted, nodes_replaced, nodes_repaired, scale_ups;
+  int nodes_consolidated;
+  double cost_before, cost_after; /* the instances' hourly price before and after consolidation */
+  int pods_kept; /* the ReplicaSet the demo plays keeps this many pods (NPODS until scaled down) */
   long long generation;
 } demo;
 

@@ -159,7 +159,8 @@ static int apply_classes(demo *d) {
       "\"requirements\":[{\"key\":\"karpenter.sh/"
       "capacity-type\",\"operator\":\"In\",\"values\":[\"on-demand\"]},"
       "{\"key\":\"kubernetes.io/arch\",\"operator\":\"In\",\"values\":[\"amd64\"]}]}},"
-      "\"disruption\":{\"budgets\":[{\"nodes\":\"1\"}]},\"limits\":{\"cpu\":\"64\"}}}",
+      "\"disruption\":{\"consolidateAfter\":\"Never\",\"budgets\":[{\"nodes\":\"1\"}]},"
+      "\"limits\":{\"cpu\":\"64\"}}}",
       0, NULL);
   json_object_set_new(
       json_object_get(json_object_get(json_object_get(pool, "spec"), "template"), "spec"), "nodeClassRef",
@@ -209,7 +210,7 @@ static int create_pod(demo *d, int i) {
  * node has room), as a Deployment's controller would. Returns how many it recreated. */
 static int recreate_evicted(demo *d) {
   int made = 0;
-  for (int i = 0; i < NPODS; i++) {
+  for (int i = 0; i < d->pods_kept; i++) {
     char path[128];
     snprintf(path, sizeof path, PODS "/web-%d", i);
     long status = 0;
@@ -361,6 +362,75 @@ static int repair(demo *d) {
   return 0;
 }
 
+/* What the running instances of the simulated account cost per hour. */
+static double cost(demo *d) {
+  json_t *state = demo_admin(d, d->cloud, "GET", "/_sim/state", NULL);
+  double total = 0;
+  size_t i;
+  json_t *inst;
+  json_array_foreach(json_object_get(state, "instances"), i, inst) {
+    if (strcmp(lp_obj_str(inst, "status") ?: "", "Running") == 0)
+      total += json_number_value(json_object_get(inst, "hourly_price"));
+  }
+  json_decref(state);
+  return total;
+}
+
+typedef struct shrinking {
+  json_t *old; /* names of the NodeClaims before the workload shrank */
+} shrinking;
+
+static int consolidated(demo *d, void *ud, char *line, size_t cap) {
+  shrinking *sh = ud;
+  recreate_evicted(d);
+  json_t *now = json_object();
+  names_of(d, now);
+  int old_left = 0;
+  const char *name;
+  json_t *unused;
+  json_object_foreach(sh->old, name, unused) old_left += json_object_get(now, name) != NULL;
+  claims_view v = claims(d);
+  int running = pods_running(d);
+  double c = cost(d);
+  snprintf(line, cap,
+           "old nodeclaims left %d/%zu, nodeclaims %d (initialized %d), pods running %d/%d, %.3f per hour",
+           old_left, json_object_size(sh->old), v.total, v.initialized, running, d->pods_kept, c);
+  json_decref(now);
+  if (old_left || running != d->pods_kept || v.initialized != v.total || c >= d->cost_before) return 0;
+  d->cost_after = c;
+  return 1;
+}
+
+static int consolidate(demo *d) {
+  demo_step(d, "the workload shrinks to %d small pods: consolidation moves them to a cheaper node", 2);
+  d->cost_before = cost(d);
+  shrinking sh = {.old = json_object()};
+  names_of(d, sh.old);
+  d->pods_kept = 2;
+  for (int i = d->pods_kept; i < NPODS; i++) {
+    char path[128];
+    snprintf(path, sizeof path, PODS "/web-%d", i);
+    json_decref(demo_kube(d, "DELETE", path, NULL, NULL));
+  }
+  long status = 0;
+  json_decref(demo_kube(d, "PATCH", "/apis/karpenter.sh/v1/nodepools/default",
+                        "{\"spec\":{\"disruption\":{\"consolidateAfter\":\"0s\"}}}", &status));
+  if (status != 200) {
+    json_decref(sh.old);
+    return demo_fail(d, "enabling consolidation on the NodePool: HTTP %ld", status);
+  }
+  demo_note(d, "%zu node(s) cost %.3f per hour; the NodePool now consolidates (consolidateAfter: 0s)",
+            json_object_size(sh.old), d->cost_before);
+  int rc = demo_wait(d, "a cheaper node to take the pods", 90, consolidated, &sh);
+  if (rc == 0) {
+    d->nodes_consolidated = (int)json_object_size(sh.old);
+    demo_ok(d, "%d node(s) consolidated after the 15 s validation: %.3f -> %.3f per hour, every pod runs",
+            d->nodes_consolidated, d->cost_before, d->cost_after);
+  }
+  json_decref(sh.old);
+  return rc;
+}
+
 static int bizfly(demo *d) {
   demo_step(d, "the Cluster Autoscaler scales a Bizfly worker pool through the externalgrpc server");
   char ids[8][64];
@@ -380,7 +450,9 @@ static int bizfly(demo *d) {
 }
 
 int demo_story(demo *d) {
-  int (*const steps[])(demo *) = {apply_classes, provision, drift, reload_repair_policy, repair, bizfly};
+  int (*const steps[])(demo *) = {apply_classes, provision,   drift, reload_repair_policy,
+                                  repair,        consolidate, bizfly};
+  d->pods_kept = NPODS;
   for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
     if (steps[i](d) != 0) return -1;
   return 0;
