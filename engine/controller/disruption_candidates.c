@@ -17,6 +17,10 @@
  * [-10, 10], times the fraction of the NodeClaim's spec.expireAfter still ahead of it (in [0, 1]) when it
  * has one: a node about to expire costs little, an empty one nothing.
  *
+ * PodDisruptionBudgets: a reschedulable pod that a budget of its namespace selects while the budget's
+ * status.disruptionsAllowed is 0, or that two budgets select (the Eviction API refuses such a pod),
+ * blocks its node for every voluntary method: draining it would stall on that pod.
+ *
  * Consolidation policy: spec.disruption.consolidationPolicy WhenEmpty or WhenEmptyOrUnderutilized
  * (absent: the latter), none at all when consolidateAfter is "Never" or the policy is unknown. */
 #include <math.h>
@@ -25,6 +29,7 @@
 
 #include "controller/conditions.h"
 #include "controller/disruption_internal.h"
+#include "controller/provisioner_internal.h"
 #include "core/clock.h"
 
 #define ANNOTATION_MIRROR        "kubernetes.io/config.mirror"
@@ -93,10 +98,41 @@ static double pod_start(const json_t *pod) {
 /* ---- pods and cost ----------------------------------------------------------------------------- */
 
 typedef struct pod_walk {
+  lp_ctrl_env *env;
   dz_candidate *cd;
   double now;
   double cost;
 } pod_walk;
+
+typedef struct pdb_scan {
+  const json_t *pod;
+  const char *ns;
+  const char *first; /* the first budget selecting the pod ("ns/name"), borrowed from the cache */
+  char *why;         /* set when the pod may not be evicted now */
+} pdb_scan;
+
+static void check_pdb(const char *key, json_t *pdb, void *ud) {
+  pdb_scan *s = ud;
+  if (s->why || strcmp(lp_obj_str(pdb, "metadata.namespace") ?: "", s->ns) != 0) return;
+  json_t *selector = pv_selector_requirements(lp_obj_get(pdb, "spec.selector"));
+  int selects = selector && pv_labels_satisfy(lp_obj_get(s->pod, "metadata.labels"), selector);
+  json_decref(selector);
+  if (!selects) return;
+  if (s->first)
+    s->why = lp_xasprintf("pod %s/%s is selected by PodDisruptionBudgets %s and %s, so it cannot be evicted",
+                          s->ns, lp_obj_name(s->pod), s->first, key);
+  else if (json_integer_value(lp_obj_get(pdb, "status.disruptionsAllowed")) <= 0)
+    s->why = lp_xasprintf("pdb %s prevents pod evictions", key);
+  s->first = key;
+}
+
+/* Why PodDisruptionBudgets would refuse evicting pod now (malloc'd), or NULL. */
+static char *pdb_blocks(lp_ctrl_env *env, const json_t *pod) {
+  const char *ns = lp_obj_str(pod, "metadata.namespace");
+  pdb_scan s = {pod, ns && *ns ? ns : "default", NULL, NULL};
+  lp_env_each(env, LP_KIND_PDB, check_pdb, &s);
+  return s.why;
+}
 
 static double annotation_number(const json_t *obj, const char *key) {
   const char *v = lp_obj_annotation(obj, key);
@@ -115,6 +151,7 @@ static void walk_pod(const char *key, json_t *pod, void *ud) {
     free(what);
   }
   if (!dz_pod_reschedulable(pod)) return;
+  if (!w->cd->blocked) w->cd->blocked = pdb_blocks(w->env, pod);
   w->cd->pods++;
   double priority = json_number_value(lp_obj_get(pod, "spec.priority"));
   double c = 1.0 + annotation_number(pod, ANNOTATION_DELETION_COST) / 134217728.0 + priority / 33554432.0;
@@ -146,7 +183,7 @@ void dz_candidate_fill(lp_ctrl_env *env, dz_candidate *cd, json_t *claim, json_t
     cd->blocked = dz_do_not_disrupt(cd->node, what, created(cd->node), now);
     free(what);
   }
-  pod_walk w = {cd, now, 0};
+  pod_walk w = {env, cd, now, 0};
   lp_env_index_each(env, LP_INDEX_POD_BY_NODE, node_name, walk_pod, &w);
   cd->cost = w.cost * lifetime_left(claim, now);
 }

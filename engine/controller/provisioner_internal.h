@@ -326,6 +326,11 @@ void pv_claims_free(pv_pass *p);
 
 /* ---- provisioner_topology.c: pod (anti-)affinity and topology spread ---------------------------- */
 
+/* A labelSelector as requirements (matchLabels as In, matchExpressions as they are) for
+ * pv_labels_satisfy: NULL for a null selector, which matches nothing; [] for {}, which matches
+ * everything. New reference. */
+json_t *pv_selector_requirements(const json_t *selector);
+
 /* Adds the pod's required pod affinity and anti-affinity terms and its topology spread constraints on
  * kubernetes.io/hostname, topology.kubernetes.io/zone and karpenter.sh/capacity-type to the pass's
  * groups (equal terms share one) and to pod->topo. Other keys are ignored. */

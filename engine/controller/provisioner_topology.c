@@ -35,9 +35,7 @@ static const char *const kind_text[] = {"pod affinity", "pod anti-affinity", "to
 
 /* ---- parsing -------------------------------------------------------------------------------- */
 
-/* A labelSelector as requirements (matchLabels as In); NULL for a null selector, which matches
- * nothing; [] for {} which matches everything. */
-static json_t *selector_requirements(const json_t *selector) {
+json_t *pv_selector_requirements(const json_t *selector) {
   if (!json_is_object(selector)) return NULL;
   json_t *out = json_array();
   const char *key;
@@ -122,8 +120,8 @@ static void affinity_terms(pv_pass *p, const json_t *obj, const json_t *affinity
       if (json_is_string(ns)) json_object_set(namespaces, json_string_value(ns), json_true());
     }
     if (json_object_size(namespaces) == 0) json_object_set_new(namespaces, namespace_of(obj), json_true());
-    size_t g =
-        intern(p, kind, key, selector_requirements(json_object_get(term, "labelSelector")), namespaces, 0, 0);
+    size_t g = intern(p, kind, key, pv_selector_requirements(json_object_get(term, "labelSelector")),
+                      namespaces, 0, 0);
     if (pod) {
       add_term(pod, g, 1);
       continue;
@@ -148,7 +146,7 @@ void pv_topology_pod(pv_pass *p, pv_pod *pod) {
     if (!supported_key(key) || skew <= 0) continue;
     const char *when = json_string_value(json_object_get(c, "whenUnsatisfiable"));
     json_t *namespaces = json_pack("{s:b}", namespace_of(pod->obj), 1);
-    size_t g = intern(p, PV_TOPO_SPREAD, key, selector_requirements(json_object_get(c, "labelSelector")),
+    size_t g = intern(p, PV_TOPO_SPREAD, key, pv_selector_requirements(json_object_get(c, "labelSelector")),
                       namespaces, skew, (int)json_integer_value(json_object_get(c, "minDomains")));
     add_term(pod, g, !when || strcmp(when, "ScheduleAnyway") != 0);
   }

@@ -205,6 +205,42 @@ static void test_single_replace(void) {
   CHECK(ctrl_metric(&f, "luaprov_nodeclaims_disrupted_total", LP_LABELS("underutilized", DT_POOL)) >= 3);
 }
 
+static int blocked_by_pdb(ctrl_fixture *fx, const void *name) {
+  mono += 0.5;
+  json_t *list = ctrl_get(fx, "/api/v1/namespaces/default/events");
+  int found = 0;
+  size_t i;
+  json_t *ev;
+  json_array_foreach(json_object_get(list, "items"), i, ev) {
+    const char *who = lp_obj_str(ev, "involvedObject.name"), *msg = lp_obj_str(ev, "message");
+    found |= who && msg && strcmp(who, name) == 0 &&
+             strcmp(lp_obj_str(ev, "reason") ?: "", "DisruptionBlocked") == 0 &&
+             strstr(msg, "pdb default/web-pdb prevents pod evictions") != NULL;
+  }
+  json_decref(list);
+  return found;
+}
+
+/* A PodDisruptionBudget that allows no eviction of the pods on the last node keeps it, however
+ * underutilized: a drain would stall on them. */
+static void test_pdb_blocks(void) {
+  json_t *items = dt_pool_claims(&f);
+  CHECK_INT(json_array_size(items), 1);
+  char *name = strdup(lp_obj_name(json_array_get(items, 0)) ?: "");
+  json_decref(items);
+  CHECK_INT(ctrl_kube_pack(&f, "POST", "/apis/policy/v1/namespaces/default/poddisruptionbudgets",
+                           "{s:s, s:s, s:{s:s}, s:{s:i, s:{s:{s:s}}}}", "apiVersion", "policy/v1", "kind",
+                           "PodDisruptionBudget", "metadata", "name", "web-pdb", "spec", "maxUnavailable", 0,
+                           "selector", "matchLabels", "app", "web"),
+            201);
+  dt_mark_consolidatable(&f, name);
+  CHECK(ctrl_wait_for(&f, 20, blocked_by_pdb, name));
+  json_t *c = dt_claim(&f, name);
+  CHECK(c && !lp_obj_deleting(c));
+  json_decref(c);
+  free(name);
+}
+
 static const lp_controller_def *const controllers[] = {
     &lp_nodeclass_controller, &lp_nodeclaim_lifecycle_controller, &lp_termination_controller,
     &lp_disruption_controller, NULL};
@@ -220,6 +256,7 @@ int main(void) {
   dt_nodepool(&f, "0"); /* nothing goes until the test lets it */
   RUN(test_multi_node);
   RUN(test_single_replace);
+  RUN(test_pdb_blocks);
   ctrl_fixture_stop(&f);
   return check_summary();
 }
