@@ -47,6 +47,7 @@
 #include "controller/conditions.h"
 #include "controller/defs.h"
 #include "controller/provisioner_internal.h"
+#include "controller/volume_topology.h"
 #include "core/clock.h"
 #include "core/log.h"
 
@@ -252,8 +253,20 @@ static void add_pod(const char *key, json_t *pod, void *ud) {
     return;
   }
   pv_pass *p = s->p;
+  char *why = NULL;
+  json_t *volumes = lp_volume_requirements(p->env, pod, &why);
+  if (why) { /* kube-scheduler binds it only once its volumes exist: a node now would stay empty */
+    lp_debug(lp_controller_logger(p->c), "ignoring pod, its volumes are not ready", LPF_STR("pod", key),
+             LPF_STR("error", why));
+    lp_env_event(p->env, pod, "Warning", "FailedScheduling", "Failed to schedule pod, %s", why);
+    free(why);
+    return;
+  }
   p->pods = lp_xrealloc(p->pods, (p->npods + 1) * sizeof *p->pods);
-  pv_pod_init(p, &p->pods[p->npods++], key, pod);
+  pv_pod *pp = &p->pods[p->npods++];
+  pv_pod_init(p, pp, key, pod);
+  if (volumes) pv_pod_require(pp, volumes);
+  json_decref(volumes);
 }
 
 static void report_unschedulable(pv_pass *p) {

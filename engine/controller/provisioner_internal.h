@@ -274,6 +274,9 @@ typedef struct pv_pass {
  * preferences, tolerations and creation time, computed once; reqs is the first term. */
 void pv_pod_init(pv_pass *p, pv_pod *pod, const char *key, json_t *obj);
 void pv_pod_free(pv_pod *pod);
+/* ANDs reqs (borrowed; a volume's zone, say) into every requirement term of the pod, so each of its
+ * alternatives needs them too. After pv_pod_init. */
+void pv_pod_require(pv_pod *pod, const json_t *reqs);
 /* How many ways a new NodeClaim may take the pod, strictest first: with every preferred node-affinity
  * term and ScheduleAnyway spread constraint, each required term in turn; then the same with the
  * lightest preference dropped, and so on; then dropping the ScheduleAnyway constraints one at a time

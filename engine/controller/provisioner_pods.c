@@ -321,6 +321,18 @@ void pv_pod_init(pv_pass *p, pv_pod *pod, const char *key, json_t *obj) {
   pod->created = lp_rfc3339_parse(lp_obj_str(obj, "metadata.creationTimestamp"));
 }
 
+void pv_pod_require(pv_pod *pod, const json_t *reqs) {
+  if (!pod->terms) {
+    pod->terms = json_pack("[O]", reqs);
+    json_decref(pod->reqs);
+    pod->reqs = json_incref(json_array_get(pod->terms, 0));
+    return;
+  }
+  size_t i;
+  json_t *term;
+  json_array_foreach(pod->terms, i, term) json_array_extend(term, (json_t *)reqs);
+}
+
 void pv_pod_free(pv_pod *pod) {
   free(pod->key);
   json_decref(pod->obj);

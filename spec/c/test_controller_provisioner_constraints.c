@@ -424,6 +424,52 @@ static void test_hostname_spread(void) {
 static const lp_controller_def *const controllers[] = {&lp_nodeclass_controller, &lp_provisioner_controller,
                                                        NULL};
 
+/* ---- volume topology -------------------------------------------------------------------------- */
+
+static json_t *claim_volume(const char *claim) {
+  return json_pack("{s:[{s:s, s:{s:s}}]}", "volumes", "name", "data", "persistentVolumeClaim", "claimName",
+                   claim);
+}
+
+/* A claim bound to a volume made in zone j pins its pod's NodeClaim to j; an unbound claim of a class
+ * allowed only in zone i pins it to i; a claim that does not exist gets no NodeClaim, and the pod a
+ * FailedScheduling event naming it. */
+static void test_volume_topology(void) {
+  CHECK_INT(pt_post(&f, "/api/v1/persistentvolumes",
+                    json_pack("{s:s, s:s, s:{s:s}, s:{s:{s:{s:[o]}}}}", "apiVersion", "v1", "kind",
+                              "PersistentVolume", "metadata", "name", "pv-j", "spec", "nodeAffinity",
+                              "required", "nodeSelectorTerms", zone_term("cn-hangzhou-j"))),
+            201);
+  CHECK_INT(
+      pt_post(&f, "/api/v1/namespaces/default/persistentvolumeclaims",
+              json_pack("{s:s, s:s, s:{s:s}, s:{s:s}}", "apiVersion", "v1", "kind", "PersistentVolumeClaim",
+                        "metadata", "name", "bound", "spec", "volumeName", "pv-j")),
+      201);
+  CHECK_INT(pt_post(&f, "/apis/storage.k8s.io/v1/storageclasses",
+                    json_pack("{s:s, s:s, s:{s:s}, s:s, s:[{s:[{s:s, s:[s]}]}]}", "apiVersion",
+                              "storage.k8s.io/v1", "kind", "StorageClass", "metadata", "name", "zonal-i",
+                              "provisioner", "disk.csi", "allowedTopologies", "matchLabelExpressions", "key",
+                              LP_LABEL_ZONE, "values", "cn-hangzhou-i")),
+            201);
+  CHECK_INT(
+      pt_post(&f, "/api/v1/namespaces/default/persistentvolumeclaims",
+              json_pack("{s:s, s:s, s:{s:s}, s:{s:s}}", "apiVersion", "v1", "kind", "PersistentVolumeClaim",
+                        "metadata", "name", "unbound", "spec", "storageClassName", "zonal-i")),
+      201);
+  ctrl_run_for(&f, 0.3); /* the manager's caches have them */
+  CHECK_INT(pt_pod(&f, "vol-bound", "500m", "512Mi", claim_volume("bound")), 201);
+  CHECK_INT(pt_pod(&f, "vol-class", "500m", "512Mi", claim_volume("unbound")), 201);
+  CHECK_INT(pt_pod(&f, "vol-missing", "500m", "512Mi", claim_volume("nope")), 201);
+  json_t *bound = pt_claim_of(&f, "vol-bound"), *byclass = pt_claim_of(&f, "vol-class");
+  CHECK(bound && byclass);
+  CHECK(pt_values_are(pt_values(bound, LP_LABEL_ZONE), "cn-hangzhou-j", NULL));
+  CHECK(pt_values_are(pt_values(byclass, LP_LABEL_ZONE), "cn-hangzhou-i", NULL));
+  json_decref(bound);
+  json_decref(byclass);
+  CHECK(failed_with("vol-missing", "persistentvolumeclaim default/nope not found"));
+  pt_cleanup(&f);
+}
+
 int main(void) {
   ctrl_fixture_start(&f, controllers, NULL);
   ctrl_fixture_apply_defaults(&f);
@@ -438,6 +484,7 @@ int main(void) {
   RUN(test_zone_spread);
   RUN(test_spread_unsatisfiable);
   RUN(test_hostname_spread);
+  RUN(test_volume_topology);
   ctrl_fixture_stop(&f);
   return check_summary();
 }
