@@ -234,6 +234,18 @@ static int provision(demo *d) {
   return 0;
 }
 
+/* How many of the NodeClaims named in old (a set) still exist. */
+static int claims_left(demo *d, const json_t *old) {
+  json_t *now = json_object();
+  names_of(d, now);
+  int left = 0;
+  const char *name;
+  json_t *unused;
+  json_object_foreach((json_t *)old, name, unused) left += json_object_get(now, name) != NULL;
+  json_decref(now);
+  return left;
+}
+
 typedef struct replacing {
   json_t *old; /* names of the NodeClaims before the change */
   int seen_drifted;
@@ -242,19 +254,13 @@ typedef struct replacing {
 static int replaced(demo *d, void *ud, char *line, size_t cap) {
   replacing *r = ud;
   recreate_evicted(d);
-  json_t *now = json_object();
-  names_of(d, now);
-  int old_left = 0;
-  const char *name;
-  json_t *unused;
-  json_object_foreach(r->old, name, unused) old_left += json_object_get(now, name) != NULL;
+  int old_left = claims_left(d, r->old);
   claims_view v = claims(d);
   if (v.drifted > r->seen_drifted) r->seen_drifted = v.drifted;
   int running = pods_running(d);
   snprintf(line, cap, "drifted %d, old nodeclaims left %d/%zu, new ones initialized %d, pods running %d/%d",
            v.drifted, old_left, json_object_size(r->old), v.initialized - (old_left - v.deleting), running,
            NPODS);
-  json_decref(now);
   return old_left == 0 && running == NPODS;
 }
 
@@ -383,19 +389,13 @@ typedef struct shrinking {
 static int consolidated(demo *d, void *ud, char *line, size_t cap) {
   shrinking *sh = ud;
   recreate_evicted(d);
-  json_t *now = json_object();
-  names_of(d, now);
-  int old_left = 0;
-  const char *name;
-  json_t *unused;
-  json_object_foreach(sh->old, name, unused) old_left += json_object_get(now, name) != NULL;
+  int old_left = claims_left(d, sh->old);
   claims_view v = claims(d);
   int running = pods_running(d);
   double c = cost(d);
   snprintf(line, cap,
            "old nodeclaims left %d/%zu, nodeclaims %d (initialized %d), pods running %d/%d, %.3f per hour",
            old_left, json_object_size(sh->old), v.total, v.initialized, running, d->pods_kept, c);
-  json_decref(now);
   if (old_left || running != d->pods_kept || v.initialized != v.total || c >= d->cost_before) return 0;
   d->cost_after = c;
   return 1;

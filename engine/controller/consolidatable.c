@@ -85,17 +85,6 @@ static void note_pod_event(lp_controller *c, const char *node_name) {
   lp_controller_enqueue(c, name);
 }
 
-typedef struct pool_scan {
-  lp_controller *c;
-  const char *pool;
-} pool_scan;
-
-static void enqueue_if_pool(const char *key, json_t *claim, void *ud) {
-  pool_scan *s = ud;
-  const char *pool = lp_obj_label(claim, LABEL_NODEPOOL);
-  if (pool && strcmp(pool, s->pool) == 0) lp_controller_enqueue(s->c, key);
-}
-
 static void on_change(lp_controller *c, lp_kind kind, const json_t *old_obj, const json_t *new_obj) {
   if (kind == LP_KIND_POD) {
     const char *node = pod_event_node(old_obj, new_obj);
@@ -106,8 +95,7 @@ static void on_change(lp_controller *c, lp_kind kind, const json_t *old_obj, con
         json_equal(lp_obj_get(old_obj, "spec.disruption"), lp_obj_get(new_obj, "spec.disruption")) &&
         json_equal(lp_obj_get(old_obj, "spec.replicas"), lp_obj_get(new_obj, "spec.replicas")))
       return;
-    pool_scan s = {c, lp_obj_name(obj)};
-    if (s.pool) lp_env_each(lp_controller_env(c), LP_KIND_NODECLAIM, enqueue_if_pool, &s);
+    lp_controller_enqueue_pool_claims(c, lp_obj_name(obj));
   } else if (kind == LP_KIND_NODECLAIM && !new_obj && lp_obj_name(old_obj)) {
     json_object_del(((marker_state *)lp_controller_state(c))->pod_events, lp_obj_name(old_obj));
   }

@@ -81,6 +81,22 @@ static void enqueue_key(const char *key, json_t *obj, void *ud) {
   lp_controller_enqueue(ud, key);
 }
 
+typedef struct pool_scan {
+  lp_controller *c;
+  const char *pool;
+} pool_scan;
+
+static void enqueue_if_pool(const char *key, json_t *claim, void *ud) {
+  pool_scan *s = ud;
+  const char *pool = lp_obj_label(claim, "karpenter.sh/nodepool");
+  if (pool && strcmp(pool, s->pool) == 0) lp_controller_enqueue(s->c, key);
+}
+
+void lp_controller_enqueue_pool_claims(lp_controller *c, const char *nodepool) {
+  pool_scan s = {c, nodepool};
+  if (nodepool) lp_env_each(c->env, LP_KIND_NODECLAIM, enqueue_if_pool, &s);
+}
+
 void controller_enqueue_all(lp_controller *c) {
   if (c->def->primary == LP_KIND_NONE)
     lp_controller_enqueue(c, c->def->singleton_key);

@@ -105,6 +105,9 @@ const char *lp_controller_logger(const lp_controller *c);
 void lp_controller_enqueue(lp_controller *c, const char *key);
 /* Adds key after seconds. */
 void lp_controller_enqueue_after(lp_controller *c, const char *key, double seconds);
+/* Adds every cached NodeClaim labelled karpenter.sh/nodepool=nodepool (a NodePool change reaching its
+ * NodeClaims). */
+void lp_controller_enqueue_pool_claims(lp_controller *c, const char *nodepool);
 
 /* Ends the reconcile of key. err (owned, freed here) NULL = success; otherwise it is logged and the key
  * retried with backoff. requeue_after_s > 0 (on success) reconciles the key again after that delay

@@ -130,17 +130,6 @@ static void track_drifted(drift_state *st, const json_t *old_obj, const json_t *
 
 /* ---- watches ------------------------------------------------------------------------------- */
 
-typedef struct pool_scan {
-  lp_controller *c;
-  const char *pool;
-} pool_scan;
-
-static void enqueue_if_pool(const char *key, json_t *claim, void *ud) {
-  pool_scan *s = ud;
-  const char *pool = lp_obj_label(claim, DRIFT_LABEL_POOL);
-  if (pool && strcmp(pool, s->pool) == 0) lp_controller_enqueue(s->c, key);
-}
-
 /* NodePools' status changes often (resources, conditions) and cannot drift a node. */
 static int nodepool_changed(const json_t *old_obj, const json_t *new_obj) {
   if (!old_obj || !new_obj) return 1;
@@ -158,8 +147,7 @@ static void on_change(lp_controller *c, lp_kind kind, const json_t *old_obj, con
     const char *uid = lp_obj_uid(obj);
     if (!new_obj && uid) lp_cache_delete(st->policy, uid, strlen(uid));
   } else if (kind == LP_KIND_NODEPOOL && nodepool_changed(old_obj, new_obj) && lp_obj_name(obj)) {
-    pool_scan s = {c, lp_obj_name(obj)};
-    lp_env_each(env, LP_KIND_NODECLAIM, enqueue_if_pool, &s);
+    lp_controller_enqueue_pool_claims(c, lp_obj_name(obj));
   } else if (kind == LP_KIND_NODECLASS && lp_obj_name(obj)) {
     /* by name: the claims of a same-named class in another group are checked again too, for nothing */
     lp_env_index_each(env, LP_INDEX_NODECLAIM_BY_NODECLASS, lp_obj_name(obj), enqueue_claim, c);
