@@ -386,11 +386,8 @@ static dz_quote quote(pv_type *type, const json_t *reqs) {
   size_t i;
   const json_t *o;
   json_array_foreach(json_object_get(type->obj, "offerings"), i, o) {
-    const json_t *price = json_object_get(o, "price");
-    if (!json_is_true(json_object_get(o, "available")) || !json_is_number(price) ||
-        !lp_requirements_compatible(reqs, json_object_get(o, "requirements"), NULL))
-      continue;
-    double v = json_number_value(price);
+    double v = pv_offering_price(o, reqs);
+    if (v < 0) continue;
     if (q.lo < 0 || v < q.lo) q.lo = v;
     if (v > q.hi) q.hi = v;
     const char *ct = json_string_value(json_object_get(o, "capacity_type")) ?: "";

@@ -27,8 +27,9 @@
 #include "core/log.h"
 
 #define LABEL_NODEPOOL "karpenter.sh/nodepool"
-/* A NodeClaim whose expiry is this far ahead is looked at again then, not earlier: the requeue is a
- * timer on the workqueue, and a far one costs nothing. Its own changes enqueue it anyway. */
+/* The shortest requeue before an expiry: a NodeClaim is looked at again when it expires (a far timer on
+ * the workqueue costs nothing, and its own changes enqueue it anyway), but never sooner than this, so a
+ * clock a little behind the API server's does not spin. */
 #define MIN_REQUEUE_S 1.0
 
 typedef struct expiration_state {

@@ -317,6 +317,9 @@ void pv_bins_free(pv_pass *p);
 
 /* ---- provisioner_schedule.c ----------------------------------------------------------------- */
 
+/* The price of offering (one of an instance type's) when it is available, priced and compatible with
+ * reqs (NULL = none); < 0 otherwise: what a launch under reqs could land on. */
+double pv_offering_price(const json_t *offering, const json_t *reqs);
 /* Sorts the pass's pods: cpu, then memory, descending; then oldest first; then by key. */
 void pv_sort_pods(pv_pass *p);
 /* Packs the pods not placed yet into new NodeClaims, first fit over the claims opened so far, else a

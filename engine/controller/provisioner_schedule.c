@@ -30,17 +30,22 @@ void pv_sort_pods(pv_pass *p) {
   if (p->npods) qsort(p->pods, p->npods, sizeof *p->pods, by_size);
 }
 
+double pv_offering_price(const json_t *offering, const json_t *reqs) {
+  const json_t *price = json_object_get(offering, "price");
+  if (!json_is_true(json_object_get(offering, "available")) || !json_is_number(price) ||
+      !lp_requirements_compatible(reqs, json_object_get(offering, "requirements"), NULL))
+    return -1;
+  return json_number_value(price);
+}
+
 /* The cheapest available offering of type compatible with reqs: its price, or < 0 when none. */
 static double cheapest_offering(const pv_type *type, const json_t *reqs) {
   double best = -1;
   size_t i;
   const json_t *o;
   json_array_foreach(json_object_get(type->obj, "offerings"), i, o) {
-    const json_t *price = json_object_get(o, "price");
-    if (!json_is_true(json_object_get(o, "available")) || !json_is_number(price) ||
-        !lp_requirements_compatible(reqs, json_object_get(o, "requirements"), NULL))
-      continue;
-    if (best < 0 || json_number_value(price) < best) best = json_number_value(price);
+    double v = pv_offering_price(o, reqs);
+    if (v >= 0 && (best < 0 || v < best)) best = v;
   }
   return best;
 }

@@ -196,8 +196,10 @@ static inline int ctrl_claim_condition(ctrl_fixture *f, const char *name, const 
   return ok;
 }
 
-/* Non-zero when an Event in namespace default with reason is about the object named name. */
-static inline int ctrl_has_event(ctrl_fixture *f, const char *name, const char *reason) {
+/* Non-zero when an Event in namespace default with reason is about the object named name and, unless
+ * part is NULL, its message contains part. */
+static inline int ctrl_has_event_message(ctrl_fixture *f, const char *name, const char *reason,
+                                         const char *part) {
   json_t *list = ctrl_get(f, "/api/v1/namespaces/default/events");
   int found = 0;
   size_t i;
@@ -205,10 +207,17 @@ static inline int ctrl_has_event(ctrl_fixture *f, const char *name, const char *
   json_array_foreach(json_object_get(list, "items"), i, ev) {
     const char *who = lp_obj_str(ev, "involvedObject.name");
     const char *why = json_string_value(json_object_get(ev, "reason"));
-    found |= who && why && strcmp(who, name) == 0 && strcmp(why, reason) == 0;
+    const char *msg = json_string_value(json_object_get(ev, "message"));
+    found |= who && why && strcmp(who, name) == 0 && strcmp(why, reason) == 0 &&
+             (!part || (msg && strstr(msg, part)));
   }
   json_decref(list);
   return found;
+}
+
+/* Non-zero when an Event in namespace default with reason is about the object named name. */
+static inline int ctrl_has_event(ctrl_fixture *f, const char *name, const char *reason) {
+  return ctrl_has_event_message(f, name, reason, NULL);
 }
 
 /* The simulators' admin API: service "alibaba" or "kubernetes". */

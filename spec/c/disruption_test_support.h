@@ -153,24 +153,6 @@ static inline int dt_consolidatable_cached(ctrl_fixture *f, const void *name) {
                          "Consolidatable", "True");
 }
 
-/* Non-zero when an Event in namespace default with reason about the object named name has a message
- * containing part. */
-static inline int dt_has_event_message(ctrl_fixture *f, const char *name, const char *reason,
-                                       const char *part) {
-  json_t *list = ctrl_get(f, "/api/v1/namespaces/default/events");
-  int found = 0;
-  size_t i;
-  json_t *ev;
-  json_array_foreach(json_object_get(list, "items"), i, ev) {
-    const char *who = lp_obj_str(ev, "involvedObject.name");
-    const char *why = json_string_value(json_object_get(ev, "reason"));
-    const char *msg = json_string_value(json_object_get(ev, "message"));
-    found |= who && why && msg && strcmp(who, name) == 0 && strcmp(why, reason) == 0 && strstr(msg, part);
-  }
-  json_decref(list);
-  return found;
-}
-
 /* Two (object, reason) pairs dt_has_events waits for. */
 typedef struct dt_events {
   const char *name1, *reason1, *name2, *reason2;

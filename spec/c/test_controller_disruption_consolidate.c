@@ -207,18 +207,7 @@ static void test_single_replace(void) {
 
 static int blocked_by_pdb(ctrl_fixture *fx, const void *name) {
   mono += 0.5;
-  json_t *list = ctrl_get(fx, "/api/v1/namespaces/default/events");
-  int found = 0;
-  size_t i;
-  json_t *ev;
-  json_array_foreach(json_object_get(list, "items"), i, ev) {
-    const char *who = lp_obj_str(ev, "involvedObject.name"), *msg = lp_obj_str(ev, "message");
-    found |= who && msg && strcmp(who, name) == 0 &&
-             strcmp(lp_obj_str(ev, "reason") ?: "", "DisruptionBlocked") == 0 &&
-             strstr(msg, "pdb default/web-pdb prevents pod evictions") != NULL;
-  }
-  json_decref(list);
-  return found;
+  return ctrl_has_event_message(fx, name, "DisruptionBlocked", "pdb default/web-pdb prevents pod evictions");
 }
 
 /* A PodDisruptionBudget that allows no eviction of the pods on the last node keeps it, however

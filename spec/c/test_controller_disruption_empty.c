@@ -295,8 +295,8 @@ static void test_veto(void) {
   ctrl_run_for(&f, 1);
   CHECK(claim_untouched("web-k"));
   CHECK(claim_untouched("web-l"));
-  CHECK(dt_has_event_message(&f, "web-k", "DisruptionBlocked", "kept by the test policy for emptiness"));
-  CHECK(dt_has_event_message(&f, "web-l", "DisruptionPolicyFailed", "the test policy raised"));
+  CHECK(ctrl_has_event_message(&f, "web-k", "DisruptionBlocked", "kept by the test policy for emptiness"));
+  CHECK(ctrl_has_event_message(&f, "web-l", "DisruptionPolicyFailed", "the test policy raised"));
 
   annotate("web-k", "test/veto", NULL);
   dt_set_budgets(&f, "[{\"nodes\":\"0\"}]");
