@@ -167,7 +167,7 @@ typedef struct pv_pod {
   pv_ports ports; /* its host ports */
   pv_term *topo;  /* its pod (anti-)affinity terms and spread constraints (provisioner_topology.c) */
   size_t ntopo, nsoft;
-  size_t soft_kept; /* the current attempt keeps its first soft_kept ScheduleAnyway constraints */
+  size_t soft_kept; /* the current attempt keeps its first soft_kept soft terms (pv_topology_pod) */
   double created;   /* creationTimestamp, epoch seconds */
   char *why;        /* set when no NodePool can take it */
   int placed;       /* on existing capacity, or on a new NodeClaim */
@@ -278,9 +278,9 @@ void pv_pod_free(pv_pod *pod);
  * alternatives needs them too. After pv_pod_init. */
 void pv_pod_require(pv_pod *pod, const json_t *reqs);
 /* How many ways a new NodeClaim may take the pod, strictest first: with every preferred node-affinity
- * term and ScheduleAnyway spread constraint, each required term in turn; then the same with the
- * lightest preference dropped, and so on; then dropping the ScheduleAnyway constraints one at a time
- * (the last first), until no preference is left. */
+ * term and soft topology term, each required term in turn; then the same with the
+ * lightest preference dropped, and so on; then dropping the soft topology terms one at a time (the last
+ * first: pv_topology_pod), until no preference is left. */
 size_t pv_pod_attempts(const pv_pod *pod);
 /* Sets pod->reqs and pod->soft_kept for attempt (< pv_pod_attempts). Returns 0 when that attempt's
  * requirements contradict each other (a preference against its term): nothing can take the pod that way. */
@@ -337,9 +337,17 @@ void pv_claims_free(pv_pass *p);
  * everything. New reference. */
 json_t *pv_selector_requirements(const json_t *selector);
 
-/* Adds the pod's required pod affinity and anti-affinity terms and its topology spread constraints on
+/* The field of each item of list (weighted preferred terms: [{"weight": w, field: term}]; NULL = none),
+ * heaviest weight first, equal weights in their order; items without the field are left out. New array
+ * of borrowed terms. */
+json_t *pv_heaviest_first(const json_t *list, const char *field);
+/* Adds the pod's pod affinity and anti-affinity terms and its topology spread constraints on
  * kubernetes.io/hostname, topology.kubernetes.io/zone and karpenter.sh/capacity-type to the pass's
- * groups (equal terms share one) and to pod->topo. Other keys are ignored. */
+ * groups (equal terms share one) and to pod->topo. Other keys are ignored. Required terms and
+ * DoNotSchedule constraints are hard; ScheduleAnyway constraints, then preferred anti-affinity, then
+ * preferred affinity terms (each heaviest first) are soft, in that order, so a pass drops the lightest
+ * preferred affinity term first. A preferred anti-affinity term keeps the pod out of a domain, never
+ * another pod. */
 void pv_topology_pod(pv_pass *p, pv_pod *pod);
 /* Counts the pods bound to nodes (but those of p->ignore_nodes) in every group whose selector they
  * match, adds their own required anti-affinity terms (a pod matching one keeps out of its domain), and

@@ -150,38 +150,19 @@ json_t *pv_pod_requirement_terms(const json_t *spec) {
   return none_if_empty(out);
 }
 
-typedef struct weighted {
-  long weight;
-  size_t order;
-  const json_t *term;
-} weighted;
-
-static int by_weight_desc(const void *a, const void *b) {
-  const weighted *x = a, *y = b;
-  if (x->weight != y->weight) return x->weight > y->weight ? -1 : 1;
-  return x->order < y->order ? -1 : x->order > y->order;
-}
-
 json_t *pv_pod_preferences(const json_t *spec) {
-  const json_t *prefs =
-      json_object_get(node_affinity(spec), "preferredDuringSchedulingIgnoredDuringExecution");
-  size_t n = json_array_size(prefs);
-  if (n == 0) return NULL;
-  weighted *list = lp_xmalloc(n * sizeof *list);
-  for (size_t i = 0; i < n; i++) {
-    const json_t *pref = json_array_get(prefs, i);
-    list[i] = (weighted){(long)json_integer_value(json_object_get(pref, "weight")), i,
-                         json_object_get(pref, "preference")};
-  }
-  qsort(list, n, sizeof *list, by_weight_desc);
+  json_t *sorted = pv_heaviest_first(
+      json_object_get(node_affinity(spec), "preferredDuringSchedulingIgnoredDuringExecution"), "preference");
   json_t *out = json_array();
-  for (size_t i = 0; i < n; i++) {
+  size_t i;
+  const json_t *term;
+  json_array_foreach(sorted, i, term) {
     json_t *one = json_array();
-    append_term(one, list[i].term);
+    append_term(one, term);
     if (json_array_size(one) > 0) json_array_append(out, one);
     json_decref(one);
   }
-  free(list);
+  json_decref(sorted);
   return none_if_empty(out);
 }
 

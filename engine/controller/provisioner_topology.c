@@ -104,13 +104,46 @@ static void add_term(pv_pod *pod, size_t group, int hard) {
 static json_t *site_values(const pv_pass *p, const pv_site *s, const char *key);
 static void bump(json_t *counts, const char *domain, json_int_t by);
 
-/* The required terms of affinity (of the pod obj) as groups: added to pod's terms, or (pod NULL: a pod
- * bound at site) counted in the owners of its anti-affinity groups. */
-static void affinity_terms(pv_pass *p, const json_t *obj, const json_t *affinity, int kind, pv_pod *pod,
-                           const pv_site *site) {
+typedef struct weighted {
+  json_int_t weight;
+  size_t order;
+  const json_t *term;
+} weighted;
+
+static int by_weight_desc(const void *a, const void *b) {
+  const weighted *x = a, *y = b;
+  if (x->weight != y->weight) return x->weight > y->weight ? -1 : 1;
+  return x->order < y->order ? -1 : x->order > y->order;
+}
+
+json_t *pv_heaviest_first(const json_t *list, const char *field) {
+  size_t n = json_array_size(list), k = 0;
+  weighted *sorted = lp_xmalloc((n ? n : 1) * sizeof *sorted);
+  for (size_t i = 0; i < n; i++) {
+    const json_t *item = json_array_get(list, i), *term = json_object_get(item, field);
+    if (json_is_object(term))
+      sorted[k++] = (weighted){json_integer_value(json_object_get(item, "weight")), i, term};
+  }
+  qsort(sorted, k, sizeof *sorted, by_weight_desc);
+  json_t *out = json_array();
+  for (size_t i = 0; i < k; i++) json_array_append(out, (json_t *)sorted[i].term);
+  free(sorted);
+  return out;
+}
+
+/* The terms of affinity (of the pod obj) as groups: the required ones (hard) or, with preferred, the
+ * preferred ones (soft, heaviest first). Added to pod's terms, or (pod NULL: a pod bound at site, required
+ * terms only) counted in the owners of its anti-affinity groups. */
+static void affinity_terms(pv_pass *p, const json_t *obj, const json_t *affinity, int kind, int preferred,
+                           pv_pod *pod, const pv_site *site) {
+  json_t *terms =
+      preferred
+          ? pv_heaviest_first(json_object_get(affinity, "preferredDuringSchedulingIgnoredDuringExecution"),
+                              "podAffinityTerm")
+          : json_incref(json_object_get(affinity, "requiredDuringSchedulingIgnoredDuringExecution"));
   size_t i;
   const json_t *term;
-  json_array_foreach(json_object_get(affinity, "requiredDuringSchedulingIgnoredDuringExecution"), i, term) {
+  json_array_foreach(terms, i, term) {
     const char *key = json_string_value(json_object_get(term, "topologyKey"));
     if (!supported_key(key)) continue;
     json_t *namespaces = json_object();
@@ -123,7 +156,7 @@ static void affinity_terms(pv_pass *p, const json_t *obj, const json_t *affinity
     size_t g = intern(p, kind, key, pv_selector_requirements(json_object_get(term, "labelSelector")),
                       namespaces, 0, 0);
     if (pod) {
-      add_term(pod, g, 1);
+      add_term(pod, g, !preferred);
       continue;
     }
     json_t *values = site_values(p, site, key);
@@ -131,13 +164,16 @@ static void affinity_terms(pv_pass *p, const json_t *obj, const json_t *affinity
       bump(p->groups[g].owners, json_string_value(json_array_get(values, 0)), 1);
     json_decref(values);
   }
+  json_decref(terms);
 }
 
 void pv_topology_pod(pv_pass *p, pv_pod *pod) {
   const json_t *spec = json_object_get(pod->obj, "spec");
   const json_t *affinity = json_object_get(spec, "affinity");
-  affinity_terms(p, pod->obj, json_object_get(affinity, "podAffinity"), PV_TOPO_AFFINITY, pod, NULL);
-  affinity_terms(p, pod->obj, json_object_get(affinity, "podAntiAffinity"), PV_TOPO_ANTI, pod, NULL);
+  const json_t *pod_affinity = json_object_get(affinity, "podAffinity");
+  const json_t *pod_anti = json_object_get(affinity, "podAntiAffinity");
+  affinity_terms(p, pod->obj, pod_affinity, PV_TOPO_AFFINITY, 0, pod, NULL);
+  affinity_terms(p, pod->obj, pod_anti, PV_TOPO_ANTI, 0, pod, NULL);
   size_t i;
   const json_t *c;
   json_array_foreach(json_object_get(spec, "topologySpreadConstraints"), i, c) {
@@ -150,6 +186,9 @@ void pv_topology_pod(pv_pass *p, pv_pod *pod) {
                       namespaces, skew, (int)json_integer_value(json_object_get(c, "minDomains")));
     add_term(pod, g, !when || strcmp(when, "ScheduleAnyway") != 0);
   }
+  /* soft terms go last first: preferred affinity, then preferred anti-affinity, then ScheduleAnyway */
+  affinity_terms(p, pod->obj, pod_anti, PV_TOPO_ANTI, 1, pod, NULL);
+  affinity_terms(p, pod->obj, pod_affinity, PV_TOPO_AFFINITY, 1, pod, NULL);
 }
 
 /* ---- matching and counting --------------------------------------------------------------------- */
@@ -213,8 +252,8 @@ static void record(pv_pass *p, const json_t *obj, const pv_pod *pod, const pv_si
   for (size_t g = 0; g < p->ngroups; g++) {
     pv_group *grp = &p->groups[g];
     int matches = group_matches(grp, obj), owns = 0;
-    for (size_t t = 0; pod && t < pod->ntopo; t++)
-      owns |= pod->topo[t].group == g && grp->kind == PV_TOPO_ANTI;
+    for (size_t t = 0; pod && t < pod->ntopo; t++) /* a preference keeps no other pod away */
+      owns |= pod->topo[t].group == g && grp->kind == PV_TOPO_ANTI && pod->topo[t].hard;
     if (!matches && !owns) continue;
     json_t *values = site_values(p, s, grp->key);
     size_t n = json_array_size(values);
@@ -272,7 +311,7 @@ static void bound_pod(const char *key, json_t *obj, void *ud) {
   json_t *none = s.labels ? NULL : json_object(); /* no node: only its hostname is known */
   if (none) s.labels = none;
   record(p, obj, NULL, &s);
-  if (anti) affinity_terms(p, obj, anti, PV_TOPO_ANTI, NULL, &s);
+  if (anti) affinity_terms(p, obj, anti, PV_TOPO_ANTI, 0, NULL, &s);
   json_decref(none);
 }
 

@@ -344,6 +344,65 @@ static void test_pod_affinity(void) {
   pt_cleanup(&f);
 }
 
+/* {"affinity": {kind: {preferred: [{weight, podAffinityTerm: {labelSelector app=app, topologyKey}}]}}}. */
+static json_t *preferred_affinity(const char *kind, int weight, const char *app, const char *key) {
+  return json_pack("{s:{s:{s:[{s:i, s:{s:{s:{s:s}}, s:s}}]}}}", "affinity", kind,
+                   "preferredDuringSchedulingIgnoredDuringExecution", "weight", weight, "podAffinityTerm",
+                   "labelSelector", "matchLabels", "app", app, "topologyKey", key);
+}
+
+/* Preferred pod (anti-)affinity is tried as if required, then given up. Three small replicas preferring
+ * hostname self anti-affinity get three NodeClaims; two preferring zone self anti-affinity, in a pool of
+ * one zone, both get one; a pod preferring zone affinity to a pod running in zone k gets a NodeClaim in
+ * k. The preference of a running pod keeps no other pod off its node. */
+static void test_preferred_pod_affinity(void) {
+  for (int i = 0; i < 3; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "apart-%d", i);
+    app_pod(name, "apart", preferred_affinity("podAntiAffinity", 50, "apart", "kubernetes.io/hostname"),
+            NULL);
+  }
+  json_t *a0 = pt_claim_of(&f, "apart-0"), *a1 = pt_claim_of(&f, "apart-1"), *a2 = pt_claim_of(&f, "apart-2");
+  CHECK(a0 && a1 && a2);
+  CHECK(strcmp(lp_obj_name(a0) ?: "", lp_obj_name(a1) ?: "") != 0);
+  CHECK(strcmp(lp_obj_name(a1) ?: "", lp_obj_name(a2) ?: "") != 0);
+  CHECK(strcmp(lp_obj_name(a0) ?: "", lp_obj_name(a2) ?: "") != 0);
+  json_decref(a0);
+  json_decref(a1);
+  json_decref(a2);
+  pt_cleanup(&f);
+
+  zone_pool("only-h", "cn-hangzhou-h", NULL, NULL);
+  for (int i = 0; i < 2; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "pair-%d", i);
+    json_t *spec = preferred_affinity("podAntiAffinity", 10, "pair", LP_LABEL_ZONE);
+    json_object_set_new(spec, "nodeSelector", json_pack("{s:s}", "team", "zones"));
+    app_pod(name, "pair", spec, NULL);
+  }
+  json_t *p0 = pt_claim_of(&f, "pair-0"), *p1 = pt_claim_of(&f, "pair-1");
+  CHECK(p0 && p1);
+  CHECK(!has_failed_scheduling(&f, "pair-0") && !has_failed_scheduling(&f, "pair-1"));
+  json_decref(p0);
+  json_decref(p1);
+  pt_cleanup(&f);
+
+  node("n1", "cn-hangzhou-k");
+  app_pod("chief", "chief", NULL, "n1");
+  app_pod("shy", "shy", preferred_affinity("podAntiAffinity", 100, "near", "kubernetes.io/hostname"), "n1");
+  json_t *trailer = preferred_affinity("podAffinity", 10, "chief", LP_LABEL_ZONE);
+  json_object_set_new(trailer, "containers", cpu_containers("6"));
+  app_pod("trailer", "trailer", trailer, NULL);
+  app_pod("near", "near", NULL, NULL);
+  json_t *claim = pt_claim_of(&f, "trailer");
+  CHECK(claim != NULL);
+  CHECK_STR(zone_of(claim), "cn-hangzhou-k");
+  CHECK(!pt_is_nominated(&f, "near"));
+  CHECK_INT(pt_claims(&f, NULL), 1);
+  json_decref(claim);
+  pt_cleanup(&f);
+}
+
 /* ---- topology spread ----------------------------------------------------------------------- */
 
 /* A spread constraint on key over pods app=app. */
@@ -481,6 +540,7 @@ int main(void) {
   RUN(test_pod_anti_affinity);
   RUN(test_pod_affinity);
   RUN(test_anti_affinity_of_running_pods);
+  RUN(test_preferred_pod_affinity);
   RUN(test_zone_spread);
   RUN(test_spread_unsatisfiable);
   RUN(test_hostname_spread);
