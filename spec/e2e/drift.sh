@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Drift against the real API server, then the NodePool's deletion: an image change on the ECSNodeClass
 # drifts every node; they are replaced no faster than the NodePool's budget allows, and no pod is left
-# pending. Deleting the NodePool then deletes, through the real garbage collector, every NodeClaim it
-# owns (the replacements too) and so every Node and instance.
+# pending. A node of a second NodePool past its expireAfter is replaced although that NodePool's budget
+# allows no disruption. Deleting the NodePools then deletes, through the real garbage collector, every
+# NodeClaim they own (the replacements too) and so every Node and instance.
 source "$(dirname "$0")/lib.sh"
 BUDGET=1
 
@@ -44,8 +45,30 @@ kc get nodeclaims -o json | jq -e 'all(.items[]; .status.imageID == "aliyun_3_x6
 kc get nodeclaims -o json | jq -e 'all(.items[]; any(.metadata.ownerReferences[]?; .kind == "NodePool" and .name == "default"))' \
   >/dev/null || fail "a replacement NodeClaim has no ownerReference to its NodePool"
 
-step "deleting the NodePool deletes every NodeClaim it owns, and their instances"
-kc delete nodepool default --wait=false >/dev/null
+step "a node past expireAfter is replaced, whatever its NodePool's budget says"
+# a second NodePool whose nodes live 45 s and whose budget allows no disruption at all; one pod selects it
+kc get nodepool default -o json | jq '{apiVersion, kind, metadata: {name: "expiring"}, spec: (.spec
+  | .template.spec.expireAfter = "45s" | .template.metadata.labels.lifetime = "short"
+  | .disruption.budgets = [{nodes: "0"}])}' | kc apply -f - >/dev/null
+kc apply -f - >/dev/null <<'JSON'
+{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"short","namespace":"default"},
+ "spec":{"replicas":1,"selector":{"matchLabels":{"app":"short"}},"template":{"metadata":{"labels":{"app":"short"}},
+ "spec":{"terminationGracePeriodSeconds":5,"nodeSelector":{"lifetime":"short"},
+ "containers":[{"name":"app","image":"registry.k8s.io/pause:3.10","resources":{"requests":{"cpu":"1","memory":"1Gi"}}}]}}}}
+JSON
+wait_until "the pod of short Running" 120 running_is short 1
+short_node() { kc get pods -l app=short --field-selector status.phase=Running -o jsonpath='{.items[0].spec.nodeName}'; }
+first_node="$(short_node)" t0=$SECONDS
+wait_until "its node, past expireAfter, gone" 180 gone node "$first_node"
+moved_on() { running_is short 1 && [[ "$(short_node)" != "$first_node" ]]; }
+wait_until "the pod of short Running on a new node" 120 moved_on
+expired="$(metric a 'luaprov_nodeclaims_disrupted_total{reason="expired",nodepool="expiring"}')"
+[[ "${expired:-0}" != 0 ]] || fail "no expiration was counted"
+figure "expireAfter 45s under a budget of 0: node $first_node replaced by $(short_node) in $((SECONDS - t0)) s after its pod ran"
+
+step "deleting the NodePools deletes every NodeClaim they own, and their instances"
+kc delete deployment short --wait=false >/dev/null
+kc delete nodepool default expiring --wait=false >/dev/null
 wait_until "every NodeClaim gone" 180 is 0 count nodeclaims
 wait_until "every Node gone" 60 is 0 count nodes
 wait_until "every instance released" 60 is 0 live_instances
