@@ -131,7 +131,38 @@ static void on_change(lp_controller *c, lp_kind kind, const json_t *old_obj, con
 
 /* ---- running the actions ---------------------------------------------------------------------- */
 
+/* The pass's delete decision (one at most: the validated one), counted in
+ * luaprov_voluntary_disruption_decisions_total and logged, one line per NodePool, with only the
+ * candidates actually deleted: those the disruption policy allowed and whose delete was accepted. */
+static void report_deletes(dz_pass *p) {
+  json_t *pools = json_object();
+  const dz_action *first = NULL;
+  for (size_t i = 0; i < p->nactions; i++) {
+    const dz_action *a = &p->actions[i];
+    if (a->kind != DZ_DELETE || !a->disrupted) continue;
+    if (!first) first = a;
+    const char *pool = lp_obj_label(a->claim, DZ_LABEL_POOL);
+    json_t *names = json_object_get(pools, pool ? pool : "");
+    if (!names) json_object_set_new(pools, pool ? pool : "", names = json_array());
+    json_array_append_new(names, json_string(lp_obj_name(a->claim)));
+  }
+  if (first) {
+    const char *reason = dz_metric_reason(first->reason);
+    lp_counter_inc(p->st->decisions, LP_LABELS("delete", reason, first->type));
+    const char *pool;
+    json_t *names;
+    json_object_foreach(pools, pool, names) {
+      char *list = json_dumps(names, JSON_COMPACT);
+      lp_info(lp_controller_logger(p->c), "disrupting nodeclaim(s) via delete", LPF_STR("reason", reason),
+              LPF_JSON("nodeclaims", list), LPF_STR("nodepool", pool));
+      free(list);
+    }
+  }
+  json_decref(pools);
+}
+
 static void pass_end(dz_pass *p) {
+  report_deletes(p);
   for (size_t i = 0; i < p->nactions; i++) {
     dz_action *a = &p->actions[i];
     json_decref(a->claim);
@@ -367,26 +398,6 @@ static int emptiness(dz_pass *p, cands *cs, json_t *left) {
   return k > 0;
 }
 
-/* Logs a delete decision, one line per NodePool. */
-static void log_delete(dz_pass *p, const char *reason, size_t first) {
-  json_t *pools = json_object();
-  for (size_t i = first; i < p->nactions; i++) {
-    const char *pool = lp_obj_label(p->actions[i].claim, DZ_LABEL_POOL);
-    json_t *names = json_object_get(pools, pool);
-    if (!names) json_object_set_new(pools, pool, names = json_array());
-    json_array_append_new(names, json_string(lp_obj_name(p->actions[i].claim)));
-  }
-  const char *pool;
-  json_t *names;
-  json_object_foreach(pools, pool, names) {
-    char *list = json_dumps(names, JSON_COMPACT);
-    lp_info(lp_controller_logger(p->c), "disrupting nodeclaim(s) via delete", LPF_STR("reason", reason),
-            LPF_JSON("nodeclaims", list), LPF_STR("nodepool", pool));
-    free(list);
-  }
-  json_decref(pools);
-}
-
 /* ---- consolidation --------------------------------------------------------------------------- */
 
 /* A consolidation pass or validation waiting for its snapshot (dz_sim_new). */
@@ -444,7 +455,6 @@ static void consolidation_end(consolidation *co) {
  * cheaper shape (its replacement made first; deleted once that is initialized). */
 static void add_consolidation(dz_pass *p, json_t *claims, size_t k, const char *type, const char *method,
                               json_t *shape) {
-  size_t first = p->nactions;
   if (shape && k == 1) {
     json_t *claim = json_array_get(claims, 0);
     dz_action *a = add_action(p, DZ_REPLACE, claim, NULL);
@@ -461,8 +471,6 @@ static void add_consolidation(dz_pass *p, json_t *claims, size_t k, const char *
     a->type = type;
     a->method = method;
   }
-  lp_counter_inc(p->st->decisions, LP_LABELS("delete", "underutilized", type));
-  log_delete(p, "underutilized", first);
 }
 
 static void decided(dz_pass *p, const char *type, json_t *claims, size_t from, size_t k) {
@@ -604,7 +612,7 @@ static void pending(dz_pass *p, cands *cs, json_t *left, json_t *underutilized) 
     return;
   }
   const char *log = lp_controller_logger(p->c);
-  size_t i, first = p->nactions;
+  size_t i;
   json_t *name;
   json_array_foreach(json_object_get(d, "claims"), i, name) {
     dz_candidate *cd = cands_find(cs, json_string_value(name));
@@ -631,10 +639,6 @@ static void pending(dz_pass *p, cands *cs, json_t *left, json_t *underutilized) 
     a->reason = DZ_REASON_EMPTY;
     a->type = "empty";
     a->method = "emptiness";
-  }
-  if (p->nactions > first) {
-    lp_counter_inc(p->st->decisions, LP_LABELS("delete", "empty", "empty"));
-    log_delete(p, "empty", first);
   }
   json_decref(p->st->pending);
   p->st->pending = NULL;

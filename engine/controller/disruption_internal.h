@@ -104,6 +104,8 @@ typedef struct dz_action {
   json_t *shape;       /* DZ_REPLACE by consolidation: dz_sim_result.replacement (own), else NULL */
   const char *method;  /* DZ_REPLACE, DZ_DELETE: the method that decided, as the disruption policy's
                           ctx.method names it ("emptiness", "drift", ...), static */
+  int disrupted;       /* DZ_DELETE: the policy allowed it and its delete was accepted (the decision counts
+                          and logs only those) */
 } dz_action;
 
 struct dz_pass {
@@ -188,6 +190,9 @@ int dz_budget_allowed(const json_t *nodepool, const char *reason, int total, dou
  * the deletion that follows is counted under the reason that decided it, even after a restart. */
 json_t *dz_replacement_for(const json_t *claim, const json_t *nodepool, const char *name, const json_t *shape,
                            const char *reason);
+/* The lower-case reason of luaprov_nodeclaims_disrupted_total and the decisions ("empty",
+ * "underutilized", "drifted") of a DZ_REASON* reason (NULL: drift). */
+const char *dz_metric_reason(const char *reason);
 /* The reason a replacement (borrowed) was made for: its DZ_ANNOTATION_REASON, else DZ_REASON (drift). */
 const char *dz_replacement_reason(const json_t *replacement);
 /* Forgets the replacements on their way that the cache shows now (the replacement itself, or the

@@ -140,8 +140,7 @@ static int candidate_gone(dz_action *a, const lp_kube_reply *reply, const char *
   return 1;
 }
 
-/* The lower-case reason of luaprov_nodeclaims_disrupted_total and the decisions ("empty"). */
-static const char *metric_reason(const char *reason) {
+const char *dz_metric_reason(const char *reason) {
   if (!reason) return DZ_METRIC_REASON;
   if (strcmp(reason, DZ_REASON_EMPTY) == 0) return "empty";
   if (strcmp(reason, DZ_REASON_UNDERUTILIZED) == 0) return "underutilized";
@@ -160,15 +159,16 @@ static void marked(const lp_kube_reply *reply, void *ud) {
   const char *reason = a->reason ? a->reason : dz_replacement_reason(a->replacement);
   if (a->kind == DZ_REPLACE) {
     lp_counter_inc(a->p->st->replacements, LP_LABELS("launched"));
-    lp_counter_inc(a->p->st->decisions, LP_LABELS("replace", metric_reason(reason), a->type ? a->type : ""));
+    lp_counter_inc(a->p->st->decisions,
+                   LP_LABELS("replace", dz_metric_reason(reason), a->type ? a->type : ""));
     lp_env_event(a->p->env, a->claim, "Normal", "Disrupted",
                  "Disrupting NodeClaim: %s/Replace with NodeClaim %s", reason, replacement);
     lp_env_event(a->p->env, a->claim, "Normal", "DisruptionLaunching", "Launching NodeClaim %s: %s",
                  replacement, reason);
-    lp_info(log, "disrupting nodeclaim(s) via replace", LPF_STR("reason", metric_reason(reason)),
+    lp_info(log, "disrupting nodeclaim(s) via replace", LPF_STR("reason", dz_metric_reason(reason)),
             LPF_STR("nodeclaim", name), LPF_STR("nodepool", pool), LPF_STR("replacement", replacement));
   } else {
-    lp_info(log, "resuming the replacement of a nodeclaim", LPF_STR("reason", metric_reason(reason)),
+    lp_info(log, "resuming the replacement of a nodeclaim", LPF_STR("reason", dz_metric_reason(reason)),
             LPF_STR("nodeclaim", name), LPF_STR("nodepool", pool), LPF_STR("replacement", replacement));
   }
   dz_action_done(a, NULL);
@@ -310,11 +310,11 @@ static void candidate_deleted(const lp_kube_reply *reply, void *ud) {
   if (!reply->error) {
     const char *pool = lp_obj_label(a->claim, DZ_LABEL_POOL);
     const char *reason = dz_replacement_reason(a->replacement);
-    lp_counter_inc(a->p->st->disrupted, LP_LABELS(metric_reason(reason), pool ? pool : ""));
+    lp_counter_inc(a->p->st->disrupted, LP_LABELS(dz_metric_reason(reason), pool ? pool : ""));
     lp_env_event(a->p->env, a->claim, "Normal", "DisruptionTerminating",
                  "Disrupting NodeClaim: %s (replaced by %s)", reason, name_of(a->replacement));
     lp_info(lp_controller_logger(a->p->c), "deleting replaced nodeclaim, its replacement is initialized",
-            LPF_STR("reason", metric_reason(reason)), LPF_STR("nodeclaim", name_of(a->claim)),
+            LPF_STR("reason", dz_metric_reason(reason)), LPF_STR("nodeclaim", name_of(a->claim)),
             LPF_STR("nodepool", pool), LPF_STR("replacement", name_of(a->replacement)));
   }
   dz_action_done(a, NULL);
@@ -366,7 +366,8 @@ static void disrupted_deleted(const lp_kube_reply *reply, void *ud) {
     return;
   }
   const char *pool = lp_obj_label(a->claim, DZ_LABEL_POOL);
-  lp_counter_inc(a->p->st->disrupted, LP_LABELS(metric_reason(a->reason), pool ? pool : ""));
+  a->disrupted = 1;
+  lp_counter_inc(a->p->st->disrupted, LP_LABELS(dz_metric_reason(a->reason), pool ? pool : ""));
   lp_env_event(a->p->env, a->claim, "Normal", "Disrupted", "Disrupting NodeClaim: %s/Delete", a->reason);
   lp_env_event(a->p->env, a->claim, "Normal", "DisruptionTerminating", "Disrupting NodeClaim: %s", a->reason);
   dz_action_done(a, NULL);
