@@ -22,7 +22,8 @@
  * budget (disruption_budget.c) minus the pool's NodeClaims being disrupted for any reason (deleting, or
  * marked); percentages count the pool's initialized NodeClaims.
  *
- * A drifted candidate is replaced (disruption_replace.c): a replacement NodeClaim is created under a
+ * A drifted candidate is replaced (disruption_replace.c): its Node is tainted karpenter.sh/disrupted:
+ * NoSchedule (nothing new lands on it meanwhile), a replacement NodeClaim is created under a
  * name of our own, which the lifecycle controller launches, then the candidate is marked
  * luaprov.io/replaced-by=<replacement>, so a restart resumes instead of launching again. Until the cache
  * shows the replacement, the candidate counts as being disrupted and is not chosen again, even when the
@@ -30,7 +31,11 @@
  * DZ_CHECK_AFTER_S). Once the replacement is Initialized=True, the candidate is deleted and the
  * termination controller cordons, drains and deletes it. A replacement that is deleted, or not
  * initialized within settings.registration_timeout_s (15 min) of its creation, is abandoned: deleted,
- * the mark dropped, the candidate tried again on a later pass.
+ * the candidate's Node untainted, the mark dropped, the candidate tried again on a later pass. A Node
+ * tainted karpenter.sh/disrupted whose NodeClaim is neither being deleted, marked, replaced nor has a
+ * replacement on its way (a crash between the taint and the create, a refused create) is untainted by a
+ * later pass (DZ_UNTAINT; not within DZ_CHECK_AFTER_S of the taint this process made, the cache may
+ * not show the delete that followed yet).
  *
  * Metrics (lp_env_metrics):
  *   luaprov_nodeclaims_disrupted_total{reason="drifted|empty|underutilized", nodepool}  counter
@@ -47,9 +52,9 @@
  * nodepool), "disrupting nodeclaim(s) via replace" (reason, nodeclaim, nodepool, replacement),
  * "disruption decision dropped ... after validation" (method, why), "deleting replaced nodeclaim, its
  * replacement is initialized", "resuming the replacement of a nodeclaim", "replacement failed, will
- * retry", "replacement creation settled"; warn "invalid disruption budget", "disruption policy failed,
- * nodeclaim not disrupted", "replacement creation unanswered, ..." (nodeclaim, replacement, code,
- * error). */
+ * retry", "replacement creation settled", "stale disruption taint removed" (nodeclaim, node); warn "invalid
+ * disruption budget", "disruption policy failed, nodeclaim not disrupted", "replacement creation unanswered,
+ * ..." (nodeclaim, replacement, code, error). */
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +77,7 @@ static void *state_new(lp_controller *c) {
   dz_state *st = lp_xcalloc(1, sizeof *st);
   st->failed = json_object();
   st->on_its_way = json_object();
+  st->tainted = json_object();
   st->disrupted =
       lp_metrics_counter(m, "luaprov_nodeclaims_disrupted_total",
                          "NodeClaims deleted by a controller, by reason.", LP_LABELS("reason", "nodepool"));
@@ -102,6 +108,7 @@ static void state_free(void *state) {
   dz_state *st = state;
   json_decref(st->failed);
   json_decref(st->on_its_way);
+  json_decref(st->tainted);
   json_decref(st->pending);
   free(st);
 }
@@ -166,6 +173,7 @@ static void pass_end(dz_pass *p) {
   for (size_t i = 0; i < p->nactions; i++) {
     dz_action *a = &p->actions[i];
     json_decref(a->claim);
+    json_decref(a->claims);
     json_decref(a->nodepool);
     json_decref(a->replacement);
     json_decref(a->shape);
@@ -217,10 +225,27 @@ static void bump(json_t *counts, const char *pool) {
   json_object_set_new(counts, pool, json_integer(json_integer_value(json_object_get(counts, pool)) + 1));
 }
 
+/* luaprov.io/replaces names one candidate, or several (comma-separated) for a multi-node consolidation. */
 static void note_replacement(const char *key, json_t *claim, void *ud) {
   (void)key;
   const char *replaces = lp_obj_annotation(claim, DZ_ANNOTATION_REPLACES);
-  if (replaces && !lp_obj_deleting(claim)) json_object_set(ud, replaces, claim);
+  if (!replaces || lp_obj_deleting(claim)) return;
+  for (const char *at = replaces; *at;) {
+    size_t len = strcspn(at, ",");
+    char *name = lp_xasprintf("%.*s", (int)len, at);
+    if (*name) json_object_set(ud, name, claim);
+    free(name);
+    at += len + (at[len] == ',');
+  }
+}
+
+/* A Node tainted karpenter.sh/disrupted for a NodeClaim nothing disrupts (the caller checked): a crash
+ * between the taint and the replacement's create, or a create refused. Not while the pass that tainted it
+ * may still be ahead of the cache. */
+static int stale_taint(dz_pass *p, const json_t *claim) {
+  const char *node_name = lp_obj_str(claim, "status.nodeName");
+  json_t *node = node_name ? lp_env_get(p->env, LP_KIND_NODE, node_name) : NULL;
+  return node && dz_node_disrupted(node) && !json_object_get(p->st->tainted, lp_obj_name(claim));
 }
 
 /* A marked candidate: delete it once its replacement initialized, give up on a failed replacement. */
@@ -260,7 +285,9 @@ static void scan_claim(const char *key, json_t *claim, void *ud) {
     /* its replacement may be stored already: it is not chosen again until that is settled */
     if (s->p->mono - json_real_value(json_object_get(on_its_way, "at")) >= DZ_CHECK_AFTER_S)
       add_action(s->p, DZ_CHECK, claim, NULL);
-  } else if (lp_condition_is(claim, "Initialized", "True"))
+  } else if (stale_taint(s->p, claim))
+    add_action(s->p, DZ_UNTAINT, claim, NULL); /* not a candidate on this pass */
+  else if (lp_condition_is(claim, "Initialized", "True"))
     json_array_append(s->candidates, claim);
 }
 
@@ -301,13 +328,13 @@ static json_t *budgets_left(scan *s, const char *reason) {
   return w.left;
 }
 
-/* Forgets the failed replacements whose candidates may be tried again. */
-static void forget_old_failures(dz_pass *p) {
+/* Forgets the entries of times (name -> a time) at least age before now. */
+static void forget_older(json_t *times, double now, double age) {
   const char *key;
   json_t *at;
   void *tmp;
-  json_object_foreach_safe(p->st->failed, tmp, key, at) {
-    if (p->now - json_real_value(at) >= RETRY_AFTER_S) json_object_del(p->st->failed, key);
+  json_object_foreach_safe(times, tmp, key, at) {
+    if (now - json_real_value(at) >= age) json_object_del(times, key);
   }
 }
 
@@ -458,6 +485,7 @@ static void add_consolidation(dz_pass *p, json_t *claims, size_t k, const char *
   if (shape && k == 1) {
     json_t *claim = json_array_get(claims, 0);
     dz_action *a = add_action(p, DZ_REPLACE, claim, NULL);
+    a->claims = json_pack("[O]", claim);
     a->nodepool = json_incref(lp_env_get(p->env, LP_KIND_NODEPOOL, lp_obj_label(claim, DZ_LABEL_POOL)));
     a->shape = json_incref(shape);
     a->reason = DZ_REASON_UNDERUTILIZED;
@@ -670,7 +698,9 @@ static int drift(dz_pass *p, cands *cs, json_t *left) {
                    "No allowed disruptions for disruption reason %s due to blocking budget", DZ_REASON);
     } else {
       json_object_set_new(left, cd->pool, json_integer(json_integer_value(n) - 1));
-      add_action(p, DZ_REPLACE, cd->claim, NULL)->nodepool = json_incref(cd->nodepool);
+      dz_action *a = add_action(p, DZ_REPLACE, cd->claim, NULL);
+      a->nodepool = json_incref(cd->nodepool);
+      a->claims = json_pack("[O]", cd->claim);
     }
   }
   observe(p, "drift", "", started);
@@ -683,7 +713,7 @@ static int drift(dz_pass *p, cands *cs, json_t *left) {
  * waiting for its validation holds the others back. */
 static void choose(scan *s) {
   dz_pass *p = s->p;
-  forget_old_failures(p);
+  forget_older(p->st->failed, p->now, RETRY_AFTER_S); /* their candidates may be tried again */
   json_t *empty = budgets_left(s, DZ_REASON_EMPTY), *drifted = budgets_left(s, DZ_REASON),
          *underutilized = budgets_left(s, DZ_REASON_UNDERUTILIZED);
   cands cs;
@@ -708,6 +738,7 @@ static void reconcile(lp_controller *c, const char *key) {
   p->now = lp_env_wall(p->env);
   p->mono = lp_env_monotonic(p->env);
   dz_forget_arrived(p);
+  forget_older(p->st->tainted, p->mono, DZ_CHECK_AFTER_S);
   scan s = {p, json_object(), json_object(), json_object(), json_array()};
   lp_env_each(p->env, LP_KIND_NODECLAIM, note_replacement, s.replacing);
   lp_env_each(p->env, LP_KIND_NODECLAIM, scan_claim, &s);
