@@ -12,12 +12,15 @@
  *   drift            Drifted, oldest first; budget Drifted; replaced 1:1 (below)
  *   multi-node       Consolidatable of WhenEmptyOrUnderutilized pools, cheapest first, budget
  *                    Underutilized: the longest prefix (>= 2, <= 100) the simulation (disruption_simulate.c)
- *                    can delete; deleted
+ *                    can delete, or replace by one cheaper node not of a candidate's instance type;
+ *                    deleted, or all replaced by that one node
  *   single-node      the first of them the simulation can delete; the others get Unconsolidatable
  * An emptiness or consolidation decision waits DZ_VALIDATE_AFTER_S on lp_env_monotonic (the pass polls
  * at most every second meanwhile, no other method running) and is checked again (consolidation on a new
- * snapshot) before it acts. Single-node consolidation may replace its candidate by one cheaper node
- * (the drift replacement's machinery, with the simulation's shape); multi-node consolidation only deletes.
+ * snapshot) before it acts. A consolidation may replace its candidates by one cheaper node (the drift
+ * replacement's machinery, with the simulation's shape, in the first candidate's NodePool): every
+ * candidate's Node tainted, one replacement listing them all in luaprov.io/replaces, each marked
+ * luaprov.io/replaced-by it and deleted once it is initialized; budgets count each candidate.
  * Every disruption first asks the Lua disruption policy (disruption_replace.c). Budgets: the reason's
  * budget (disruption_budget.c) minus the pool's NodeClaims being disrupted for any reason (deleting, or
  * marked); percentages count the pool's initialized NodeClaims.
@@ -56,6 +59,7 @@
  * disruption budget", "disruption policy failed, nodeclaim not disrupted", "replacement creation unanswered,
  * ..." (nodeclaim, replacement, code, error). */
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -437,15 +441,41 @@ typedef struct consolidation {
 } consolidation;
 
 /* dz_try_fn over the first k (from offset) of the consolidation's claims: feasible by deletion alone,
- * or, with allow_replace (single-node), by one cheaper replacement too, whose shape is then kept. One
- * replacement for several candidates is not launched (multi-node consolidation only deletes). */
+ * or by one replacement cheaper than they are together (the simulation's price rules), whose shape is
+ * then kept. For several candidates the replacement may not be of an instance type one of them has:
+ * those options are dropped, none left refuses (deleting one of them would do better). */
 typedef struct attempt {
   consolidation *co;
   size_t offset;
-  int allow_replace;
   json_t *shape; /* the last accepted answer's dz_sim_result.replacement (own), or NULL: delete only */
   char *why;     /* the last refusal's, malloc'd */
 } attempt;
+
+#define LABEL_INSTANCE_TYPE "node.kubernetes.io/instance-type"
+
+/* Drops from the replacement shape's instance-type options those of the k candidates; how many are
+ * left (SIZE_MAX when the shape names none: nothing to compare). */
+static size_t drop_candidate_types(json_t *shape, json_t *const *claims, size_t k) {
+  size_t i;
+  json_t *req;
+  json_array_foreach(json_object_get(shape, "requirements"), i, req) {
+    const char *key = json_string_value(json_object_get(req, "key"));
+    json_t *values = json_object_get(req, "values");
+    if (!key || strcmp(key, LABEL_INSTANCE_TYPE) != 0 || !json_is_array(values)) continue;
+    for (size_t v = json_array_size(values); v-- > 0;) {
+      const char *type = json_string_value(json_array_get(values, v));
+      for (size_t c = 0; c < k; c++) {
+        const char *has = lp_obj_label(claims[c], LABEL_INSTANCE_TYPE);
+        if (type && has && strcmp(type, has) == 0) {
+          json_array_remove(values, v);
+          break;
+        }
+      }
+    }
+    return json_array_size(values);
+  }
+  return SIZE_MAX;
+}
 
 static int try_claims(void *ud, dz_candidate *const *unused, size_t k) {
   (void)unused;
@@ -455,13 +485,15 @@ static int try_claims(void *ud, dz_candidate *const *unused, size_t k) {
   for (size_t i = 0; i < k; i++) v[i] = json_array_get(co->claims, at->offset + i);
   dz_sim_result r = {0};
   dz_simulate(co->sim, v, k, lp_env_settings(co->p->env)->spot_to_spot_consolidation, &r);
-  free(v);
-  int ok = r.feasible && (!r.replacement || at->allow_replace);
+  int ok = r.feasible;
   free(at->why);
-  at->why = ok ? NULL
-               : lp_xstrdup(r.why ? r.why
-                                  : "consolidating these nodes together would need a replacement node; "
-                                    "only one node at a time is replaced");
+  at->why = ok ? NULL : lp_xstrdup(r.why ? r.why : "the simulation refused these nodes");
+  if (ok && r.replacement && k > 1 && drop_candidate_types(r.replacement, v, k) == 0) {
+    ok = 0;
+    at->why =
+        lp_xstrdup("the only cheaper replacement is of an instance type one of these nodes has already");
+  }
+  free(v);
   if (ok) {
     json_decref(at->shape);
     at->shape = json_incref(r.replacement);
@@ -478,20 +510,22 @@ static void consolidation_end(consolidation *co) {
   launch_more(p);
 }
 
-/* The actions of a validated consolidation: the candidates deleted, or the single one replaced by the
- * cheaper shape (its replacement made first; deleted once that is initialized). */
+/* The actions of a validated consolidation: the candidates deleted, or all of them replaced by one node
+ * of the cheaper shape (their Nodes tainted and the replacement made first; they are deleted once it is
+ * initialized). */
 static void add_consolidation(dz_pass *p, json_t *claims, size_t k, const char *type, const char *method,
                               json_t *shape) {
-  if (shape && k == 1) {
+  if (shape && k > 0) {
     json_t *claim = json_array_get(claims, 0);
     dz_action *a = add_action(p, DZ_REPLACE, claim, NULL);
-    a->claims = json_pack("[O]", claim);
+    a->claims = json_incref(claims);
+    /* the first candidate's NodePool, as a single node's replacement is in its own */
     a->nodepool = json_incref(lp_env_get(p->env, LP_KIND_NODEPOOL, lp_obj_label(claim, DZ_LABEL_POOL)));
     a->shape = json_incref(shape);
     a->reason = DZ_REASON_UNDERUTILIZED;
     a->type = type;
     a->method = method;
-    return; /* counted and logged once the replacement is made and the candidate marked */
+    return; /* counted and logged once the replacement is made and the candidates marked */
   }
   for (size_t i = 0; i < k; i++) {
     dz_action *a = add_action(p, DZ_DELETE, json_array_get(claims, i), NULL);
@@ -526,7 +560,6 @@ static void sim_ready(void *ud, dz_sim *sim, lp_error *err) {
     /* static strings: the actions outlive the pending decision they came from */
     int single = strcmp(json_string_value(json_object_get(p->st->pending, "type")), "single") == 0;
     const char *type = single ? "single" : "multi";
-    at.allow_replace = single && n == 1;
     if (try_claims(&at, NULL, n))
       add_consolidation(p, co->claims, n, type,
                         single ? "single-node consolidation" : "multi-node consolidation", at.shape);
@@ -547,7 +580,6 @@ static void sim_ready(void *ud, dz_sim *sim, lp_error *err) {
     decided(p, "multi", co->claims, 0, k);
   } else {
     started = lp_clock_monotonic();
-    at.allow_replace = 1;
     size_t i = 0;
     for (; i < n; i++) {
       at.offset = i;

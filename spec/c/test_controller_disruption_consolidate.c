@@ -61,13 +61,17 @@ static void test_search(void) {
 
 /* ---- the cluster -------------------------------------------------------------------------------- */
 
-/* A pod asking for cpu, bound to node (NULL: pending, the simulated binder places it). */
-static void post_pod_of(const char *name, const char *node, const char *cpu) {
+/* A pod labelled app, asking for cpu, bound to node (NULL: pending, the simulated binder places it). */
+static void post_app_pod(const char *name, const char *node, const char *cpu, const char *app) {
   json_t *pod = json_pack("{s:s, s:s, s:{s:s, s:{s:s}}, s:{s:[{s:s, s:s, s:{s:{s:s}}}]}}", "apiVersion", "v1",
-                          "kind", "Pod", "metadata", "name", name, "labels", "app", "web", "spec",
-                          "containers", "name", "app", "image", "nginx", "resources", "requests", "cpu", cpu);
+                          "kind", "Pod", "metadata", "name", name, "labels", "app", app, "spec", "containers",
+                          "name", "app", "image", "nginx", "resources", "requests", "cpu", cpu);
   if (node) json_object_set_new(json_object_get(pod, "spec"), "nodeName", json_string(node));
   CHECK_INT(ctrl_kube_pack(&f, "POST", PODS, "o", pod), 201);
+}
+
+static void post_pod_of(const char *name, const char *node, const char *cpu) {
+  post_app_pod(name, node, cpu, "web");
 }
 
 static void post_pod(const char *name, const char *node) {
@@ -230,6 +234,105 @@ static void test_pdb_blocks(void) {
   free(name);
 }
 
+/* ---- several nodes, one replacement ---------------------------------------------------------- */
+
+#define MULTI_TYPE "ecs.g7.4xlarge" /* 16 vCPU */
+#define MULTI_CPU  "4"              /* a quarter of it */
+static const char *const multi_claims[] = {"web-m1", "web-m2", "web-m3", NULL};
+static const char *const multi_pods[] = {"m-1", "m-2", "m-3", NULL};
+
+/* What the multi-node replacement is watched for. */
+typedef struct multi_watch {
+  int most;      /* most of multi_claims being disrupted (marked or deleting) at once */
+  int untainted; /* one seen marked while its Node lacked the karpenter.sh/disrupted taint */
+} multi_watch;
+
+static int node_tainted(const char *name) {
+  char path[256];
+  snprintf(path, sizeof path, "/api/v1/nodes/%s", name ? name : "");
+  json_t *node = ctrl_get(&f, path);
+  int tainted = node && dz_node_disrupted(node);
+  json_decref(node);
+  return tainted;
+}
+
+/* Moves the controllers' clock half a second a check (the validation passes), recreates evicted pods;
+ * done once the three are gone and every pod runs. */
+static int multi_replaced(ctrl_fixture *fx, const void *ud) {
+  multi_watch *w = (multi_watch *)ud;
+  mono += 0.5;
+  size_t running = 0, gone = 0;
+  int disrupting = 0;
+  for (int i = 0; multi_pods[i]; i++) {
+    char path[128];
+    snprintf(path, sizeof path, PODS "/%s", multi_pods[i]);
+    json_t *pod = ctrl_get(fx, path);
+    if (!pod) post_app_pod(multi_pods[i], NULL, MULTI_CPU, "multi");
+    const char *phase = lp_obj_str(pod, "status.phase");
+    running += phase && strcmp(phase, "Running") == 0 && !lp_obj_deleting(pod);
+    json_decref(pod);
+  }
+  for (int i = 0; multi_claims[i]; i++) {
+    json_t *c = dt_claim(fx, multi_claims[i]);
+    const char *by = dt_annotation(c, DZ_ANNOTATION_REPLACED_BY);
+    gone += !c;
+    disrupting += c && (by || lp_obj_deleting(c));
+    if (c && by && !lp_obj_deleting(c)) w->untainted += !node_tainted(lp_obj_str(c, "status.nodeName"));
+    json_decref(c);
+  }
+  if (disrupting > w->most) w->most = disrupting;
+  return gone == 3 && running == 3;
+}
+
+/* Three 16-vCPU nodes each running a 4-CPU pod (and the node left above, with no room for one), the
+ * Underutilized budget 3: deleting two (their pods fit on the third) is beaten by replacing all three
+ * by one node (their pods fit it, it costs less than the three, and it is not of their instance type):
+ * their Nodes tainted first, each marked with it, all deleted once it is initialized. */
+static void test_multi_replace(void) {
+  dt_set_budgets(&f, "[{\"nodes\":\"0\"}]");
+  for (int i = 0; multi_claims[i]; i++)
+    dt_post_claim_with(&f, multi_claims[i],
+                       json_pack("{s:s, s:s, s:[s]}", "key", "node.kubernetes.io/instance-type", "operator",
+                                 "In", "values", MULTI_TYPE));
+  CHECK(ctrl_wait_for(&f, 30, dt_pool_initialized, &(int){4}));
+  for (int i = 0; multi_claims[i]; i++) {
+    json_t *c = dt_claim(&f, multi_claims[i]);
+    post_app_pod(multi_pods[i], lp_obj_str(c, "status.nodeName"), MULTI_CPU, "multi");
+    json_decref(c);
+  }
+  for (int i = 0; multi_claims[i]; i++) dt_mark_consolidatable(&f, multi_claims[i]);
+  for (int i = 0; multi_claims[i]; i++)
+    CHECK(ctrl_wait_for(&f, 5, dt_consolidatable_cached, multi_claims[i]));
+  double before = ctrl_metric(&f, "luaprov_voluntary_disruption_decisions_total",
+                              LP_LABELS("replace", "underutilized", "multi"));
+  dt_set_budgets(&f, "[{\"nodes\":\"3\"}]");
+  multi_watch w = {0};
+  CHECK(ctrl_wait_for(&f, 60, multi_replaced, &w));
+  CHECK(w.most <= 3);
+  CHECK_INT(w.untainted, 0);
+  CHECK_INT(ctrl_metric(&f, "luaprov_voluntary_disruption_decisions_total",
+                        LP_LABELS("replace", "underutilized", "multi")) -
+                before,
+            1);
+  json_t *items = dt_pool_claims(&f);
+  size_t i, found = 0;
+  json_t *c;
+  json_array_foreach(items, i, c) {
+    const char *replaces = dt_annotation(c, DZ_ANNOTATION_REPLACES);
+    if (!replaces || strcmp(replaces, "web-m1,web-m2,web-m3") != 0) continue;
+    found++;
+    CHECK(lp_condition_is(c, "Initialized", "True"));
+    CHECK_STR(dt_annotation(c, DZ_ANNOTATION_REASON), "Underutilized");
+    const json_t *labels = lp_obj_get(c, "metadata.labels");
+    const char *type = json_string_value(json_object_get(labels, "node.kubernetes.io/instance-type"));
+    CHECK(type && strcmp(type, MULTI_TYPE) != 0);
+  }
+  CHECK_INT(found, 1);
+  json_decref(items);
+  CHECK(ctrl_has_event(&f, "web-m1", "DisruptionLaunching"));
+  CHECK(ctrl_has_event(&f, "web-m3", "DisruptionTerminating"));
+}
+
 static const lp_controller_def *const controllers[] = {
     &lp_nodeclass_controller, &lp_nodeclaim_lifecycle_controller, &lp_termination_controller,
     &lp_disruption_controller, NULL};
@@ -246,6 +349,7 @@ int main(void) {
   RUN(test_multi_node);
   RUN(test_single_replace);
   RUN(test_pdb_blocks);
+  RUN(test_multi_replace);
   ctrl_fixture_stop(&f);
   return check_summary();
 }
