@@ -355,15 +355,17 @@ static void cands_build(scan *s, cands *cs) {
   cs->v = lp_xcalloc(n ? n : 1, sizeof *cs->v);
   cs->by = lp_xcalloc(n ? n : 1, sizeof *cs->by);
   cs->n = 0;
+  dz_pdbs *pdbs = dz_pdbs_new(p->env);
   for (size_t i = 0; i < n; i++) {
     json_t *claim = json_array_get(s->candidates, i);
     /* no NodePool: no template to build a replacement from, no budget */
     json_t *nodepool = lp_env_get(p->env, LP_KIND_NODEPOOL, lp_obj_label(claim, DZ_LABEL_POOL));
     if (!nodepool || json_object_get(p->st->failed, lp_obj_name(claim))) continue;
-    dz_candidate_fill(p->env, &cs->v[cs->n], claim, nodepool, p->now);
+    dz_candidate_fill(p->env, pdbs, &cs->v[cs->n], claim, nodepool, p->now);
     cs->by[cs->n] = &cs->v[cs->n];
     cs->n++;
   }
+  dz_pdbs_free(pdbs);
 }
 
 static void cands_free(cands *cs) {

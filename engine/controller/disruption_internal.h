@@ -146,9 +146,16 @@ void dz_action_done(dz_action *a, lp_error *err);
 int dz_pod_reschedulable(const json_t *pod);
 /* The consolidation the NodePool allows. */
 dz_policy dz_policy_of(const json_t *nodepool);
+/* The cached PodDisruptionBudgets, indexed by namespace with their selectors parsed, once a pass (the
+ * caller frees it with dz_pdbs_free; NULL is ignored there). Valid while the pass runs synchronously. */
+typedef struct dz_pdbs dz_pdbs;
+dz_pdbs *dz_pdbs_new(lp_ctrl_env *env);
+void dz_pdbs_free(dz_pdbs *pdbs);
 /* Fills in cd for claim of nodepool (borrowed) at wall time now: its Node, reschedulable pods, cost,
- * conditions, policy and whether karpenter.sh/do-not-disrupt blocks it. dz_candidate_clear frees. */
-void dz_candidate_fill(lp_ctrl_env *env, dz_candidate *cd, json_t *claim, json_t *nodepool, double now);
+ * conditions, policy and whether karpenter.sh/do-not-disrupt or a PodDisruptionBudget of pdbs blocks
+ * it. dz_candidate_clear frees. */
+void dz_candidate_fill(lp_ctrl_env *env, const dz_pdbs *pdbs, dz_candidate *cd, json_t *claim,
+                       json_t *nodepool, double now);
 void dz_candidate_clear(dz_candidate *cd);
 /* Why karpenter.sh/do-not-disrupt on obj (what: "NodeClaim x", "Node y", "Pod ns/z") blocks it at wall
  * time now, malloc'd, or NULL when it does not: "true" blocks always; a Go duration ("30m", "1h30m")
