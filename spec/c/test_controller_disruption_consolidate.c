@@ -59,6 +59,61 @@ static void test_search(void) {
   CHECK_INT(dz_single_first(by, 8, accepts_third, NULL), 5); /* "c" is sixth cheapest */
 }
 
+/* A NodePool's spec.disruption (JSON text) as a dz_policy. */
+static dz_policy policy_of(const char *disruption) {
+  json_t *pool = json_pack("{s:{s:o}}", "spec", "disruption", json_loads(disruption, 0, NULL));
+  dz_policy p = dz_policy_of(pool);
+  json_decref(pool);
+  return p;
+}
+
+/* WhenEmpty consolidates empty nodes only: with consolidation of underutilized nodes picking, a WhenEmpty
+ * pool's node with pods is never taken, a WhenEmptyOrUnderutilized pool's is; emptiness takes both pools'
+ * empty nodes. */
+static void test_policies(void) {
+  CHECK_INT(policy_of("{}"), DZ_CONSOLIDATE_UNDERUTILIZED);
+  CHECK_INT(policy_of("{\"consolidationPolicy\":\"WhenEmptyOrUnderutilized\"}"),
+            DZ_CONSOLIDATE_UNDERUTILIZED);
+  CHECK_INT(policy_of("{\"consolidationPolicy\":\"WhenEmpty\"}"), DZ_CONSOLIDATE_EMPTY);
+  CHECK_INT(policy_of("{\"consolidationPolicy\":\"WhenEmpty\",\"consolidateAfter\":\"Never\"}"),
+            DZ_CONSOLIDATE_NEVER);
+  CHECK_INT(policy_of("{\"consolidationPolicy\":\"Sometimes\"}"), DZ_CONSOLIDATE_NEVER);
+
+  dz_candidate v[4] = {
+      {.name = "empty-pool-busy",
+       .pool = "e",
+       .pods = 2,
+       .consolidatable = 1,
+       .policy = DZ_CONSOLIDATE_EMPTY},
+      {.name = "under-pool-busy",
+       .pool = "u",
+       .pods = 2,
+       .consolidatable = 1,
+       .policy = DZ_CONSOLIDATE_UNDERUTILIZED},
+      {.name = "empty-pool-idle",
+       .pool = "e",
+       .pods = 0,
+       .consolidatable = 1,
+       .policy = DZ_CONSOLIDATE_EMPTY},
+      {.name = "under-pool-idle",
+       .pool = "u",
+       .pods = 0,
+       .consolidatable = 1,
+       .policy = DZ_CONSOLIDATE_UNDERUTILIZED},
+  };
+  dz_candidate *by[4], *out[4];
+  for (int i = 0; i < 4; i++) by[i] = &v[i];
+  json_t *left = json_pack("{s:i, s:i}", "e", 10, "u", 10);
+  CHECK_INT(dz_pick_consolidatable(by, 4, left, 4, out), 2);
+  CHECK_STR(out[0]->name, "under-pool-busy");
+  CHECK_STR(out[1]->name, "under-pool-idle");
+  CHECK(!dz_is_underutilized_candidate(&v[0]));
+  CHECK_INT(dz_pick_empty(by, 4, left, out, NULL, NULL), 2);
+  CHECK_STR(out[0]->name, "empty-pool-idle");
+  CHECK_STR(out[1]->name, "under-pool-idle");
+  json_decref(left);
+}
+
 /* ---- the cluster -------------------------------------------------------------------------------- */
 
 /* A pod labelled app, asking for cpu, bound to node (NULL: pending, the simulated binder places it). */
@@ -150,6 +205,54 @@ static void test_multi_node(void) {
                         LP_LABELS("delete", "underutilized", "multi")),
             1);
   CHECK_INT(ctrl_metric(&f, "luaprov_nodeclaims_disrupted_total", LP_LABELS("underutilized", DT_POOL)), 2);
+}
+
+/* The claim (a copy of the NodeClaim named name) with spec.expireAfter and a creationTimestamp, or
+ * neither when expire is NULL, filled in as a candidate at the wall time now; its cost. */
+static double cost_with_lifetime(const char *name, const char *expire, const char *created, const char *now) {
+  json_t *claim = dt_claim(&f, name);
+  CHECK(claim != NULL);
+  json_t *pool = ctrl_get(&f, DT_POOLS "/" DT_POOL);
+  if (expire) {
+    json_object_set_new(json_object_get(claim, "spec"), "expireAfter", json_string(expire));
+    json_object_set_new(json_object_get(claim, "metadata"), "creationTimestamp", json_string(created));
+  }
+  lp_ctrl_env *env = lp_controllers_env(f.manager);
+  dz_pdbs *pdbs = dz_pdbs_new(env);
+  dz_candidate cd;
+  dz_candidate_fill(env, pdbs, &cd, claim, pool, lp_rfc3339_parse(now));
+  double cost = cd.cost;
+  CHECK(cd.pods > 0);
+  dz_candidate_clear(&cd);
+  dz_pdbs_free(pdbs);
+  json_decref(pool);
+  json_decref(claim);
+  return cost;
+}
+
+/* The disruption cost of a node left above (1 per 100m pod) times the fraction of
+ * expireAfter still ahead: a node closer to its expiry is cheaper to disrupt, and sorts first. */
+static void test_lifetime_cost(void) {
+  json_t *items = dt_pool_claims(&f);
+  CHECK_INT(json_array_size(items), 2);
+  char *name = strdup(lp_obj_name(json_array_get(items, 0)) ?: "");
+  json_decref(items);
+  const char *now = "2026-06-01T10:00:00Z";
+  double none = cost_with_lifetime(name, NULL, NULL, now);
+  double young = cost_with_lifetime(name, "10h", "2026-06-01T09:00:00Z", now);
+  double old = cost_with_lifetime(name, "10h", "2026-06-01T01:00:00Z", now);
+  double expired = cost_with_lifetime(name, "10h", "2026-05-31T10:00:00Z", now);
+  CHECK(none >= 1); /* one per pod */
+  CHECK(young > 0.899 * none && young < 0.901 * none);
+  CHECK(old > 0.099 * none && old < 0.101 * none);
+  CHECK(expired == 0);
+  dz_candidate v[3] = {
+      {.name = "none", .cost = none}, {.name = "young", .cost = young}, {.name = "old", .cost = old}};
+  dz_candidate *by[3] = {&v[0], &v[1], &v[2]};
+  dz_sort_by_cost(by, 3);
+  CHECK_STR(by[0]->name, "old");
+  CHECK_STR(by[1]->name, "young");
+  free(name);
 }
 
 /* More than a node the provisioner sizes for one CPU holds: only the big node, or a replacement, takes it. */
@@ -339,6 +442,7 @@ static const lp_controller_def *const controllers[] = {
 
 int main(void) {
   RUN(test_search);
+  RUN(test_policies);
   ctrl_fixture_start(&f, controllers,
                      &(lp_ctrl_settings){.drain_requeue_s = 0.3, .terminate_requeue_s = 0.3});
   lp_env_set_clock(lp_controllers_env(f.manager), ctrl_clock_at, &mono);
@@ -347,6 +451,7 @@ int main(void) {
   CHECK(ctrl_wait_for(&f, 10, ctrl_nodeclass_has_ready, "default"));
   dt_nodepool(&f, "0"); /* nothing goes until the test lets it */
   RUN(test_multi_node);
+  RUN(test_lifetime_cost);
   RUN(test_single_replace);
   RUN(test_pdb_blocks);
   RUN(test_multi_replace);
