@@ -1,10 +1,12 @@
 /* Consolidation of underutilized nodes in the disruption controller (engine/controller/disruption*.c,
- * with the simulation of disruption_simulate.c): the ordering and search on their own (pure), then
- * through the real manager and both simulators: a Deployment-like set of pods spread over 4 nodes, one
- * each after a scale-down, fits on fewer; multi-node consolidation deletes as many as the Underutilized
- * budget allows in one decision, once it held 15 s on the controllers' clock (the test moves it), and
- * every evicted pod, created again as a ReplicaSet would, finds a place on the nodes left. The test
- * writes the Consolidatable condition itself.
+ * with the simulation of disruption_simulate.c): the ordering, search and consolidation policies on
+ * their own (pure), then through the real manager and both simulators: a Deployment-like set of pods
+ * spread over 4 nodes, one each after a scale-down, fits on fewer; multi-node consolidation deletes as
+ * many as the Underutilized budget allows in one decision, once it held 15 s on the controllers' clock
+ * (the test moves it), and every evicted pod, created again as a ReplicaSet would, finds a place on the
+ * nodes left; the expireAfter fraction in the disruption cost; a single big node replaced by a cheaper
+ * one; a PodDisruptionBudget holding a node; three nodes replaced by one. The test writes the
+ * Consolidatable condition itself.
  *
  * Simulated time runs 20 times faster than the wall clock, so instances boot in under a second. */
 #include <stdio.h>
