@@ -1,10 +1,16 @@
-/* Replacing a drifted NodeClaim: the replacement NodeClaim, and the writes of each action the
- * disruption pass decided on (disruption_internal.h).
+/* Replacing a drifted or underutilized NodeClaim (or several by one, for multi-node consolidation): the
+ * replacement NodeClaim, and the writes of each action the disruption pass decided on
+ * (disruption_internal.h).
+ *
+ * A replacement's writes, in order: the Lua disruption policy asked for every candidate (one veto keeps
+ * them all), each candidate's Node tainted karpenter.sh/disrupted:NoSchedule, the replacement created,
+ * each candidate marked luaprov.io/replaced-by. An abandoned replacement is deleted, the candidate's
+ * Node untainted, its mark dropped; DZ_UNTAINT removes a taint nothing disrupts any more.
  *
  * The replacement is what the NodePool would launch today for the candidate's pods: a name
  * "<nodepool>-<5 random characters>" of our own (lp_env_nodeclaim_name, not generateName: see below),
- * the template's labels (plus karpenter.sh/nodepool) and annotations, the NodePool's
- * current karpenter.sh/nodepool-hash and -hash-version, luaprov.io/replaces=<candidate>, the
+ * the template's labels (plus karpenter.sh/nodepool) and annotations, the NodePool's current
+ * karpenter.sh/nodepool-hash and -hash-version, luaprov.io/replaces=<candidate[,candidate...]>, the
  * provisioner's ownerReference to the NodePool (so deleting the NodePool deletes it too); in spec the
  * template's nodeClassRef, taints, startupTaints, expireAfter and terminationGracePeriod, the
  * candidate's resources.requests, and requirements that are the template's plus those of the
