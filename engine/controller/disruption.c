@@ -12,17 +12,21 @@
  *   drift            Drifted, oldest first; budget Drifted; replaced 1:1 (below)
  *   multi-node       Consolidatable of WhenEmptyOrUnderutilized pools, cheapest first, budget
  *                    Underutilized: the longest prefix (>= 2, <= 100) the simulation (disruption_simulate.c)
- *                    can delete; deleted
+ *                    can delete, or replace by one cheaper node not of a candidate's instance type;
+ *                    deleted, or all replaced by that one node
  *   single-node      the first of them the simulation can delete; the others get Unconsolidatable
  * An emptiness or consolidation decision waits DZ_VALIDATE_AFTER_S on lp_env_monotonic (the pass polls
  * at most every second meanwhile, no other method running) and is checked again (consolidation on a new
- * snapshot) before it acts. Single-node consolidation may replace its candidate by one cheaper node
- * (the drift replacement's machinery, with the simulation's shape); multi-node consolidation only deletes.
+ * snapshot) before it acts. A consolidation may replace its candidates by one cheaper node (the drift
+ * replacement's machinery, with the simulation's shape, in the first candidate's NodePool): every
+ * candidate's Node tainted, one replacement listing them all in luaprov.io/replaces, each marked
+ * luaprov.io/replaced-by it and deleted once it is initialized; budgets count each candidate.
  * Every disruption first asks the Lua disruption policy (disruption_replace.c). Budgets: the reason's
  * budget (disruption_budget.c) minus the pool's NodeClaims being disrupted for any reason (deleting, or
  * marked); percentages count the pool's initialized NodeClaims.
  *
- * A drifted candidate is replaced (disruption_replace.c): a replacement NodeClaim is created under a
+ * A drifted candidate is replaced (disruption_replace.c): its Node is tainted karpenter.sh/disrupted:
+ * NoSchedule (nothing new lands on it meanwhile), a replacement NodeClaim is created under a
  * name of our own, which the lifecycle controller launches, then the candidate is marked
  * luaprov.io/replaced-by=<replacement>, so a restart resumes instead of launching again. Until the cache
  * shows the replacement, the candidate counts as being disrupted and is not chosen again, even when the
@@ -30,7 +34,11 @@
  * DZ_CHECK_AFTER_S). Once the replacement is Initialized=True, the candidate is deleted and the
  * termination controller cordons, drains and deletes it. A replacement that is deleted, or not
  * initialized within settings.registration_timeout_s (15 min) of its creation, is abandoned: deleted,
- * the mark dropped, the candidate tried again on a later pass.
+ * the candidate's Node untainted, the mark dropped, the candidate tried again on a later pass. A Node
+ * tainted karpenter.sh/disrupted whose NodeClaim is neither being deleted, marked, replaced nor has a
+ * replacement on its way (a crash between the taint and the create, a refused create) is untainted by a
+ * later pass (DZ_UNTAINT; not within DZ_CHECK_AFTER_S of the taint this process made, the cache may
+ * not show the delete that followed yet).
  *
  * Metrics (lp_env_metrics):
  *   luaprov_nodeclaims_disrupted_total{reason="drifted|empty|underutilized", nodepool}  counter
@@ -47,10 +55,11 @@
  * nodepool), "disrupting nodeclaim(s) via replace" (reason, nodeclaim, nodepool, replacement),
  * "disruption decision dropped ... after validation" (method, why), "deleting replaced nodeclaim, its
  * replacement is initialized", "resuming the replacement of a nodeclaim", "replacement failed, will
- * retry", "replacement creation settled"; warn "invalid disruption budget", "disruption policy failed,
- * nodeclaim not disrupted", "replacement creation unanswered, ..." (nodeclaim, replacement, code,
- * error). */
+ * retry", "replacement creation settled", "stale disruption taint removed" (nodeclaim, node); warn "invalid
+ * disruption budget", "disruption policy failed, nodeclaim not disrupted", "replacement creation unanswered,
+ * ..." (nodeclaim, replacement, code, error). */
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,6 +81,7 @@ static void *state_new(lp_controller *c) {
   dz_state *st = lp_xcalloc(1, sizeof *st);
   st->failed = json_object();
   st->on_its_way = json_object();
+  st->tainted = json_object();
   st->disrupted =
       lp_metrics_counter(m, "luaprov_nodeclaims_disrupted_total",
                          "NodeClaims deleted by a controller, by reason.", LP_LABELS("reason", "nodepool"));
@@ -102,6 +112,7 @@ static void state_free(void *state) {
   dz_state *st = state;
   json_decref(st->failed);
   json_decref(st->on_its_way);
+  json_decref(st->tainted);
   json_decref(st->pending);
   free(st);
 }
@@ -131,10 +142,42 @@ static void on_change(lp_controller *c, lp_kind kind, const json_t *old_obj, con
 
 /* ---- running the actions ---------------------------------------------------------------------- */
 
+/* The pass's delete decision (one at most: the validated one), counted in
+ * luaprov_voluntary_disruption_decisions_total and logged, one line per NodePool, with only the
+ * candidates actually deleted: those the disruption policy allowed and whose delete was accepted. */
+static void report_deletes(dz_pass *p) {
+  json_t *pools = json_object();
+  const dz_action *first = NULL;
+  for (size_t i = 0; i < p->nactions; i++) {
+    const dz_action *a = &p->actions[i];
+    if (a->kind != DZ_DELETE || !a->disrupted) continue;
+    if (!first) first = a;
+    const char *pool = lp_obj_label(a->claim, DZ_LABEL_POOL);
+    json_t *names = json_object_get(pools, pool ? pool : "");
+    if (!names) json_object_set_new(pools, pool ? pool : "", names = json_array());
+    json_array_append_new(names, json_string(lp_obj_name(a->claim)));
+  }
+  if (first) {
+    const char *reason = dz_metric_reason(first->reason);
+    lp_counter_inc(p->st->decisions, LP_LABELS("delete", reason, first->type));
+    const char *pool;
+    json_t *names;
+    json_object_foreach(pools, pool, names) {
+      char *list = json_dumps(names, JSON_COMPACT);
+      lp_info(lp_controller_logger(p->c), "disrupting nodeclaim(s) via delete", LPF_STR("reason", reason),
+              LPF_JSON("nodeclaims", list), LPF_STR("nodepool", pool));
+      free(list);
+    }
+  }
+  json_decref(pools);
+}
+
 static void pass_end(dz_pass *p) {
+  report_deletes(p);
   for (size_t i = 0; i < p->nactions; i++) {
     dz_action *a = &p->actions[i];
     json_decref(a->claim);
+    json_decref(a->claims);
     json_decref(a->nodepool);
     json_decref(a->replacement);
     json_decref(a->shape);
@@ -186,10 +229,27 @@ static void bump(json_t *counts, const char *pool) {
   json_object_set_new(counts, pool, json_integer(json_integer_value(json_object_get(counts, pool)) + 1));
 }
 
+/* luaprov.io/replaces names one candidate, or several (comma-separated) for a multi-node consolidation. */
 static void note_replacement(const char *key, json_t *claim, void *ud) {
   (void)key;
   const char *replaces = lp_obj_annotation(claim, DZ_ANNOTATION_REPLACES);
-  if (replaces && !lp_obj_deleting(claim)) json_object_set(ud, replaces, claim);
+  if (!replaces || lp_obj_deleting(claim)) return;
+  for (const char *at = replaces; *at;) {
+    size_t len = strcspn(at, ",");
+    char *name = lp_xasprintf("%.*s", (int)len, at);
+    if (*name) json_object_set(ud, name, claim);
+    free(name);
+    at += len + (at[len] == ',');
+  }
+}
+
+/* A Node tainted karpenter.sh/disrupted for a NodeClaim nothing disrupts (the caller checked): a crash
+ * between the taint and the replacement's create, or a create refused. Not while the pass that tainted it
+ * may still be ahead of the cache. */
+static int stale_taint(dz_pass *p, const json_t *claim) {
+  const char *node_name = lp_obj_str(claim, "status.nodeName");
+  json_t *node = node_name ? lp_env_get(p->env, LP_KIND_NODE, node_name) : NULL;
+  return node && dz_node_disrupted(node) && !json_object_get(p->st->tainted, lp_obj_name(claim));
 }
 
 /* A marked candidate: delete it once its replacement initialized, give up on a failed replacement. */
@@ -229,7 +289,9 @@ static void scan_claim(const char *key, json_t *claim, void *ud) {
     /* its replacement may be stored already: it is not chosen again until that is settled */
     if (s->p->mono - json_real_value(json_object_get(on_its_way, "at")) >= DZ_CHECK_AFTER_S)
       add_action(s->p, DZ_CHECK, claim, NULL);
-  } else if (lp_condition_is(claim, "Initialized", "True"))
+  } else if (stale_taint(s->p, claim))
+    add_action(s->p, DZ_UNTAINT, claim, NULL); /* not a candidate on this pass */
+  else if (lp_condition_is(claim, "Initialized", "True"))
     json_array_append(s->candidates, claim);
 }
 
@@ -270,13 +332,13 @@ static json_t *budgets_left(scan *s, const char *reason) {
   return w.left;
 }
 
-/* Forgets the failed replacements whose candidates may be tried again. */
-static void forget_old_failures(dz_pass *p) {
+/* Forgets the entries of times (name -> a time) at least age before now. */
+static void forget_older(json_t *times, double now, double age) {
   const char *key;
   json_t *at;
   void *tmp;
-  json_object_foreach_safe(p->st->failed, tmp, key, at) {
-    if (p->now - json_real_value(at) >= RETRY_AFTER_S) json_object_del(p->st->failed, key);
+  json_object_foreach_safe(times, tmp, key, at) {
+    if (now - json_real_value(at) >= age) json_object_del(times, key);
   }
 }
 
@@ -293,15 +355,17 @@ static void cands_build(scan *s, cands *cs) {
   cs->v = lp_xcalloc(n ? n : 1, sizeof *cs->v);
   cs->by = lp_xcalloc(n ? n : 1, sizeof *cs->by);
   cs->n = 0;
+  dz_pdbs *pdbs = dz_pdbs_new(p->env);
   for (size_t i = 0; i < n; i++) {
     json_t *claim = json_array_get(s->candidates, i);
     /* no NodePool: no template to build a replacement from, no budget */
     json_t *nodepool = lp_env_get(p->env, LP_KIND_NODEPOOL, lp_obj_label(claim, DZ_LABEL_POOL));
     if (!nodepool || json_object_get(p->st->failed, lp_obj_name(claim))) continue;
-    dz_candidate_fill(p->env, &cs->v[cs->n], claim, nodepool, p->now);
+    dz_candidate_fill(p->env, pdbs, &cs->v[cs->n], claim, nodepool, p->now);
     cs->by[cs->n] = &cs->v[cs->n];
     cs->n++;
   }
+  dz_pdbs_free(pdbs);
 }
 
 static void cands_free(cands *cs) {
@@ -367,26 +431,6 @@ static int emptiness(dz_pass *p, cands *cs, json_t *left) {
   return k > 0;
 }
 
-/* Logs a delete decision, one line per NodePool. */
-static void log_delete(dz_pass *p, const char *reason, size_t first) {
-  json_t *pools = json_object();
-  for (size_t i = first; i < p->nactions; i++) {
-    const char *pool = lp_obj_label(p->actions[i].claim, DZ_LABEL_POOL);
-    json_t *names = json_object_get(pools, pool);
-    if (!names) json_object_set_new(pools, pool, names = json_array());
-    json_array_append_new(names, json_string(lp_obj_name(p->actions[i].claim)));
-  }
-  const char *pool;
-  json_t *names;
-  json_object_foreach(pools, pool, names) {
-    char *list = json_dumps(names, JSON_COMPACT);
-    lp_info(lp_controller_logger(p->c), "disrupting nodeclaim(s) via delete", LPF_STR("reason", reason),
-            LPF_JSON("nodeclaims", list), LPF_STR("nodepool", pool));
-    free(list);
-  }
-  json_decref(pools);
-}
-
 /* ---- consolidation --------------------------------------------------------------------------- */
 
 /* A consolidation pass or validation waiting for its snapshot (dz_sim_new). */
@@ -399,15 +443,41 @@ typedef struct consolidation {
 } consolidation;
 
 /* dz_try_fn over the first k (from offset) of the consolidation's claims: feasible by deletion alone,
- * or, with allow_replace (single-node), by one cheaper replacement too, whose shape is then kept. One
- * replacement for several candidates is not launched (multi-node consolidation only deletes). */
+ * or by one replacement cheaper than they are together (the simulation's price rules), whose shape is
+ * then kept. For several candidates the replacement may not be of an instance type one of them has:
+ * those options are dropped, none left refuses (deleting one of them would do better). */
 typedef struct attempt {
   consolidation *co;
   size_t offset;
-  int allow_replace;
   json_t *shape; /* the last accepted answer's dz_sim_result.replacement (own), or NULL: delete only */
   char *why;     /* the last refusal's, malloc'd */
 } attempt;
+
+#define LABEL_INSTANCE_TYPE "node.kubernetes.io/instance-type"
+
+/* Drops from the replacement shape's instance-type options those of the k candidates; how many are
+ * left (SIZE_MAX when the shape names none: nothing to compare). */
+static size_t drop_candidate_types(json_t *shape, json_t *const *claims, size_t k) {
+  size_t i;
+  json_t *req;
+  json_array_foreach(json_object_get(shape, "requirements"), i, req) {
+    const char *key = json_string_value(json_object_get(req, "key"));
+    json_t *values = json_object_get(req, "values");
+    if (!key || strcmp(key, LABEL_INSTANCE_TYPE) != 0 || !json_is_array(values)) continue;
+    for (size_t v = json_array_size(values); v-- > 0;) {
+      const char *type = json_string_value(json_array_get(values, v));
+      for (size_t c = 0; c < k; c++) {
+        const char *has = lp_obj_label(claims[c], LABEL_INSTANCE_TYPE);
+        if (type && has && strcmp(type, has) == 0) {
+          json_array_remove(values, v);
+          break;
+        }
+      }
+    }
+    return json_array_size(values);
+  }
+  return SIZE_MAX;
+}
 
 static int try_claims(void *ud, dz_candidate *const *unused, size_t k) {
   (void)unused;
@@ -417,13 +487,15 @@ static int try_claims(void *ud, dz_candidate *const *unused, size_t k) {
   for (size_t i = 0; i < k; i++) v[i] = json_array_get(co->claims, at->offset + i);
   dz_sim_result r = {0};
   dz_simulate(co->sim, v, k, lp_env_settings(co->p->env)->spot_to_spot_consolidation, &r);
-  free(v);
-  int ok = r.feasible && (!r.replacement || at->allow_replace);
+  int ok = r.feasible;
   free(at->why);
-  at->why = ok ? NULL
-               : lp_xstrdup(r.why ? r.why
-                                  : "consolidating these nodes together would need a replacement node; "
-                                    "only one node at a time is replaced");
+  at->why = ok ? NULL : lp_xstrdup(r.why ? r.why : "the simulation refused these nodes");
+  if (ok && r.replacement && k > 1 && drop_candidate_types(r.replacement, v, k) == 0) {
+    ok = 0;
+    at->why =
+        lp_xstrdup("the only cheaper replacement is of an instance type one of these nodes has already");
+  }
+  free(v);
   if (ok) {
     json_decref(at->shape);
     at->shape = json_incref(r.replacement);
@@ -440,20 +512,22 @@ static void consolidation_end(consolidation *co) {
   launch_more(p);
 }
 
-/* The actions of a validated consolidation: the candidates deleted, or the single one replaced by the
- * cheaper shape (its replacement made first; deleted once that is initialized). */
+/* The actions of a validated consolidation: the candidates deleted, or all of them replaced by one node
+ * of the cheaper shape (their Nodes tainted and the replacement made first; they are deleted once it is
+ * initialized). */
 static void add_consolidation(dz_pass *p, json_t *claims, size_t k, const char *type, const char *method,
                               json_t *shape) {
-  size_t first = p->nactions;
-  if (shape && k == 1) {
+  if (shape && k > 0) {
     json_t *claim = json_array_get(claims, 0);
     dz_action *a = add_action(p, DZ_REPLACE, claim, NULL);
+    a->claims = json_incref(claims);
+    /* the first candidate's NodePool, as a single node's replacement is in its own */
     a->nodepool = json_incref(lp_env_get(p->env, LP_KIND_NODEPOOL, lp_obj_label(claim, DZ_LABEL_POOL)));
     a->shape = json_incref(shape);
     a->reason = DZ_REASON_UNDERUTILIZED;
     a->type = type;
     a->method = method;
-    return; /* counted and logged once the replacement is made and the candidate marked */
+    return; /* counted and logged once the replacement is made and the candidates marked */
   }
   for (size_t i = 0; i < k; i++) {
     dz_action *a = add_action(p, DZ_DELETE, json_array_get(claims, i), NULL);
@@ -461,8 +535,6 @@ static void add_consolidation(dz_pass *p, json_t *claims, size_t k, const char *
     a->type = type;
     a->method = method;
   }
-  lp_counter_inc(p->st->decisions, LP_LABELS("delete", "underutilized", type));
-  log_delete(p, "underutilized", first);
 }
 
 static void decided(dz_pass *p, const char *type, json_t *claims, size_t from, size_t k) {
@@ -490,7 +562,6 @@ static void sim_ready(void *ud, dz_sim *sim, lp_error *err) {
     /* static strings: the actions outlive the pending decision they came from */
     int single = strcmp(json_string_value(json_object_get(p->st->pending, "type")), "single") == 0;
     const char *type = single ? "single" : "multi";
-    at.allow_replace = single && n == 1;
     if (try_claims(&at, NULL, n))
       add_consolidation(p, co->claims, n, type,
                         single ? "single-node consolidation" : "multi-node consolidation", at.shape);
@@ -511,7 +582,6 @@ static void sim_ready(void *ud, dz_sim *sim, lp_error *err) {
     decided(p, "multi", co->claims, 0, k);
   } else {
     started = lp_clock_monotonic();
-    at.allow_replace = 1;
     size_t i = 0;
     for (; i < n; i++) {
       at.offset = i;
@@ -604,7 +674,7 @@ static void pending(dz_pass *p, cands *cs, json_t *left, json_t *underutilized) 
     return;
   }
   const char *log = lp_controller_logger(p->c);
-  size_t i, first = p->nactions;
+  size_t i;
   json_t *name;
   json_array_foreach(json_object_get(d, "claims"), i, name) {
     dz_candidate *cd = cands_find(cs, json_string_value(name));
@@ -631,10 +701,6 @@ static void pending(dz_pass *p, cands *cs, json_t *left, json_t *underutilized) 
     a->reason = DZ_REASON_EMPTY;
     a->type = "empty";
     a->method = "emptiness";
-  }
-  if (p->nactions > first) {
-    lp_counter_inc(p->st->decisions, LP_LABELS("delete", "empty", "empty"));
-    log_delete(p, "empty", first);
   }
   json_decref(p->st->pending);
   p->st->pending = NULL;
@@ -666,7 +732,9 @@ static int drift(dz_pass *p, cands *cs, json_t *left) {
                    "No allowed disruptions for disruption reason %s due to blocking budget", DZ_REASON);
     } else {
       json_object_set_new(left, cd->pool, json_integer(json_integer_value(n) - 1));
-      add_action(p, DZ_REPLACE, cd->claim, NULL)->nodepool = json_incref(cd->nodepool);
+      dz_action *a = add_action(p, DZ_REPLACE, cd->claim, NULL);
+      a->nodepool = json_incref(cd->nodepool);
+      a->claims = json_pack("[O]", cd->claim);
     }
   }
   observe(p, "drift", "", started);
@@ -679,7 +747,7 @@ static int drift(dz_pass *p, cands *cs, json_t *left) {
  * waiting for its validation holds the others back. */
 static void choose(scan *s) {
   dz_pass *p = s->p;
-  forget_old_failures(p);
+  forget_older(p->st->failed, p->now, RETRY_AFTER_S); /* their candidates may be tried again */
   json_t *empty = budgets_left(s, DZ_REASON_EMPTY), *drifted = budgets_left(s, DZ_REASON),
          *underutilized = budgets_left(s, DZ_REASON_UNDERUTILIZED);
   cands cs;
@@ -704,6 +772,7 @@ static void reconcile(lp_controller *c, const char *key) {
   p->now = lp_env_wall(p->env);
   p->mono = lp_env_monotonic(p->env);
   dz_forget_arrived(p);
+  forget_older(p->st->tainted, p->mono, DZ_CHECK_AFTER_S);
   scan s = {p, json_object(), json_object(), json_object(), json_array()};
   lp_env_each(p->env, LP_KIND_NODECLAIM, note_replacement, s.replacing);
   lp_env_each(p->env, LP_KIND_NODECLAIM, scan_claim, &s);

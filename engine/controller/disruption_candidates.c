@@ -17,7 +17,8 @@
  * [-10, 10], times the fraction of the NodeClaim's spec.expireAfter still ahead of it (in [0, 1]) when it
  * has one: a node about to expire costs little, an empty one nothing.
  *
- * PodDisruptionBudgets: a reschedulable pod that a budget of its namespace selects while the budget's
+ * PodDisruptionBudgets (indexed once a pass by namespace, their selectors parsed once: dz_pdbs_new): a
+ * reschedulable pod that a budget of its namespace selects while the budget's
  * status.disruptionsAllowed is 0, or that two budgets select (the Eviction API refuses such a pod),
  * blocks its node for every voluntary method: draining it would stall on that pod.
  *
@@ -98,40 +99,77 @@ static double pod_start(const json_t *pod) {
 /* ---- pods and cost ----------------------------------------------------------------------------- */
 
 typedef struct pod_walk {
-  lp_ctrl_env *env;
+  const dz_pdbs *pdbs;
   dz_candidate *cd;
   double now;
   double cost;
 } pod_walk;
 
-typedef struct pdb_scan {
-  const json_t *pod;
-  const char *ns;
-  const char *first; /* the first budget selecting the pod ("ns/name"), borrowed from the cache */
-  char *why;         /* set when the pod may not be evicted now */
-} pdb_scan;
+/* ---- PodDisruptionBudgets, indexed once a pass ----------------------------------------------------- */
 
-static void check_pdb(const char *key, json_t *pdb, void *ud) {
-  pdb_scan *s = ud;
-  if (s->why || strcmp(lp_obj_str(pdb, "metadata.namespace") ?: "", s->ns) != 0) return;
-  json_t *selector = pv_selector_requirements(lp_obj_get(pdb, "spec.selector"));
-  int selects = selector && pv_labels_satisfy(lp_obj_get(s->pod, "metadata.labels"), selector);
-  json_decref(selector);
-  if (!selects) return;
-  if (s->first)
-    s->why = lp_xasprintf("pod %s/%s is selected by PodDisruptionBudgets %s and %s, so it cannot be evicted",
-                          s->ns, lp_obj_name(s->pod), s->first, key);
-  else if (json_integer_value(lp_obj_get(pdb, "status.disruptionsAllowed")) <= 0)
-    s->why = lp_xasprintf("pdb %s prevents pod evictions", key);
-  s->first = key;
+typedef struct pdb_entry {
+  char *key;        /* "ns/name" */
+  json_t *selector; /* pv_selector_requirements of spec.selector (own), NULL: selects nothing */
+  int allows_none;  /* status.disruptionsAllowed <= 0 */
+} pdb_entry;
+
+struct dz_pdbs {
+  pdb_entry *v;
+  size_t n, cap;
+  json_t *by_ns; /* namespace -> [indices into v], in the cache's order */
+};
+
+static void index_pdb(const char *key, json_t *pdb, void *ud) {
+  dz_pdbs *x = ud;
+  if (x->n == x->cap) {
+    x->cap = x->cap ? 2 * x->cap : 8;
+    x->v = lp_xrealloc(x->v, x->cap * sizeof *x->v);
+  }
+  x->v[x->n] = (pdb_entry){lp_xstrdup(key), pv_selector_requirements(lp_obj_get(pdb, "spec.selector")),
+                           json_integer_value(lp_obj_get(pdb, "status.disruptionsAllowed")) <= 0};
+  const char *ns = lp_obj_str(pdb, "metadata.namespace") ?: "";
+  json_t *list = json_object_get(x->by_ns, ns);
+  if (!list) json_object_set_new(x->by_ns, ns, list = json_array());
+  json_array_append_new(list, json_integer((json_int_t)x->n++));
 }
 
-/* Why PodDisruptionBudgets would refuse evicting pod now (malloc'd), or NULL. */
-static char *pdb_blocks(lp_ctrl_env *env, const json_t *pod) {
+dz_pdbs *dz_pdbs_new(lp_ctrl_env *env) {
+  dz_pdbs *x = lp_xcalloc(1, sizeof *x);
+  x->by_ns = json_object();
+  lp_env_each(env, LP_KIND_PDB, index_pdb, x);
+  return x;
+}
+
+void dz_pdbs_free(dz_pdbs *x) {
+  if (!x) return;
+  for (size_t i = 0; i < x->n; i++) {
+    free(x->v[i].key);
+    json_decref(x->v[i].selector);
+  }
+  free(x->v);
+  json_decref(x->by_ns);
+  free(x);
+}
+
+/* Why PodDisruptionBudgets would refuse evicting pod now (malloc'd), or NULL: one of its namespace
+ * selecting it allows no disruption, or two select it. */
+static char *pdb_blocks(const dz_pdbs *pdbs, const json_t *pod) {
   const char *ns = lp_obj_str(pod, "metadata.namespace");
-  pdb_scan s = {pod, ns && *ns ? ns : "default", NULL, NULL};
-  lp_env_each(env, LP_KIND_PDB, check_pdb, &s);
-  return s.why;
+  if (!ns || !*ns) ns = "default";
+  const json_t *labels = lp_obj_get(pod, "metadata.labels");
+  const char *first = NULL;
+  size_t i;
+  json_t *at;
+  json_array_foreach(json_object_get(pdbs->by_ns, ns), i, at) {
+    const pdb_entry *e = &pdbs->v[json_integer_value(at)];
+    if (!e->selector || !pv_labels_satisfy(labels, e->selector)) continue;
+    if (first)
+      return lp_xasprintf("pod %s/%s is selected by PodDisruptionBudgets %s and %s, so it cannot be evicted",
+                          ns, lp_obj_name(pod), first, e->key);
+    if (e->allows_none) return lp_xasprintf("pdb %s prevents pod evictions", e->key);
+    first = e->key;
+  }
+  return NULL;
 }
 
 static double annotation_number(const json_t *obj, const char *key) {
@@ -151,7 +189,7 @@ static void walk_pod(const char *key, json_t *pod, void *ud) {
     free(what);
   }
   if (!dz_pod_reschedulable(pod)) return;
-  if (!w->cd->blocked) w->cd->blocked = pdb_blocks(w->env, pod);
+  if (!w->cd->blocked) w->cd->blocked = pdb_blocks(w->pdbs, pod);
   w->cd->pods++;
   double priority = json_number_value(lp_obj_get(pod, "spec.priority"));
   double c = 1.0 + annotation_number(pod, ANNOTATION_DELETION_COST) / 134217728.0 + priority / 33554432.0;
@@ -166,7 +204,8 @@ static double lifetime_left(const json_t *claim, double now) {
   return fmax(0.0, fmin(1.0, 1.0 - (now - born) / d));
 }
 
-void dz_candidate_fill(lp_ctrl_env *env, dz_candidate *cd, json_t *claim, json_t *nodepool, double now) {
+void dz_candidate_fill(lp_ctrl_env *env, const dz_pdbs *pdbs, dz_candidate *cd, json_t *claim,
+                       json_t *nodepool, double now) {
   *cd = (dz_candidate){
       .claim = claim, .nodepool = nodepool, .name = lp_obj_name(claim), .pool = lp_obj_name(nodepool)};
   cd->drifted = lp_condition_is(claim, DZ_REASON, "True");
@@ -183,7 +222,7 @@ void dz_candidate_fill(lp_ctrl_env *env, dz_candidate *cd, json_t *claim, json_t
     cd->blocked = dz_do_not_disrupt(cd->node, what, created(cd->node), now);
     free(what);
   }
-  pod_walk w = {env, cd, now, 0};
+  pod_walk w = {pdbs, cd, now, 0};
   lp_env_index_each(env, LP_INDEX_POD_BY_NODE, node_name, walk_pod, &w);
   cd->cost = w.cost * lifetime_left(claim, now);
 }

@@ -58,6 +58,8 @@ typedef struct dz_candidate {
 /* The controller's state (state_new). */
 typedef struct dz_state {
   json_t *failed;          /* candidate name -> wall time its last replacement was abandoned */
+  json_t *tainted;         /* candidate name -> lp_env_monotonic when its Node was tainted: a stale-taint
+                              sweep leaves it alone DZ_CHECK_AFTER_S (the cache may lag its delete) */
   json_t *on_its_way;      /* candidate name -> {"replacement": name, "at": lp_env_monotonic of its POST or
                               last check, "unanswered": its creation was never confirmed}: replacements
                               POSTed that the cache has not shown yet (disruption_replace.c) */
@@ -84,6 +86,9 @@ typedef enum {
                     name; found, the candidate is marked with it, else it is forgotten */
   DZ_DELETE,     /* a validated delete decision: taint the candidate's Node karpenter.sh/disrupted:
                     NoSchedule, then delete the candidate (termination drains it) */
+  DZ_UNTAINT,    /* a Node tainted karpenter.sh/disrupted whose NodeClaim is neither deleting, marked,
+                    replaced nor has a replacement on its way (a crash between taint and create, a refused
+                    create): the taint removed */
 } dz_kind;
 
 typedef struct dz_pass dz_pass;
@@ -92,18 +97,27 @@ typedef struct dz_pass dz_pass;
 typedef struct dz_action {
   dz_pass *p;
   dz_kind kind;
-  json_t *claim;       /* the candidate NodeClaim, as cached (own reference) */
-  json_t *nodepool;    /* DZ_REPLACE: its NodePool (own reference) */
-  json_t *replacement; /* the replacement NodeClaim when there is one (own reference), else NULL */
-  char *why;           /* DZ_ABANDON: what went wrong, for the event and the log */
-  int retried;         /* DZ_REPLACE: POSTed a second time after an answer that said nothing */
-  const char *reason;  /* DZ_DELETE, DZ_REPLACE, DZ_DELETE_OLD: the decision's reason (DZ_REASON_EMPTY, ...),
-                          static; NULL = DZ_REASON (drift) */
-  const char *type;    /* DZ_DELETE, DZ_REPLACE: luaprov_voluntary_disruption_decisions_total's
-                          consolidation_type ("" for drift) */
-  json_t *shape;       /* DZ_REPLACE by consolidation: dz_sim_result.replacement (own), else NULL */
-  const char *method;  /* DZ_REPLACE, DZ_DELETE: the method that decided, as the disruption policy's
-                          ctx.method names it ("emptiness", "drift", ...), static */
+  json_t *claim;  /* the candidate NodeClaim, as cached (own reference) */
+  json_t *claims; /* DZ_REPLACE: every candidate the one replacement replaces, claims[0] == claim (own);
+                     NULL: claim alone */
+  size_t step;    /* DZ_REPLACE, DZ_CHECK, DZ_ADOPT: the candidate of claims the chain is at */
+  size_t marked;  /* DZ_REPLACE: candidates marked replaced-by */
+  void (*then)(struct dz_action *a); /* what follows a taint's patch */
+  const json_t *tainting; /* the candidate whose Node's taint is being patched (borrowed from claims) */
+  int taint_on;           /* 1: adding the taint, 0: removing it */
+  json_t *nodepool;       /* DZ_REPLACE: its NodePool (own reference) */
+  json_t *replacement;    /* the replacement NodeClaim when there is one (own reference), else NULL */
+  char *why;              /* DZ_ABANDON: what went wrong, for the event and the log */
+  int retried;            /* DZ_REPLACE: POSTed a second time after an answer that said nothing */
+  const char *reason; /* DZ_DELETE, DZ_REPLACE, DZ_DELETE_OLD: the decision's reason (DZ_REASON_EMPTY, ...),
+                         static; NULL = DZ_REASON (drift) */
+  const char *type;   /* DZ_DELETE, DZ_REPLACE: luaprov_voluntary_disruption_decisions_total's
+                         consolidation_type ("" for drift) */
+  json_t *shape;      /* DZ_REPLACE by consolidation: dz_sim_result.replacement (own), else NULL */
+  const char *method; /* DZ_REPLACE, DZ_DELETE: the method that decided, as the disruption policy's
+                         ctx.method names it ("emptiness", "drift", ...), static */
+  int disrupted;      /* DZ_DELETE: the policy allowed it and its delete was accepted (the decision counts
+                         and logs only those) */
 } dz_action;
 
 struct dz_pass {
@@ -132,9 +146,16 @@ void dz_action_done(dz_action *a, lp_error *err);
 int dz_pod_reschedulable(const json_t *pod);
 /* The consolidation the NodePool allows. */
 dz_policy dz_policy_of(const json_t *nodepool);
+/* The cached PodDisruptionBudgets, indexed by namespace with their selectors parsed, once a pass (the
+ * caller frees it with dz_pdbs_free; NULL is ignored there). Valid while the pass runs synchronously. */
+typedef struct dz_pdbs dz_pdbs;
+dz_pdbs *dz_pdbs_new(lp_ctrl_env *env);
+void dz_pdbs_free(dz_pdbs *pdbs);
 /* Fills in cd for claim of nodepool (borrowed) at wall time now: its Node, reschedulable pods, cost,
- * conditions, policy and whether karpenter.sh/do-not-disrupt blocks it. dz_candidate_clear frees. */
-void dz_candidate_fill(lp_ctrl_env *env, dz_candidate *cd, json_t *claim, json_t *nodepool, double now);
+ * conditions, policy and whether karpenter.sh/do-not-disrupt or a PodDisruptionBudget of pdbs blocks
+ * it. dz_candidate_clear frees. */
+void dz_candidate_fill(lp_ctrl_env *env, const dz_pdbs *pdbs, dz_candidate *cd, json_t *claim,
+                       json_t *nodepool, double now);
 void dz_candidate_clear(dz_candidate *cd);
 /* Why karpenter.sh/do-not-disrupt on obj (what: "NodeClaim x", "Node y", "Pod ns/z") blocks it at wall
  * time now, malloc'd, or NULL when it does not: "true" blocks always; a Go duration ("30m", "1h30m")
@@ -185,9 +206,15 @@ int dz_budget_allowed(const json_t *nodepool, const char *reason, int total, dou
  * drift's replacement (the template, narrowed as the candidate was). shape a consolidation's
  * ({"requirements", "resources"} of dz_sim_result.replacement): its requirements (the cheaper instance
  * types) and requests instead of the candidate's, and the annotation DZ_ANNOTATION_REASON = reason, so
- * the deletion that follows is counted under the reason that decided it, even after a restart. */
+ * the deletion that follows is counted under the reason that decided it, even after a restart. replaces:
+ * the DZ_ANNOTATION_REPLACES value (the candidates' names, comma-separated), NULL: claim's name. */
 json_t *dz_replacement_for(const json_t *claim, const json_t *nodepool, const char *name, const json_t *shape,
-                           const char *reason);
+                           const char *reason, const char *replaces);
+/* Non-zero when the Node (borrowed) carries karpenter.sh/disrupted:NoSchedule. */
+int dz_node_disrupted(const json_t *node);
+/* The lower-case reason of luaprov_nodeclaims_disrupted_total and the decisions ("empty",
+ * "underutilized", "drifted") of a DZ_REASON* reason (NULL: drift). */
+const char *dz_metric_reason(const char *reason);
 /* The reason a replacement (borrowed) was made for: its DZ_ANNOTATION_REASON, else DZ_REASON (drift). */
 const char *dz_replacement_reason(const json_t *replacement);
 /* Forgets the replacements on their way that the cache shows now (the replacement itself, or the

@@ -1,10 +1,16 @@
-/* Replacing a drifted NodeClaim: the replacement NodeClaim, and the writes of each action the
- * disruption pass decided on (disruption_internal.h).
+/* Replacing a drifted or underutilized NodeClaim (or several by one, for multi-node consolidation): the
+ * replacement NodeClaim, and the writes of each action the disruption pass decided on
+ * (disruption_internal.h).
+ *
+ * A replacement's writes, in order: the Lua disruption policy asked for every candidate (one veto keeps
+ * them all), each candidate's Node tainted karpenter.sh/disrupted:NoSchedule, the replacement created,
+ * each candidate marked luaprov.io/replaced-by. An abandoned replacement is deleted, the candidate's
+ * Node untainted, its mark dropped; DZ_UNTAINT removes a taint nothing disrupts any more.
  *
  * The replacement is what the NodePool would launch today for the candidate's pods: a name
  * "<nodepool>-<5 random characters>" of our own (lp_env_nodeclaim_name, not generateName: see below),
- * the template's labels (plus karpenter.sh/nodepool) and annotations, the NodePool's
- * current karpenter.sh/nodepool-hash and -hash-version, luaprov.io/replaces=<candidate>, the
+ * the template's labels (plus karpenter.sh/nodepool) and annotations, the NodePool's current
+ * karpenter.sh/nodepool-hash and -hash-version, luaprov.io/replaces=<candidate[,candidate...]>, the
  * provisioner's ownerReference to the NodePool (so deleting the NodePool deletes it too); in spec the
  * template's nodeClassRef, taints, startupTaints, expireAfter and terminationGracePeriod, the
  * candidate's resources.requests, and requirements that are the template's plus those of the
@@ -66,7 +72,7 @@ const char *dz_replacement_reason(const json_t *replacement) {
 }
 
 json_t *dz_replacement_for(const json_t *claim, const json_t *nodepool, const char *name, const json_t *shape,
-                           const char *reason) {
+                           const char *reason, const char *replaces) {
   static const char *const from_template[] = {
       "nodeClassRef", "taints", "startupTaints", "expireAfter", "terminationGracePeriod", NULL};
   const char *pool = lp_obj_name(nodepool);
@@ -82,7 +88,8 @@ json_t *dz_replacement_for(const json_t *claim, const json_t *nodepool, const ch
   json_object_set_new(annotations, LP_NODEPOOL_HASH_ANNOTATION, json_string(hash));
   json_object_set_new(annotations, LP_NODEPOOL_HASH_VERSION_ANNOTATION,
                       json_string(LP_NODEPOOL_HASH_VERSION));
-  json_object_set_new(annotations, DZ_ANNOTATION_REPLACES, json_string(lp_obj_name(claim)));
+  json_object_set_new(annotations, DZ_ANNOTATION_REPLACES,
+                      json_string(replaces ? replaces : lp_obj_name(claim)));
   if (shape && reason) json_object_set_new(annotations, DZ_ANNOTATION_REASON, json_string(reason));
 
   json_t *spec = json_object();
@@ -125,11 +132,21 @@ static void fail(dz_action *a, const lp_kube_reply *reply, const char *what, con
                                  reply->error->message));
 }
 
-/* A merge patch of the candidate's replaced-by annotation (value NULL removes it). */
-static void patch_mark(dz_action *a, const char *value, lp_kube_done_fn done) {
-  lp_env_patch(a->p->env, LP_KIND_NODECLAIM, lp_obj_name(a->claim), lp_obj_resource_version(a->claim), NULL,
+/* A merge patch of a candidate's replaced-by annotation (value NULL removes it). */
+static void patch_mark(dz_action *a, const json_t *claim, const char *value, lp_kube_done_fn done) {
+  lp_env_patch(a->p->env, LP_KIND_NODECLAIM, lp_obj_name(claim), lp_obj_resource_version(claim), NULL,
                json_pack("{s:{s:{s:s?}}}", "metadata", "annotations", DZ_ANNOTATION_REPLACED_BY, value), done,
                a);
+}
+
+/* The candidates of an action: DZ_REPLACE's claims (one for drift and single-node consolidation, all of a
+ * multi-node one), else its claim alone. */
+static size_t nclaims(const dz_action *a) {
+  return a->claims ? json_array_size(a->claims) : 1;
+}
+
+static json_t *claim_at(const dz_action *a, size_t i) {
+  return a->claims ? json_array_get(a->claims, i) : a->claim;
 }
 
 /* Ends the action without an error when the candidate's write answered 404: it was deleted meanwhile,
@@ -140,38 +157,61 @@ static int candidate_gone(dz_action *a, const lp_kube_reply *reply, const char *
   return 1;
 }
 
-/* The lower-case reason of luaprov_nodeclaims_disrupted_total and the decisions ("empty"). */
-static const char *metric_reason(const char *reason) {
+const char *dz_metric_reason(const char *reason) {
   if (!reason) return DZ_METRIC_REASON;
   if (strcmp(reason, DZ_REASON_EMPTY) == 0) return "empty";
   if (strcmp(reason, DZ_REASON_UNDERUTILIZED) == 0) return "underutilized";
   return DZ_METRIC_REASON;
 }
 
-static void marked(const lp_kube_reply *reply, void *ud) {
-  dz_action *a = ud;
-  if (candidate_gone(a, reply, "marking the candidate as replaced")) return;
-  if (reply->error) {
-    fail(a, reply, "marking as replaced by the new", a->claim);
-    return;
-  }
-  const char *log = lp_controller_logger(a->p->c), *name = name_of(a->claim);
-  const char *replacement = name_of(a->replacement), *pool = lp_obj_label(a->claim, DZ_LABEL_POOL);
+/* A candidate marked replaced-by its replacement: the events and the log line. */
+static void announce(dz_action *a, const json_t *claim) {
+  const char *log = lp_controller_logger(a->p->c), *name = name_of(claim);
+  const char *replacement = name_of(a->replacement), *pool = lp_obj_label(claim, DZ_LABEL_POOL);
   const char *reason = a->reason ? a->reason : dz_replacement_reason(a->replacement);
   if (a->kind == DZ_REPLACE) {
-    lp_counter_inc(a->p->st->replacements, LP_LABELS("launched"));
-    lp_counter_inc(a->p->st->decisions, LP_LABELS("replace", metric_reason(reason), a->type ? a->type : ""));
-    lp_env_event(a->p->env, a->claim, "Normal", "Disrupted",
+    lp_env_event(a->p->env, claim, "Normal", "Disrupted",
                  "Disrupting NodeClaim: %s/Replace with NodeClaim %s", reason, replacement);
-    lp_env_event(a->p->env, a->claim, "Normal", "DisruptionLaunching", "Launching NodeClaim %s: %s",
-                 replacement, reason);
-    lp_info(log, "disrupting nodeclaim(s) via replace", LPF_STR("reason", metric_reason(reason)),
+    lp_env_event(a->p->env, claim, "Normal", "DisruptionLaunching", "Launching NodeClaim %s: %s", replacement,
+                 reason);
+    lp_info(log, "disrupting nodeclaim(s) via replace", LPF_STR("reason", dz_metric_reason(reason)),
             LPF_STR("nodeclaim", name), LPF_STR("nodepool", pool), LPF_STR("replacement", replacement));
   } else {
-    lp_info(log, "resuming the replacement of a nodeclaim", LPF_STR("reason", metric_reason(reason)),
+    lp_info(log, "resuming the replacement of a nodeclaim", LPF_STR("reason", dz_metric_reason(reason)),
             LPF_STR("nodeclaim", name), LPF_STR("nodepool", pool), LPF_STR("replacement", replacement));
   }
+}
+
+/* One candidate after the other is marked; a candidate deleted meanwhile needs no mark. The decision
+ * counts once, when at least one of its candidates was marked. */
+static void marked(const lp_kube_reply *reply, void *ud) {
+  dz_action *a = ud;
+  json_t *claim = claim_at(a, a->step);
+  if (!lp_controller_gone(a->p->c, a->p->key, reply, "marking the candidate as replaced")) {
+    if (reply->error) {
+      fail(a, reply, "marking as replaced by the new", claim);
+      return;
+    }
+    a->marked++;
+    announce(a, claim);
+  }
+  if (++a->step < nclaims(a)) {
+    patch_mark(a, claim_at(a, a->step), lp_obj_name(a->replacement), marked);
+    return;
+  }
+  if (a->kind == DZ_REPLACE && a->marked > 0) {
+    const char *reason = a->reason ? a->reason : dz_replacement_reason(a->replacement);
+    lp_counter_inc(a->p->st->replacements, LP_LABELS("launched"));
+    lp_counter_inc(a->p->st->decisions,
+                   LP_LABELS("replace", dz_metric_reason(reason), a->type ? a->type : ""));
+  }
   dz_action_done(a, NULL);
+}
+
+/* Marks the action's candidates with its replacement, the first first. */
+static void mark_all(dz_action *a) {
+  a->step = 0;
+  patch_mark(a, claim_at(a, 0), lp_obj_name(a->replacement), marked);
 }
 
 /* ---- replacements on their way ------------------------------------------------------------------ */
@@ -224,11 +264,15 @@ static void replacement_created(const lp_kube_reply *reply, void *ud) {
       json_decref(a->replacement);
       a->replacement = json_incref(reply->object);
     }
-    patch_mark(a, lp_obj_name(a->replacement), marked);
+    mark_all(a);
     return;
   }
   if (!a->retried && !lp_kube_reply_unconfirmed(reply)) { /* refused: nothing was stored */
-    json_object_del(a->p->st->on_its_way, candidate);
+    for (size_t i = 0; i < nclaims(a); i++) {
+      /* no replacement on its way: the next pass removes the taints at once */
+      json_object_del(a->p->st->on_its_way, name_of(claim_at(a, i)));
+      json_object_del(a->p->st->tainted, name_of(claim_at(a, i)));
+    }
     fail(a, reply, "creating the replacement of", a->claim);
     return;
   }
@@ -241,7 +285,9 @@ static void replacement_created(const lp_kube_reply *reply, void *ud) {
     return;
   }
   /* whatever the retry answered, the first POST may have landed */
-  json_object_set_new(json_object_get(a->p->st->on_its_way, candidate), "unanswered", json_true());
+  for (size_t i = 0; i < nclaims(a); i++)
+    json_object_set_new(json_object_get(a->p->st->on_its_way, name_of(claim_at(a, i))), "unanswered",
+                        json_true());
   lp_warn(log,
           "replacement creation unconfirmed again: its candidate counts as being disrupted until the cache "
           "shows the replacement or a check by name settles it",
@@ -261,9 +307,17 @@ static void post_replacement(dz_action *a) {
 static void replace(dz_action *a) {
   dz_state *st = a->p->st;
   char *name = lp_env_nodeclaim_name(a->p->env, lp_obj_name(a->nodepool), name_on_its_way, st->on_its_way);
-  a->replacement = dz_replacement_for(a->claim, a->nodepool, name, a->shape, a->reason);
-  json_object_set_new(st->on_its_way, name_of(a->claim),
-                      json_pack("{s:s, s:f, s:b}", "replacement", name, "at", a->p->mono, "unanswered", 0));
+  size_t len = 1;
+  for (size_t i = 0; i < nclaims(a); i++) len += strlen(name_of(claim_at(a, i))) + 1;
+  char *replaces = lp_xcalloc(1, len);
+  for (size_t i = 0; i < nclaims(a); i++) {
+    if (i) strcat(replaces, ",");
+    strcat(replaces, name_of(claim_at(a, i)));
+    json_object_set_new(st->on_its_way, name_of(claim_at(a, i)),
+                        json_pack("{s:s, s:f, s:b}", "replacement", name, "at", a->p->mono, "unanswered", 0));
+  }
+  a->replacement = dz_replacement_for(a->claim, a->nodepool, name, a->shape, a->reason, replaces);
+  free(replaces);
   free(name);
   post_replacement(a);
 }
@@ -289,7 +343,7 @@ static void replacement_checked(const lp_kube_reply *reply, void *ud) {
   json_object_set_new(entry, "at", json_real(a->p->mono));
   json_object_set_new(entry, "unanswered", json_false());
   a->replacement = json_incref(reply->object);
-  patch_mark(a, lp_obj_name(a->replacement), marked);
+  mark_all(a);
 }
 
 static void check(dz_action *a) {
@@ -297,6 +351,58 @@ static void check(dz_action *a) {
   lp_kube_ref ref = *lp_kind_ref(LP_KIND_NODECLAIM);
   ref.name = json_string_value(json_object_get(entry, "replacement"));
   lp_kube_get(lp_env_kube(a->p->env), &ref, replacement_checked, a);
+}
+
+/* ---- the karpenter.sh/disrupted taint ------------------------------------------------------------ */
+
+int dz_node_disrupted(const json_t *node) {
+  size_t i;
+  json_t *t;
+  json_array_foreach(lp_obj_get(node, "spec.taints"), i, t) {
+    const char *key = json_string_value(json_object_get(t, "key"));
+    const char *effect = json_string_value(json_object_get(t, "effect"));
+    if (key && effect && strcmp(key, DZ_TAINT_DISRUPTED) == 0 && strcmp(effect, "NoSchedule") == 0) return 1;
+  }
+  return 0;
+}
+
+static void taint_patched(const lp_kube_reply *reply, void *ud) {
+  dz_action *a = ud;
+  /* a Node deleted meanwhile needs no taint; any other failure leaves the candidate alone */
+  if (reply->error && reply->status != 404) {
+    dz_action_done(a, lp_error_new(reply->error->code, "disruption: %s the node of nodeclaim %s: %s",
+                                   a->taint_on ? "tainting" : "untainting", name_of(a->tainting),
+                                   reply->error->message));
+    return;
+  }
+  a->then(a);
+}
+
+/* Puts (on) or removes karpenter.sh/disrupted:NoSchedule on claim's Node, then next(a); a Node not cached,
+ * or already so, needs no write. A merge patch replaces the list: the Node's taints with ours added or
+ * left out, guarded by its resourceVersion. */
+static void set_taint(dz_action *a, const json_t *claim, int on, void (*next)(dz_action *a)) {
+  const char *node_name = lp_obj_str(claim, "status.nodeName");
+  json_t *node = node_name ? lp_env_get(a->p->env, LP_KIND_NODE, node_name) : NULL;
+  if (on) json_object_set_new(a->p->st->tainted, name_of(claim), json_real(a->p->mono));
+  if (!node || dz_node_disrupted(node) == on) {
+    next(a);
+    return;
+  }
+  json_t *taints = json_array();
+  size_t i;
+  json_t *t;
+  json_array_foreach(lp_obj_get(node, "spec.taints"), i, t) {
+    const char *key = json_string_value(json_object_get(t, "key"));
+    if (on || !key || strcmp(key, DZ_TAINT_DISRUPTED) != 0) json_array_append(taints, t);
+  }
+  if (on)
+    json_array_append_new(taints, json_pack("{s:s, s:s}", "key", DZ_TAINT_DISRUPTED, "effect", "NoSchedule"));
+  a->then = next;
+  a->tainting = claim;
+  a->taint_on = on;
+  lp_env_patch(a->p->env, LP_KIND_NODE, node_name, lp_obj_resource_version(node), NULL,
+               json_pack("{s:{s:o}}", "spec", "taints", taints), taint_patched, a);
 }
 
 /* ---- the other writes ---------------------------------------------------------------------------- */
@@ -310,11 +416,11 @@ static void candidate_deleted(const lp_kube_reply *reply, void *ud) {
   if (!reply->error) {
     const char *pool = lp_obj_label(a->claim, DZ_LABEL_POOL);
     const char *reason = dz_replacement_reason(a->replacement);
-    lp_counter_inc(a->p->st->disrupted, LP_LABELS(metric_reason(reason), pool ? pool : ""));
+    lp_counter_inc(a->p->st->disrupted, LP_LABELS(dz_metric_reason(reason), pool ? pool : ""));
     lp_env_event(a->p->env, a->claim, "Normal", "DisruptionTerminating",
                  "Disrupting NodeClaim: %s (replaced by %s)", reason, name_of(a->replacement));
     lp_info(lp_controller_logger(a->p->c), "deleting replaced nodeclaim, its replacement is initialized",
-            LPF_STR("reason", metric_reason(reason)), LPF_STR("nodeclaim", name_of(a->claim)),
+            LPF_STR("reason", dz_metric_reason(reason)), LPF_STR("nodeclaim", name_of(a->claim)),
             LPF_STR("nodepool", pool), LPF_STR("replacement", name_of(a->replacement)));
   }
   dz_action_done(a, NULL);
@@ -337,18 +443,23 @@ static void unmarked(const lp_kube_reply *reply, void *ud) {
   dz_action_done(a, NULL);
 }
 
+/* The failed replacement is gone: the candidate's Node untainted, then its mark dropped. */
+static void unmark(dz_action *a) {
+  patch_mark(a, a->claim, NULL, unmarked);
+}
+
 static void replacement_deleted(const lp_kube_reply *reply, void *ud) {
   dz_action *a = ud;
   if (reply->error && reply->status != 404) {
     fail(a, reply, "deleting the failed replacement", a->replacement);
     return;
   }
-  patch_mark(a, NULL, unmarked);
+  set_taint(a, a->claim, 0, unmark);
 }
 
 static void abandon(dz_action *a) {
   if (!a->replacement || lp_obj_deleting(a->replacement)) {
-    patch_mark(a, NULL, unmarked);
+    set_taint(a, a->claim, 0, unmark);
     return;
   }
   lp_kube_ref ref = claim_ref(a->replacement);
@@ -356,7 +467,7 @@ static void abandon(dz_action *a) {
                  a);
 }
 
-/* ---- a validated delete ------------------------------------------------------------------------ */
+/* ---- a validated delete, a stale taint ----------------------------------------------------------- */
 
 static void disrupted_deleted(const lp_kube_reply *reply, void *ud) {
   dz_action *a = ud;
@@ -366,54 +477,34 @@ static void disrupted_deleted(const lp_kube_reply *reply, void *ud) {
     return;
   }
   const char *pool = lp_obj_label(a->claim, DZ_LABEL_POOL);
-  lp_counter_inc(a->p->st->disrupted, LP_LABELS(metric_reason(a->reason), pool ? pool : ""));
+  a->disrupted = 1;
+  lp_counter_inc(a->p->st->disrupted, LP_LABELS(dz_metric_reason(a->reason), pool ? pool : ""));
   lp_env_event(a->p->env, a->claim, "Normal", "Disrupted", "Disrupting NodeClaim: %s/Delete", a->reason);
   lp_env_event(a->p->env, a->claim, "Normal", "DisruptionTerminating", "Disrupting NodeClaim: %s", a->reason);
   dz_action_done(a, NULL);
 }
 
+/* Deletes the candidate (its Node tainted first); the termination controller drains it. */
 static void delete_disrupted(dz_action *a) {
   lp_kube_ref ref = claim_ref(a->claim);
   lp_kube_delete(lp_env_kube(a->p->env), &ref, lp_obj_resource_version(a->claim), disrupted_deleted, a);
 }
 
-static void tainted(const lp_kube_reply *reply, void *ud) {
-  dz_action *a = ud;
-  /* a Node deleted meanwhile needs no taint; any other failure leaves the candidate alone */
-  if (reply->error && reply->status != 404) {
-    dz_action_done(a, lp_error_new(reply->error->code, "disruption: tainting the node of nodeclaim %s: %s",
-                                   name_of(a->claim), reply->error->message));
-    return;
-  }
-  delete_disrupted(a);
+static void untainted(dz_action *a) {
+  lp_info(lp_controller_logger(a->p->c), "stale disruption taint removed",
+          LPF_STR("nodeclaim", name_of(a->claim)), LPF_STR("node", lp_obj_str(a->claim, "status.nodeName")));
+  dz_action_done(a, NULL);
 }
 
-static int has_taint(const json_t *node) {
-  size_t i;
-  json_t *t;
-  json_array_foreach(lp_obj_get(node, "spec.taints"), i, t) {
-    const char *key = json_string_value(json_object_get(t, "key"));
-    const char *effect = json_string_value(json_object_get(t, "effect"));
-    if (key && effect && strcmp(key, DZ_TAINT_DISRUPTED) == 0 && strcmp(effect, "NoSchedule") == 0) return 1;
-  }
-  return 0;
-}
-
-/* Taints the candidate's Node karpenter.sh/disrupted:NoSchedule (so nothing new lands on it), then
- * deletes the candidate; the termination controller drains it. */
-static void disrupt_delete(dz_action *a) {
-  const char *node_name = lp_obj_str(a->claim, "status.nodeName");
-  json_t *node = node_name ? lp_env_get(a->p->env, LP_KIND_NODE, node_name) : NULL;
-  if (!node || has_taint(node)) {
-    delete_disrupted(a);
+/* Taints the Node of each candidate of a replacement, one after the other, then creates the replacement. */
+static void taint_then_replace(dz_action *a) {
+  if (a->step < nclaims(a)) {
+    json_t *claim = claim_at(a, a->step++);
+    set_taint(a, claim, 1, taint_then_replace);
     return;
   }
-  /* a merge patch replaces the list: the Node's taints plus ours, guarded by its resourceVersion */
-  json_t *taints = lp_obj_get(node, "spec.taints");
-  taints = json_is_array(taints) ? json_deep_copy(taints) : json_array();
-  json_array_append_new(taints, json_pack("{s:s, s:s}", "key", DZ_TAINT_DISRUPTED, "effect", "NoSchedule"));
-  lp_env_patch(a->p->env, LP_KIND_NODE, node_name, lp_obj_resource_version(node), NULL,
-               json_pack("{s:{s:o}}", "spec", "taints", taints), tainted, a);
+  a->step = 0;
+  replace(a);
 }
 
 /* ---- the Lua veto ------------------------------------------------------------------------------ */
@@ -425,11 +516,16 @@ static void collect_pod(const char *key, json_t *pod, void *ud) {
   json_array_append(ud, pod);
 }
 
+static void ask_policy(dz_action *a);
+
+/* The policy's answer for the candidate a->step: every candidate of the action must be allowed, a veto or
+ * a failure on one keeps them all. */
 static void vetted(int allowed, const char *why, lp_error *err, void *ud) {
   dz_action *a = ud;
-  const char *log = lp_controller_logger(a->p->c), *name = name_of(a->claim);
+  json_t *claim = claim_at(a, a->step);
+  const char *log = lp_controller_logger(a->p->c), *name = name_of(claim);
   if (err) { /* fail closed: a policy that cannot answer keeps the node */
-    lp_env_event(a->p->env, a->claim, "Warning", "DisruptionPolicyFailed", "%s", err->message);
+    lp_env_event(a->p->env, claim, "Warning", "DisruptionPolicyFailed", "%s", err->message);
     lp_warn(log, "disruption policy failed, nodeclaim not disrupted", LPF_STR("nodeclaim", name),
             LPF_STR("method", a->method), LPF_STR("error", err->message));
     lp_error_free(err);
@@ -437,13 +533,18 @@ static void vetted(int allowed, const char *why, lp_error *err, void *ud) {
     return;
   }
   if (!allowed) {
-    lp_env_event(a->p->env, a->claim, "Normal", "DisruptionBlocked", "Disruption policy: %s",
+    lp_env_event(a->p->env, claim, "Normal", "DisruptionBlocked", "Disruption policy: %s",
                  why && *why ? why : "vetoed");
     lp_info(log, "disruption policy vetoed, nodeclaim not disrupted", LPF_STR("nodeclaim", name),
             LPF_STR("method", a->method), LPF_STR("why", why ? why : ""));
     dz_action_done(a, NULL);
     return;
   }
+  if (++a->step < nclaims(a)) {
+    ask_policy(a);
+    return;
+  }
+  a->step = 0;
   start(a);
 }
 
@@ -452,15 +553,16 @@ static void vetted(int allowed, const char *why, lp_error *err, void *ud) {
  * {reason, nodepool, now, method}. */
 static void ask_policy(dz_action *a) {
   lp_ctrl_env *env = a->p->env;
-  const char *node_name = lp_obj_str(a->claim, "status.nodeName");
+  json_t *claim = claim_at(a, a->step);
+  const char *node_name = lp_obj_str(claim, "status.nodeName");
   json_t *node = node_name ? lp_env_get(env, LP_KIND_NODE, node_name) : NULL;
   json_t *pods = json_array();
   if (node_name) lp_env_index_each(env, LP_INDEX_POD_BY_NODE, node_name, collect_pod, pods);
-  const char *pool = lp_obj_label(a->claim, DZ_LABEL_POOL);
+  const char *pool = lp_obj_label(claim, DZ_LABEL_POOL);
   json_t *ctx = json_pack("{s:s, s:s, s:f, s:s}", "reason", a->reason ? a->reason : DZ_REASON, "nodepool",
                           pool ? pool : "", "now", a->p->now, "method", a->method);
   json_t *null_node = json_null();
-  lp_cp_can_disrupt(lp_env_cloud(env), a->claim, node ? node : null_node, pods, ctx, vetted, a);
+  lp_cp_can_disrupt(lp_env_cloud(env), claim, node ? node : null_node, pods, ctx, vetted, a);
   json_decref(null_node);
   json_decref(pods);
   json_decref(ctx);
@@ -469,6 +571,7 @@ static void ask_policy(dz_action *a) {
 void dz_act(dz_action *a) {
   if (a->kind == DZ_REPLACE || a->kind == DZ_DELETE) {
     if (!a->method) a->method = "drift";
+    a->step = 0;
     ask_policy(a);
   } else {
     start(a);
@@ -478,10 +581,10 @@ void dz_act(dz_action *a) {
 static void start(dz_action *a) {
   switch (a->kind) {
   case DZ_REPLACE:
-    replace(a);
+    taint_then_replace(a);
     break;
   case DZ_ADOPT:
-    patch_mark(a, lp_obj_name(a->replacement), marked);
+    mark_all(a);
     break;
   case DZ_DELETE_OLD: {
     lp_kube_ref ref = claim_ref(a->claim);
@@ -495,7 +598,10 @@ static void start(dz_action *a) {
     check(a);
     break;
   case DZ_DELETE:
-    disrupt_delete(a);
+    set_taint(a, a->claim, 1, delete_disrupted);
+    break;
+  case DZ_UNTAINT:
+    set_taint(a, a->claim, 0, untainted);
     break;
   }
 }

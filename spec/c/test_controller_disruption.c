@@ -138,7 +138,19 @@ typedef struct rollout {
   size_t nclaims, npods;
   int max_disrupting;       /* most of claims being disrupted (marked or deleting) at once */
   int deleted_before_ready; /* a claim seen deleting while its replacement was not initialized */
+  int marked_untainted;     /* a claim seen marked replaced-by while its Node lacked the disrupted taint */
+  int tainted_waiting;      /* a claim seen with the taint while its replacement was not initialized */
 } rollout;
+
+/* Whether the Node named name carries karpenter.sh/disrupted:NoSchedule (0 when it is gone). */
+static int node_tainted(const char *name) {
+  char path[256];
+  snprintf(path, sizeof path, "/api/v1/nodes/%s", name ? name : "");
+  json_t *node = ctrl_get(&f, path);
+  int tainted = node && dz_node_disrupted(node);
+  json_decref(node);
+  return tainted;
+}
 
 static int on_old_node(const rollout *r, const char *node) {
   for (size_t i = 0; i < r->nclaims; i++)
@@ -171,6 +183,14 @@ static int rolled_out(ctrl_fixture *fx, const void *ud) {
     const char *by = dt_annotation(c, DZ_ANNOTATION_REPLACED_BY);
     if (!c) gone++;
     disrupting += c && (lp_obj_deleting(c) || by);
+    if (c && by && !lp_obj_deleting(c)) {
+      /* tainted before its replacement was created, so nothing new lands on it meanwhile */
+      int tainted = node_tainted(lp_obj_str(c, "status.nodeName"));
+      json_t *replacement = dt_claim(&f, by);
+      r->marked_untainted += !tainted;
+      r->tainted_waiting += tainted && !lp_condition_is(replacement, "Initialized", "True");
+      json_decref(replacement);
+    }
     if (c && lp_obj_deleting(c)) {
       json_t *replacement = by ? dt_claim(&f, by) : NULL;
       r->deleted_before_ready += !lp_condition_is(replacement, "Initialized", "True");
@@ -241,6 +261,8 @@ static void test_replace_one_at_a_time(void) {
   CHECK(ctrl_wait_for(&f, 50, rolled_out, &r));
   CHECK_INT(r.max_disrupting, 1);
   CHECK_INT(r.deleted_before_ready, 0);
+  CHECK_INT(r.marked_untainted, 0);
+  CHECK(r.tainted_waiting > 0);
   CHECK_INT(ctrl_metric(&f, "luaprov_nodeclaims_disrupted_total", LP_LABELS("drifted", POOL)), 3);
   CHECK_INT(ctrl_metric(&f, "luaprov_disruption_replacements_total", LP_LABELS("launched")), 3);
   CHECK_INT(ctrl_metric(&f, "luaprov_disruption_replacements_total", LP_LABELS("failed")), 0);
@@ -332,8 +354,15 @@ static void test_blocked(void) {
   for (int k = 0; k < 3; k++) free((char *)names[k]);
 }
 
+/* What the failed replacement is watched for: the candidate's Node and whether it was seen tainted. */
+typedef struct failing {
+  const char *node;
+  int seen_tainted;
+} failing;
+
 static int replacement_failed(ctrl_fixture *fx, const void *ud) {
-  (void)ud;
+  failing *w = (failing *)ud;
+  w->seen_tainted |= node_tainted(w->node);
   return ctrl_metric(fx, "luaprov_disruption_replacements_total", LP_LABELS("failed")) >= 1;
 }
 
@@ -349,9 +378,14 @@ static void test_failed_replacement(void) {
   json_decref(ctrl_admin(&f, "alibaba", "POST", "/_sim/faults",
                          "{\"action\":\"RunInstances\",\"code\":\"QuotaExceed.ElasticQuota\"}"));
   CHECK_INT(ctrl_kube_pack(&f, "DELETE", PODS "/p-keep", NULL), 200);
-  dt_set_budgets(&f, "[{\"nodes\":\"1\"}]"); /* a NodePool change starts a pass at once */
-  CHECK(ctrl_wait_for(&f, 15, replacement_failed, NULL));
   json_t *c = dt_claim(&f, held);
+  failing w = {lp_obj_str(c, "status.nodeName"), 0};
+  dt_set_budgets(&f, "[{\"nodes\":\"1\"}]"); /* a NodePool change starts a pass at once */
+  CHECK(ctrl_wait_for(&f, 15, replacement_failed, &w));
+  CHECK(w.seen_tainted);        /* while its replacement was launching */
+  CHECK(!node_tainted(w.node)); /* abandoned: the Node takes pods again */
+  json_decref(c);
+  c = dt_claim(&f, held);
   CHECK(c && !lp_obj_deleting(c) && !dt_annotation(c, DZ_ANNOTATION_REPLACED_BY));
   json_decref(c);
 
@@ -362,6 +396,35 @@ static void test_failed_replacement(void) {
   CHECK_INT(r.deleted_before_ready, 0);
   CHECK_INT(ctrl_metric(&f, "luaprov_nodeclaims_disrupted_total", LP_LABELS("drifted", POOL)), 6);
   rollout_free(&r);
+  for (size_t k = 0; k < n; k++) free((char *)names[k]);
+}
+
+static int taint_removed(ctrl_fixture *fx, const void *node) {
+  (void)fx;
+  return !node_tainted(node);
+}
+
+/* A Node tainted karpenter.sh/disrupted whose NodeClaim nothing disrupts (as after a crash between the
+ * taint and the replacement's create) is untainted by a later pass. */
+static void test_stale_taint(void) {
+  const char *names[3];
+  size_t n = current_claims(names, 3);
+  CHECK(n > 0);
+  json_t *c = dt_claim(&f, names[0]);
+  char *node = strdup(lp_obj_str(c, "status.nodeName") ?: "");
+  json_decref(c);
+  char path[256];
+  snprintf(path, sizeof path, "/api/v1/nodes/%s", node);
+  dt_patch_pool_path(
+      &f, path,
+      json_pack("{s:{s:[{s:s, s:s}]}}", "spec", "taints", "key", DZ_TAINT_DISRUPTED, "effect", "NoSchedule"));
+  CHECK(node_tainted(node));
+  dt_set_budgets(&f, "[{\"nodes\":\"0\"}]"); /* a pass at once; nothing is disrupted meanwhile */
+  CHECK(ctrl_wait_for(&f, 10, taint_removed, node));
+  c = dt_claim(&f, names[0]);
+  CHECK(c && !lp_obj_deleting(c));
+  json_decref(c);
+  free(node);
   for (size_t k = 0; k < n; k++) free((char *)names[k]);
 }
 
@@ -386,6 +449,7 @@ int main(void) {
   RUN(test_budget_gauge);
   RUN(test_blocked);
   RUN(test_failed_replacement);
+  RUN(test_stale_taint);
   ctrl_fixture_stop(&f);
   return check_summary();
 }

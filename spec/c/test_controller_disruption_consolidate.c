@@ -1,10 +1,12 @@
 /* Consolidation of underutilized nodes in the disruption controller (engine/controller/disruption*.c,
- * with the simulation of disruption_simulate.c): the ordering and search on their own (pure), then
- * through the real manager and both simulators: a Deployment-like set of pods spread over 4 nodes, one
- * each after a scale-down, fits on fewer; multi-node consolidation deletes as many as the Underutilized
- * budget allows in one decision, once it held 15 s on the controllers' clock (the test moves it), and
- * every evicted pod, created again as a ReplicaSet would, finds a place on the nodes left. The test
- * writes the Consolidatable condition itself.
+ * with the simulation of disruption_simulate.c): the ordering, search and consolidation policies on
+ * their own (pure), then through the real manager and both simulators: a Deployment-like set of pods
+ * spread over 4 nodes, one each after a scale-down, fits on fewer; multi-node consolidation deletes as
+ * many as the Underutilized budget allows in one decision, once it held 15 s on the controllers' clock
+ * (the test moves it), and every evicted pod, created again as a ReplicaSet would, finds a place on the
+ * nodes left; the expireAfter fraction in the disruption cost; a single big node replaced by a cheaper
+ * one; a PodDisruptionBudget holding a node; three nodes replaced by one. The test writes the
+ * Consolidatable condition itself.
  *
  * Simulated time runs 20 times faster than the wall clock, so instances boot in under a second. */
 #include <stdio.h>
@@ -59,15 +61,74 @@ static void test_search(void) {
   CHECK_INT(dz_single_first(by, 8, accepts_third, NULL), 5); /* "c" is sixth cheapest */
 }
 
+/* A NodePool's spec.disruption (JSON text) as a dz_policy. */
+static dz_policy policy_of(const char *disruption) {
+  json_t *pool = json_pack("{s:{s:o}}", "spec", "disruption", json_loads(disruption, 0, NULL));
+  dz_policy p = dz_policy_of(pool);
+  json_decref(pool);
+  return p;
+}
+
+/* WhenEmpty consolidates empty nodes only: with consolidation of underutilized nodes picking, a WhenEmpty
+ * pool's node with pods is never taken, a WhenEmptyOrUnderutilized pool's is; emptiness takes both pools'
+ * empty nodes. */
+static void test_policies(void) {
+  CHECK_INT(policy_of("{}"), DZ_CONSOLIDATE_UNDERUTILIZED);
+  CHECK_INT(policy_of("{\"consolidationPolicy\":\"WhenEmptyOrUnderutilized\"}"),
+            DZ_CONSOLIDATE_UNDERUTILIZED);
+  CHECK_INT(policy_of("{\"consolidationPolicy\":\"WhenEmpty\"}"), DZ_CONSOLIDATE_EMPTY);
+  CHECK_INT(policy_of("{\"consolidationPolicy\":\"WhenEmpty\",\"consolidateAfter\":\"Never\"}"),
+            DZ_CONSOLIDATE_NEVER);
+  CHECK_INT(policy_of("{\"consolidationPolicy\":\"Sometimes\"}"), DZ_CONSOLIDATE_NEVER);
+
+  dz_candidate v[4] = {
+      {.name = "empty-pool-busy",
+       .pool = "e",
+       .pods = 2,
+       .consolidatable = 1,
+       .policy = DZ_CONSOLIDATE_EMPTY},
+      {.name = "under-pool-busy",
+       .pool = "u",
+       .pods = 2,
+       .consolidatable = 1,
+       .policy = DZ_CONSOLIDATE_UNDERUTILIZED},
+      {.name = "empty-pool-idle",
+       .pool = "e",
+       .pods = 0,
+       .consolidatable = 1,
+       .policy = DZ_CONSOLIDATE_EMPTY},
+      {.name = "under-pool-idle",
+       .pool = "u",
+       .pods = 0,
+       .consolidatable = 1,
+       .policy = DZ_CONSOLIDATE_UNDERUTILIZED},
+  };
+  dz_candidate *by[4], *out[4];
+  for (int i = 0; i < 4; i++) by[i] = &v[i];
+  json_t *left = json_pack("{s:i, s:i}", "e", 10, "u", 10);
+  CHECK_INT(dz_pick_consolidatable(by, 4, left, 4, out), 2);
+  CHECK_STR(out[0]->name, "under-pool-busy");
+  CHECK_STR(out[1]->name, "under-pool-idle");
+  CHECK(!dz_is_underutilized_candidate(&v[0]));
+  CHECK_INT(dz_pick_empty(by, 4, left, out, NULL, NULL), 2);
+  CHECK_STR(out[0]->name, "empty-pool-idle");
+  CHECK_STR(out[1]->name, "under-pool-idle");
+  json_decref(left);
+}
+
 /* ---- the cluster -------------------------------------------------------------------------------- */
 
-/* A pod asking for cpu, bound to node (NULL: pending, the simulated binder places it). */
-static void post_pod_of(const char *name, const char *node, const char *cpu) {
+/* A pod labelled app, asking for cpu, bound to node (NULL: pending, the simulated binder places it). */
+static void post_app_pod(const char *name, const char *node, const char *cpu, const char *app) {
   json_t *pod = json_pack("{s:s, s:s, s:{s:s, s:{s:s}}, s:{s:[{s:s, s:s, s:{s:{s:s}}}]}}", "apiVersion", "v1",
-                          "kind", "Pod", "metadata", "name", name, "labels", "app", "web", "spec",
-                          "containers", "name", "app", "image", "nginx", "resources", "requests", "cpu", cpu);
+                          "kind", "Pod", "metadata", "name", name, "labels", "app", app, "spec", "containers",
+                          "name", "app", "image", "nginx", "resources", "requests", "cpu", cpu);
   if (node) json_object_set_new(json_object_get(pod, "spec"), "nodeName", json_string(node));
   CHECK_INT(ctrl_kube_pack(&f, "POST", PODS, "o", pod), 201);
+}
+
+static void post_pod_of(const char *name, const char *node, const char *cpu) {
+  post_app_pod(name, node, cpu, "web");
 }
 
 static void post_pod(const char *name, const char *node) {
@@ -146,6 +207,54 @@ static void test_multi_node(void) {
                         LP_LABELS("delete", "underutilized", "multi")),
             1);
   CHECK_INT(ctrl_metric(&f, "luaprov_nodeclaims_disrupted_total", LP_LABELS("underutilized", DT_POOL)), 2);
+}
+
+/* The claim (a copy of the NodeClaim named name) with spec.expireAfter and a creationTimestamp, or
+ * neither when expire is NULL, filled in as a candidate at the wall time now; its cost. */
+static double cost_with_lifetime(const char *name, const char *expire, const char *created, const char *now) {
+  json_t *claim = dt_claim(&f, name);
+  CHECK(claim != NULL);
+  json_t *pool = ctrl_get(&f, DT_POOLS "/" DT_POOL);
+  if (expire) {
+    json_object_set_new(json_object_get(claim, "spec"), "expireAfter", json_string(expire));
+    json_object_set_new(json_object_get(claim, "metadata"), "creationTimestamp", json_string(created));
+  }
+  lp_ctrl_env *env = lp_controllers_env(f.manager);
+  dz_pdbs *pdbs = dz_pdbs_new(env);
+  dz_candidate cd;
+  dz_candidate_fill(env, pdbs, &cd, claim, pool, lp_rfc3339_parse(now));
+  double cost = cd.cost;
+  CHECK(cd.pods > 0);
+  dz_candidate_clear(&cd);
+  dz_pdbs_free(pdbs);
+  json_decref(pool);
+  json_decref(claim);
+  return cost;
+}
+
+/* The disruption cost of a node left above (1 per 100m pod) times the fraction of
+ * expireAfter still ahead: a node closer to its expiry is cheaper to disrupt, and sorts first. */
+static void test_lifetime_cost(void) {
+  json_t *items = dt_pool_claims(&f);
+  CHECK_INT(json_array_size(items), 2);
+  char *name = strdup(lp_obj_name(json_array_get(items, 0)) ?: "");
+  json_decref(items);
+  const char *now = "2026-06-01T10:00:00Z";
+  double none = cost_with_lifetime(name, NULL, NULL, now);
+  double young = cost_with_lifetime(name, "10h", "2026-06-01T09:00:00Z", now);
+  double old = cost_with_lifetime(name, "10h", "2026-06-01T01:00:00Z", now);
+  double expired = cost_with_lifetime(name, "10h", "2026-05-31T10:00:00Z", now);
+  CHECK(none >= 1); /* one per pod */
+  CHECK(young > 0.899 * none && young < 0.901 * none);
+  CHECK(old > 0.099 * none && old < 0.101 * none);
+  CHECK(expired == 0);
+  dz_candidate v[3] = {
+      {.name = "none", .cost = none}, {.name = "young", .cost = young}, {.name = "old", .cost = old}};
+  dz_candidate *by[3] = {&v[0], &v[1], &v[2]};
+  dz_sort_by_cost(by, 3);
+  CHECK_STR(by[0]->name, "old");
+  CHECK_STR(by[1]->name, "young");
+  free(name);
 }
 
 /* More than a node the provisioner sizes for one CPU holds: only the big node, or a replacement, takes it. */
@@ -230,12 +339,112 @@ static void test_pdb_blocks(void) {
   free(name);
 }
 
+/* ---- several nodes, one replacement ---------------------------------------------------------- */
+
+#define MULTI_TYPE "ecs.g7.4xlarge" /* 16 vCPU */
+#define MULTI_CPU  "4"              /* a quarter of it */
+static const char *const multi_claims[] = {"web-m1", "web-m2", "web-m3", NULL};
+static const char *const multi_pods[] = {"m-1", "m-2", "m-3", NULL};
+
+/* What the multi-node replacement is watched for. */
+typedef struct multi_watch {
+  int most;      /* most of multi_claims being disrupted (marked or deleting) at once */
+  int untainted; /* one seen marked while its Node lacked the karpenter.sh/disrupted taint */
+} multi_watch;
+
+static int node_tainted(const char *name) {
+  char path[256];
+  snprintf(path, sizeof path, "/api/v1/nodes/%s", name ? name : "");
+  json_t *node = ctrl_get(&f, path);
+  int tainted = node && dz_node_disrupted(node);
+  json_decref(node);
+  return tainted;
+}
+
+/* Moves the controllers' clock half a second a check (the validation passes), recreates evicted pods;
+ * done once the three are gone and every pod runs. */
+static int multi_replaced(ctrl_fixture *fx, const void *ud) {
+  multi_watch *w = (multi_watch *)ud;
+  mono += 0.5;
+  size_t running = 0, gone = 0;
+  int disrupting = 0;
+  for (int i = 0; multi_pods[i]; i++) {
+    char path[128];
+    snprintf(path, sizeof path, PODS "/%s", multi_pods[i]);
+    json_t *pod = ctrl_get(fx, path);
+    if (!pod) post_app_pod(multi_pods[i], NULL, MULTI_CPU, "multi");
+    const char *phase = lp_obj_str(pod, "status.phase");
+    running += phase && strcmp(phase, "Running") == 0 && !lp_obj_deleting(pod);
+    json_decref(pod);
+  }
+  for (int i = 0; multi_claims[i]; i++) {
+    json_t *c = dt_claim(fx, multi_claims[i]);
+    const char *by = dt_annotation(c, DZ_ANNOTATION_REPLACED_BY);
+    gone += !c;
+    disrupting += c && (by || lp_obj_deleting(c));
+    if (c && by && !lp_obj_deleting(c)) w->untainted += !node_tainted(lp_obj_str(c, "status.nodeName"));
+    json_decref(c);
+  }
+  if (disrupting > w->most) w->most = disrupting;
+  return gone == 3 && running == 3;
+}
+
+/* Three 16-vCPU nodes each running a 4-CPU pod (and the node left above, with no room for one), the
+ * Underutilized budget 3: deleting two (their pods fit on the third) is beaten by replacing all three
+ * by one node (their pods fit it, it costs less than the three, and it is not of their instance type):
+ * their Nodes tainted first, each marked with it, all deleted once it is initialized. */
+static void test_multi_replace(void) {
+  dt_set_budgets(&f, "[{\"nodes\":\"0\"}]");
+  for (int i = 0; multi_claims[i]; i++)
+    dt_post_claim_with(&f, multi_claims[i],
+                       json_pack("{s:s, s:s, s:[s]}", "key", "node.kubernetes.io/instance-type", "operator",
+                                 "In", "values", MULTI_TYPE));
+  CHECK(ctrl_wait_for(&f, 30, dt_pool_initialized, &(int){4}));
+  for (int i = 0; multi_claims[i]; i++) {
+    json_t *c = dt_claim(&f, multi_claims[i]);
+    post_app_pod(multi_pods[i], lp_obj_str(c, "status.nodeName"), MULTI_CPU, "multi");
+    json_decref(c);
+  }
+  for (int i = 0; multi_claims[i]; i++) dt_mark_consolidatable(&f, multi_claims[i]);
+  for (int i = 0; multi_claims[i]; i++)
+    CHECK(ctrl_wait_for(&f, 5, dt_consolidatable_cached, multi_claims[i]));
+  double before = ctrl_metric(&f, "luaprov_voluntary_disruption_decisions_total",
+                              LP_LABELS("replace", "underutilized", "multi"));
+  dt_set_budgets(&f, "[{\"nodes\":\"3\"}]");
+  multi_watch w = {0};
+  CHECK(ctrl_wait_for(&f, 60, multi_replaced, &w));
+  CHECK(w.most <= 3);
+  CHECK_INT(w.untainted, 0);
+  CHECK_INT(ctrl_metric(&f, "luaprov_voluntary_disruption_decisions_total",
+                        LP_LABELS("replace", "underutilized", "multi")) -
+                before,
+            1);
+  json_t *items = dt_pool_claims(&f);
+  size_t i, found = 0;
+  json_t *c;
+  json_array_foreach(items, i, c) {
+    const char *replaces = dt_annotation(c, DZ_ANNOTATION_REPLACES);
+    if (!replaces || strcmp(replaces, "web-m1,web-m2,web-m3") != 0) continue;
+    found++;
+    CHECK(lp_condition_is(c, "Initialized", "True"));
+    CHECK_STR(dt_annotation(c, DZ_ANNOTATION_REASON), "Underutilized");
+    const json_t *labels = lp_obj_get(c, "metadata.labels");
+    const char *type = json_string_value(json_object_get(labels, "node.kubernetes.io/instance-type"));
+    CHECK(type && strcmp(type, MULTI_TYPE) != 0);
+  }
+  CHECK_INT(found, 1);
+  json_decref(items);
+  CHECK(ctrl_has_event(&f, "web-m1", "DisruptionLaunching"));
+  CHECK(ctrl_has_event(&f, "web-m3", "DisruptionTerminating"));
+}
+
 static const lp_controller_def *const controllers[] = {
     &lp_nodeclass_controller, &lp_nodeclaim_lifecycle_controller, &lp_termination_controller,
     &lp_disruption_controller, NULL};
 
 int main(void) {
   RUN(test_search);
+  RUN(test_policies);
   ctrl_fixture_start(&f, controllers,
                      &(lp_ctrl_settings){.drain_requeue_s = 0.3, .terminate_requeue_s = 0.3});
   lp_env_set_clock(lp_controllers_env(f.manager), ctrl_clock_at, &mono);
@@ -244,8 +453,10 @@ int main(void) {
   CHECK(ctrl_wait_for(&f, 10, ctrl_nodeclass_has_ready, "default"));
   dt_nodepool(&f, "0"); /* nothing goes until the test lets it */
   RUN(test_multi_node);
+  RUN(test_lifetime_cost);
   RUN(test_single_replace);
   RUN(test_pdb_blocks);
+  RUN(test_multi_replace);
   ctrl_fixture_stop(&f);
   return check_summary();
 }

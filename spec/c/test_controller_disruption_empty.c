@@ -289,12 +289,14 @@ static void test_veto(void) {
   annotate("web-k", "test/veto", "yes");
   annotate("web-l", "test/raise", "yes");
   consolidatable_together((const char *[]){"web-k", "web-l", NULL}, 2);
+  double d0 = decisions();
   mono += 16;
   CHECK(ctrl_wait_for(&f, 10, dt_has_events,
                       &(dt_events){"web-k", "DisruptionBlocked", "web-l", "DisruptionPolicyFailed"}));
   ctrl_run_for(&f, 1);
   CHECK(claim_untouched("web-k"));
   CHECK(claim_untouched("web-l"));
+  CHECK_INT(decisions() - d0, 0); /* a decision the policy kept whole is not one acted on */
   CHECK(ctrl_has_event_message(&f, "web-k", "DisruptionBlocked", "kept by the test policy for emptiness"));
   CHECK(ctrl_has_event_message(&f, "web-l", "DisruptionPolicyFailed", "the test policy raised"));
 
@@ -306,6 +308,7 @@ static void test_veto(void) {
   mono += 16;
   CHECK(ctrl_wait_for(&f, 20, claim_gone, "web-k"));
   CHECK(claim_untouched("web-l"));
+  CHECK_INT(decisions() - d0, 1); /* web-k alone: web-l's policy still fails */
 }
 
 static const char *const POLICY =
