@@ -18,7 +18,7 @@
  * An emptiness or consolidation decision waits DZ_VALIDATE_AFTER_S on lp_env_monotonic (the pass polls
  * at most every second meanwhile, no other method running) and is checked again (consolidation on a new
  * snapshot) before it acts. A consolidation may replace its candidates by one cheaper node (the drift
- * replacement's machinery, with the simulation's shape, in the first candidate's NodePool): every
+ * replacement's machinery, with the simulation's shape, in the NodePool the simulation chose): every
  * candidate's Node tainted, one replacement listing them all in luaprov.io/replaces, each marked
  * luaprov.io/replaced-by it and deleted once it is initialized; budgets count each candidate.
  * Every disruption first asks the Lua disruption policy (disruption_replace.c). Budgets: the reason's
@@ -521,8 +521,11 @@ static void add_consolidation(dz_pass *p, json_t *claims, size_t k, const char *
     json_t *claim = json_array_get(claims, 0);
     dz_action *a = add_action(p, DZ_REPLACE, claim, NULL);
     a->claims = json_incref(claims);
-    /* the first candidate's NodePool, as a single node's replacement is in its own */
-    a->nodepool = json_incref(lp_env_get(p->env, LP_KIND_NODEPOOL, lp_obj_label(claim, DZ_LABEL_POOL)));
+    /* the NodePool the simulation packed the pods into (the first that takes them, as the provisioner
+     * would pick); the first candidate's when that one is gone since */
+    const json_t *pool = lp_env_get(p->env, LP_KIND_NODEPOOL, lp_obj_str(shape, "nodepool"));
+    if (!pool) pool = lp_env_get(p->env, LP_KIND_NODEPOOL, lp_obj_label(claim, DZ_LABEL_POOL));
+    a->nodepool = json_incref((json_t *)pool);
     a->shape = json_incref(shape);
     a->reason = DZ_REASON_UNDERUTILIZED;
     a->type = type;

@@ -123,6 +123,9 @@ static void post_app_pod(const char *name, const char *node, const char *cpu, co
   json_t *pod = json_pack("{s:s, s:s, s:{s:s, s:{s:s}}, s:{s:[{s:s, s:s, s:{s:{s:s}}}]}}", "apiVersion", "v1",
                           "kind", "Pod", "metadata", "name", name, "labels", "app", app, "spec", "containers",
                           "name", "app", "image", "nginx", "resources", "requests", "cpu", cpu);
+  /* the workload of NodePool DT_POOL: new capacity for it comes from there, never from "default" */
+  json_object_set_new(json_object_get(pod, "spec"), "nodeSelector",
+                      json_pack("{s:s}", DZ_LABEL_POOL, DT_POOL));
   if (node) json_object_set_new(json_object_get(pod, "spec"), "nodeName", json_string(node));
   CHECK_INT(ctrl_kube_pack(&f, "POST", PODS, "o", pod), 201);
 }
