@@ -58,6 +58,16 @@ static inline void dt_set_generation(ctrl_fixture *f, const char *gen) {
   dt_patch_pool(f, json_pack("{s:{s:{s:{s:{s:s}}}}}", "spec", "template", "metadata", "labels", "gen", gen));
 }
 
+/* Whether the Node named name carries karpenter.sh/disrupted:NoSchedule (0 when it is gone). */
+static inline int dt_node_tainted(ctrl_fixture *f, const char *name) {
+  char path[256];
+  snprintf(path, sizeof path, "/api/v1/nodes/%s", name ? name : "");
+  json_t *node = ctrl_get(f, path);
+  int tainted = node && dz_node_disrupted(node);
+  json_decref(node);
+  return tainted;
+}
+
 /* A NodeClaim as the provisioner makes them: the template's labels and the pool's current hash; its
  * requirements also hold extra (a requirement object, stolen) unless NULL. */
 static inline void dt_post_claim_with(ctrl_fixture *f, const char *name, json_t *extra) {

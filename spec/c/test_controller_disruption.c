@@ -142,16 +142,6 @@ typedef struct rollout {
   int tainted_waiting;      /* a claim seen with the taint while its replacement was not initialized */
 } rollout;
 
-/* Whether the Node named name carries karpenter.sh/disrupted:NoSchedule (0 when it is gone). */
-static int node_tainted(const char *name) {
-  char path[256];
-  snprintf(path, sizeof path, "/api/v1/nodes/%s", name ? name : "");
-  json_t *node = ctrl_get(&f, path);
-  int tainted = node && dz_node_disrupted(node);
-  json_decref(node);
-  return tainted;
-}
-
 static int on_old_node(const rollout *r, const char *node) {
   for (size_t i = 0; i < r->nclaims; i++)
     if (node && r->nodes[i] && strcmp(node, r->nodes[i]) == 0) return 1;
@@ -185,7 +175,7 @@ static int rolled_out(ctrl_fixture *fx, const void *ud) {
     disrupting += c && (lp_obj_deleting(c) || by);
     if (c && by && !lp_obj_deleting(c)) {
       /* tainted before its replacement was created, so nothing new lands on it meanwhile */
-      int tainted = node_tainted(lp_obj_str(c, "status.nodeName"));
+      int tainted = dt_node_tainted(&f, lp_obj_str(c, "status.nodeName"));
       json_t *replacement = dt_claim(&f, by);
       r->marked_untainted += !tainted;
       r->tainted_waiting += tainted && !lp_condition_is(replacement, "Initialized", "True");
@@ -362,7 +352,7 @@ typedef struct failing {
 
 static int replacement_failed(ctrl_fixture *fx, const void *ud) {
   failing *w = (failing *)ud;
-  w->seen_tainted |= node_tainted(w->node);
+  w->seen_tainted |= dt_node_tainted(&f, w->node);
   return ctrl_metric(fx, "luaprov_disruption_replacements_total", LP_LABELS("failed")) >= 1;
 }
 
@@ -382,8 +372,8 @@ static void test_failed_replacement(void) {
   failing w = {lp_obj_str(c, "status.nodeName"), 0};
   dt_set_budgets(&f, "[{\"nodes\":\"1\"}]"); /* a NodePool change starts a pass at once */
   CHECK(ctrl_wait_for(&f, 15, replacement_failed, &w));
-  CHECK(w.seen_tainted);        /* while its replacement was launching */
-  CHECK(!node_tainted(w.node)); /* abandoned: the Node takes pods again */
+  CHECK(w.seen_tainted);               /* while its replacement was launching */
+  CHECK(!dt_node_tainted(&f, w.node)); /* abandoned: the Node takes pods again */
   json_decref(c);
   c = dt_claim(&f, held);
   CHECK(c && !lp_obj_deleting(c) && !dt_annotation(c, DZ_ANNOTATION_REPLACED_BY));
@@ -401,7 +391,7 @@ static void test_failed_replacement(void) {
 
 static int taint_removed(ctrl_fixture *fx, const void *node) {
   (void)fx;
-  return !node_tainted(node);
+  return !dt_node_tainted(&f, node);
 }
 
 /* A Node tainted karpenter.sh/disrupted whose NodeClaim nothing disrupts (as after a crash between the
@@ -418,7 +408,7 @@ static void test_stale_taint(void) {
   dt_patch_pool_path(
       &f, path,
       json_pack("{s:{s:[{s:s, s:s}]}}", "spec", "taints", "key", DZ_TAINT_DISRUPTED, "effect", "NoSchedule"));
-  CHECK(node_tainted(node));
+  CHECK(dt_node_tainted(&f, node));
   dt_set_budgets(&f, "[{\"nodes\":\"0\"}]"); /* a pass at once; nothing is disrupted meanwhile */
   CHECK(ctrl_wait_for(&f, 10, taint_removed, node));
   c = dt_claim(&f, names[0]);

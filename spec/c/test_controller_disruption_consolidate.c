@@ -355,15 +355,6 @@ typedef struct multi_watch {
   int untainted; /* one seen marked while its Node lacked the karpenter.sh/disrupted taint */
 } multi_watch;
 
-static int node_tainted(const char *name) {
-  char path[256];
-  snprintf(path, sizeof path, "/api/v1/nodes/%s", name ? name : "");
-  json_t *node = ctrl_get(&f, path);
-  int tainted = node && dz_node_disrupted(node);
-  json_decref(node);
-  return tainted;
-}
-
 /* Moves the controllers' clock half a second a check (the validation passes), recreates evicted pods;
  * done once the three are gone and every pod runs. */
 static int multi_replaced(ctrl_fixture *fx, const void *ud) {
@@ -385,7 +376,8 @@ static int multi_replaced(ctrl_fixture *fx, const void *ud) {
     const char *by = dt_annotation(c, DZ_ANNOTATION_REPLACED_BY);
     gone += !c;
     disrupting += c && (by || lp_obj_deleting(c));
-    if (c && by && !lp_obj_deleting(c)) w->untainted += !node_tainted(lp_obj_str(c, "status.nodeName"));
+    if (c && by && !lp_obj_deleting(c))
+      w->untainted += !dt_node_tainted(&f, lp_obj_str(c, "status.nodeName"));
     json_decref(c);
   }
   if (disrupting > w->most) w->most = disrupting;
