@@ -133,9 +133,9 @@ json_t *pv_heaviest_first(const json_t *list, const char *field) {
 
 /* The terms of affinity (of the pod obj) as groups: the required ones (hard) or, with preferred, the
  * preferred ones (soft, heaviest first). Added to pod's terms, or (pod NULL: a pod bound at site, required
- * terms only) counted in the owners of its anti-affinity groups. */
+ * terms only) counted by `by` (1, or -1 for a pod leaving) in the owners of its anti-affinity groups. */
 static void affinity_terms(pv_pass *p, const json_t *obj, const json_t *affinity, int kind, int preferred,
-                           pv_pod *pod, const pv_site *site) {
+                           pv_pod *pod, const pv_site *site, json_int_t by) {
   json_t *terms =
       preferred
           ? pv_heaviest_first(json_object_get(affinity, "preferredDuringSchedulingIgnoredDuringExecution"),
@@ -161,7 +161,7 @@ static void affinity_terms(pv_pass *p, const json_t *obj, const json_t *affinity
     }
     json_t *values = site_values(p, site, key);
     if (json_array_size(values) == 1)
-      bump(p->groups[g].owners, json_string_value(json_array_get(values, 0)), 1);
+      bump(p->groups[g].owners, json_string_value(json_array_get(values, 0)), by);
     json_decref(values);
   }
   json_decref(terms);
@@ -172,8 +172,8 @@ void pv_topology_pod(pv_pass *p, pv_pod *pod) {
   const json_t *affinity = json_object_get(spec, "affinity");
   const json_t *pod_affinity = json_object_get(affinity, "podAffinity");
   const json_t *pod_anti = json_object_get(affinity, "podAntiAffinity");
-  affinity_terms(p, pod->obj, pod_affinity, PV_TOPO_AFFINITY, 0, pod, NULL);
-  affinity_terms(p, pod->obj, pod_anti, PV_TOPO_ANTI, 0, pod, NULL);
+  affinity_terms(p, pod->obj, pod_affinity, PV_TOPO_AFFINITY, 0, pod, NULL, 1);
+  affinity_terms(p, pod->obj, pod_anti, PV_TOPO_ANTI, 0, pod, NULL, 1);
   size_t i;
   const json_t *c;
   json_array_foreach(json_object_get(spec, "topologySpreadConstraints"), i, c) {
@@ -187,8 +187,8 @@ void pv_topology_pod(pv_pass *p, pv_pod *pod) {
     add_term(pod, g, !when || strcmp(when, "ScheduleAnyway") != 0);
   }
   /* soft terms go last first: preferred affinity, then preferred anti-affinity, then ScheduleAnyway */
-  affinity_terms(p, pod->obj, pod_anti, PV_TOPO_ANTI, 1, pod, NULL);
-  affinity_terms(p, pod->obj, pod_affinity, PV_TOPO_AFFINITY, 1, pod, NULL);
+  affinity_terms(p, pod->obj, pod_anti, PV_TOPO_ANTI, 1, pod, NULL, 1);
+  affinity_terms(p, pod->obj, pod_affinity, PV_TOPO_AFFINITY, 1, pod, NULL, 1);
 }
 
 /* ---- matching and counting --------------------------------------------------------------------- */
@@ -245,10 +245,10 @@ static json_t *site_values(const pv_pass *p, const pv_site *s, const char *key) 
   return out;
 }
 
-/* Counts obj (a pod, placed at s) in every group it matches, and its own anti-affinity terms (pod, or
- * NULL for a pod not in the pass) in owners. Where s has several values for a key, anti-affinity counts
- * in each, the others in none. */
-static void record(pv_pass *p, const json_t *obj, const pv_pod *pod, const pv_site *s) {
+/* Counts obj (a pod, placed at s) by `by` (1; -1 takes it back) in every group it matches, and its own
+ * anti-affinity terms (pod, or NULL for a pod not in the pass) in owners. Where s has several values for
+ * a key, anti-affinity counts in each, the others in none. */
+static void record(pv_pass *p, const json_t *obj, const pv_pod *pod, const pv_site *s, json_int_t by) {
   for (size_t g = 0; g < p->ngroups; g++) {
     pv_group *grp = &p->groups[g];
     int matches = group_matches(grp, obj), owns = 0;
@@ -261,21 +261,21 @@ static void record(pv_pass *p, const json_t *obj, const pv_pod *pod, const pv_si
       size_t i;
       json_t *v;
       json_array_foreach(values, i, v) {
-        if (matches) bump(grp->counts, json_string_value(v), 1);
-        if (owns) bump(grp->owners, json_string_value(v), 1);
+        if (matches) bump(grp->counts, json_string_value(v), by);
+        if (owns) bump(grp->owners, json_string_value(v), by);
       }
-      grp->total += matches;
+      grp->total += matches * by;
     }
     json_decref(values);
   }
 }
 
 void pv_topology_record(pv_pass *p, const pv_pod *pod, const pv_site *site) {
-  if (p->ngroups) record(p, pod->obj, pod, site);
+  if (p->ngroups) record(p, pod->obj, pod, site, 1);
 }
 
 void pv_topology_record_obj(pv_pass *p, const json_t *obj, const pv_site *site) {
-  if (p->ngroups) record(p, obj, NULL, site);
+  if (p->ngroups) record(p, obj, NULL, site, 1);
 }
 
 static void note_domain(pv_pass *p, const char *key, const char *value) {
@@ -294,29 +294,52 @@ static void node_domains(const char *name, json_t *node, void *ud) {
     note_domain(p, p->groups[g].key, json_string_value(json_object_get(labels, p->groups[g].key)));
 }
 
-static void bound_pod(const char *key, json_t *obj, void *ud) {
-  (void)key;
-  pv_pass *p = ud;
+/* Counts obj, bound to node (the Node of its spec.nodeName; NULL when there is none), by `by`. */
+static void count_bound(pv_pass *p, const json_t *obj, const json_t *node, json_int_t by) {
   const char *node_name = lp_obj_str(obj, "spec.nodeName");
   const char *phase = lp_obj_str(obj, "status.phase");
   if (!node_name || !*node_name ||
-      (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)) ||
-      json_object_get(p->ignore_nodes, node_name))
+      (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0)))
     return;
   const json_t *anti =
       json_object_get(json_object_get(lp_obj_get(obj, "spec"), "affinity"), "podAntiAffinity");
   if (!p->ngroups && !anti) return;
-  const json_t *node = lp_env_get(p->env, LP_KIND_NODE, node_name);
   pv_site s = {.host = node_name, .labels = json_object_get(json_object_get(node, "metadata"), "labels")};
   json_t *none = s.labels ? NULL : json_object(); /* no node: only its hostname is known */
   if (none) s.labels = none;
-  record(p, obj, NULL, &s);
-  if (anti) affinity_terms(p, obj, anti, PV_TOPO_ANTI, 0, NULL, &s);
+  record(p, obj, NULL, &s, by);
+  if (anti) affinity_terms(p, obj, anti, PV_TOPO_ANTI, 0, NULL, &s, by);
   json_decref(none);
 }
 
+static void bound_pod(const char *key, json_t *obj, void *ud) {
+  (void)key;
+  pv_pass *p = ud;
+  const char *node_name = lp_obj_str(obj, "spec.nodeName");
+  count_bound(p, obj, node_name && *node_name ? lp_env_get(p->env, LP_KIND_NODE, node_name) : NULL, 1);
+}
+
+void pv_topology_uncount(pv_pass *p, const json_t *obj, const json_t *node) {
+  count_bound(p, obj, node, -1);
+}
+
+void pv_topology_copy(pv_pass *to, const pv_pass *from) {
+  to->groups = lp_xmalloc((from->ngroups + 1) * sizeof *to->groups);
+  to->ngroups = from->ngroups;
+  for (size_t g = 0; g < from->ngroups; g++) {
+    const pv_group *x = &from->groups[g];
+    pv_group *y = &to->groups[g];
+    *y = *x;
+    y->key = lp_xstrdup(x->key);
+    y->selector = json_incref(x->selector); /* never changed after intern */
+    y->namespaces = json_incref(x->namespaces);
+    y->counts = json_deep_copy(x->counts);
+    y->owners = json_deep_copy(x->owners);
+  }
+  to->domains = from->domains ? json_deep_copy(from->domains) : NULL;
+}
+
 void pv_topology_count(pv_pass *p) {
-  if (!p->ngroups && !p->st) return; /* a simulation's pass (its pods have no terms): nothing to count */
   lp_env_each(p->env, LP_KIND_POD, bound_pod, p);
   if (p->ngroups) lp_env_each(p->env, LP_KIND_NODE, node_domains, p);
 }
