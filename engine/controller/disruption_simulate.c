@@ -34,6 +34,7 @@
 #include "contract/shapes.h"
 #include "controller/conditions.h"
 #include "controller/provisioner_internal.h"
+#include "controller/volume_topology.h"
 #include "core/buf.h"
 #include "core/error.h"
 
@@ -52,9 +53,10 @@ struct dz_sim {
   json_t *claims; /* NodeClaim name -> the cached NodeClaim (likewise) */
   char **names;   /* the bins' node and NodeClaim names (the cache's keys copied) */
   json_t *prices; /* node class key -> {type name -> type}: the candidates' prices */
-  pv_pod *pods;   /* reschedulable bound pods, then the pending ones */
+  pv_pod *pods;   /* reschedulable bound pods, then the pending ones (pv_pod_init into base) */
   size_t npods, npending, cap;
   json_t *by_node;          /* node name -> [indices into pods] */
+  json_t *on_node;          /* node name -> [every pod topology counts there (own references)] */
   struct dz_quote **quotes; /* per pool, per pool type: its quote under the pool's requirements */
 };
 
@@ -62,34 +64,47 @@ static void quote_pools(dz_sim *s);
 
 /* ---- the snapshot ----------------------------------------------------------------------------- */
 
-static void add_pod(dz_sim *s, const char *key, json_t *pod) {
+/* The pod as the provisioner sees it (pv_pod_init: its terms, preferences, host ports and topology
+ * terms, interned into the base pass), its volumes' zone ANDed in (volumes may be NULL). */
+static void add_pod(dz_sim *s, const char *key, json_t *pod, const json_t *volumes) {
   if (s->npods == s->cap) {
     s->cap = s->cap ? 2 * s->cap : 64;
     s->pods = lp_xrealloc(s->pods, s->cap * sizeof *s->pods);
   }
   pv_pod *pp = &s->pods[s->npods++];
-  memset(pp, 0, sizeof *pp);
-  pp->key = lp_xstrdup(key);
-  pp->obj = json_incref(pod);
-  const json_t *spec = json_object_get(pod, "spec");
-  pv_pod_requests(&s->base.dims, spec, &pp->requests);
-  pp->reqs = pv_pod_requirements(spec);
-  pp->tolerations = json_object_get(spec, "tolerations");
-  pp->created = lp_rfc3339_parse(lp_obj_str(pod, "metadata.creationTimestamp"));
+  pv_pod_init(&s->base, pp, key, pod);
+  if (volumes) pv_pod_require(pp, volumes);
+}
+
+static void append(json_t *index, const char *key, json_t *item) {
+  json_t *list = json_object_get(index, key);
+  if (!list) json_object_set_new(index, key, list = json_array());
+  json_array_append_new(list, item);
 }
 
 static void scan_bound(const char *key, json_t *pod, void *ud) {
   dz_sim *s = ud;
   const char *node = lp_obj_str(pod, "spec.nodeName");
-  if (!node || !*node || !pv_pod_reschedulable(pod)) return;
-  json_t *list = json_object_get(s->by_node, node);
-  if (!list) json_object_set_new(s->by_node, node, list = json_array());
-  json_array_append_new(list, json_integer((json_int_t)s->npods));
-  add_pod(s, key, pod);
+  const char *phase = lp_obj_str(pod, "status.phase");
+  if (!node || !*node || (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0))) return;
+  append(s->on_node, node, json_incref(pod));
+  if (!pv_pod_reschedulable(pod)) return;
+  char *why = NULL; /* a claim gone missing: the pod runs, and moves with no volume requirement */
+  json_t *volumes = lp_volume_requirements(s->base.env, pod, &why);
+  free(why);
+  append(s->by_node, node, json_integer((json_int_t)s->npods));
+  add_pod(s, key, pod, volumes);
+  json_decref(volumes);
 }
 
 static void scan_pending(const char *key, json_t *pod, void *ud) {
-  if (pv_pod_provisionable(pod)) add_pod(ud, key, pod);
+  dz_sim *s = ud;
+  if (!pv_pod_provisionable(pod)) return;
+  char *why = NULL;
+  json_t *volumes = lp_volume_requirements(s->base.env, pod, &why);
+  if (!why) add_pod(s, key, pod, volumes); /* a missing claim: it waits, as the provisioner leaves it */
+  free(why);
+  json_decref(volumes);
 }
 
 static void hold(const char *key, json_t *obj, void *ud) {
@@ -123,6 +138,13 @@ static void snapshot(dz_sim *s) {
   for (size_t i = 0; i < p->npools; i++)
     if (!p->pools[i].skip_why)
       pv_pool_set_types(p, &p->pools[i], json_object_get(p->types, p->pools[i].nodeclass));
+  /* the pods first: their topology groups must exist when pv_collect_bins counts the bound pods */
+  s->by_node = json_object();
+  s->on_node = json_object();
+  lp_env_each(p->env, LP_KIND_POD, scan_bound, s);
+  size_t bound = s->npods;
+  lp_env_each(p->env, LP_KIND_POD, scan_pending, s);
+  s->npending = s->npods - bound;
   pv_collect_bins(p, NULL);
   s->names = lp_xcalloc(p->nbins + 1, sizeof *s->names);
   for (size_t i = 0; i < p->nbins; i++) { /* the cache's keys live only as long as its entries */
@@ -131,11 +153,6 @@ static void snapshot(dz_sim *s) {
     if (b->node) b->node = s->names[i];
     if (b->claim) b->claim = s->names[i];
   }
-  s->by_node = json_object();
-  lp_env_each(p->env, LP_KIND_POD, scan_bound, s);
-  size_t bound = s->npods;
-  lp_env_each(p->env, LP_KIND_POD, scan_pending, s);
-  s->npending = s->npods - bound;
   index_prices(s);
   quote_pools(s);
 }
@@ -241,13 +258,11 @@ void dz_sim_free(dz_sim *s) {
   pv_bins_free(&s->base);
   for (size_t i = 0; s->names && s->names[i]; i++) free(s->names[i]);
   free(s->names);
-  for (size_t i = 0; i < s->npods; i++) {
-    free(s->pods[i].key);
-    json_decref(s->pods[i].obj);
-    json_decref(s->pods[i].reqs);
-  }
+  for (size_t i = 0; i < s->npods; i++) pv_pod_free(&s->pods[i]);
   free(s->pods);
+  pv_topology_free(&s->base);
   json_decref(s->by_node);
+  json_decref(s->on_node);
   json_decref(s->prices);
   json_decref(s->nodes);
   json_decref(s->claims);
@@ -323,7 +338,18 @@ static int leaving(const cands *cs, json_t *const *claims, const pv_bin *b) {
   return 0;
 }
 
-/* The pass of one simulation: copies of the base's bins (less the candidates'), pools and pods. */
+/* A copy of pod for one pass: what the pass changes (the attempt's requirements, why, placed) is its
+ * own. */
+static pv_pod pod_copy(const pv_pod *pod) {
+  pv_pod out = *pod;
+  json_incref(out.reqs);
+  out.why = NULL;
+  out.placed = 0;
+  return out;
+}
+
+/* The pass of one simulation: copies of the base's bins (less the candidates'; their host ports their
+ * own), pools and pods, and of the topology counts without the pods bound to the candidates' nodes. */
 static void pass_for(dz_sim *s, json_t *const *claims, const cands *cs, pv_pass *p) {
   memset(p, 0, sizeof *p);
   p->c = s->c;
@@ -333,30 +359,47 @@ static void pass_for(dz_sim *s, json_t *const *claims, const cands *cs, pv_pass 
   p->dims = s->base.dims; /* shared: every name was met in the snapshot */
   p->types = s->base.types;
   p->bins = lp_xmalloc((s->base.nbins + 1) * sizeof *p->bins);
-  for (size_t i = 0; i < s->base.nbins; i++)
-    if (!leaving(cs, claims, &s->base.bins[i])) p->bins[p->nbins++] = s->base.bins[i];
+  for (size_t i = 0; i < s->base.nbins; i++) {
+    if (leaving(cs, claims, &s->base.bins[i])) continue;
+    pv_bin *b = &p->bins[p->nbins++];
+    *b = s->base.bins[i];
+    memset(&b->ports, 0, sizeof b->ports); /* pv_ports_add reallocates what it adds to */
+    pv_ports_add(&b->ports, &s->base.bins[i].ports);
+  }
   p->pools = lp_xmalloc((s->base.npools + 1) * sizeof *p->pools);
   memcpy(p->pools, s->base.pools, s->base.npools * sizeof *p->pools);
   p->npools = s->base.npools;
   size_t cap = s->npending + 1;
   for (size_t i = 0; i < cs->n; i++) cap += json_array_size(json_object_get(s->by_node, cs->nodes[i] ?: ""));
   p->pods = lp_xmalloc(cap * sizeof *p->pods);
-  memcpy(p->pods, s->pods + (s->npods - s->npending), s->npending * sizeof *p->pods);
-  p->npods = s->npending;
+  for (size_t i = s->npods - s->npending; i < s->npods; i++) p->pods[p->npods++] = pod_copy(&s->pods[i]);
   for (size_t i = 0; i < cs->n; i++) {
     size_t k;
     const json_t *index;
     json_array_foreach(json_object_get(s->by_node, cs->nodes[i] ?: ""), k, index) p->pods[p->npods++] =
-        s->pods[json_integer_value(index)];
+        pod_copy(&s->pods[json_integer_value(index)]);
+  }
+  pv_topology_copy(p, &s->base);
+  for (size_t i = 0; i < cs->n; i++) {
+    if (!cs->nodes[i]) continue;
+    const json_t *node = json_object_get(s->nodes, cs->nodes[i]);
+    size_t k;
+    const json_t *pod;
+    json_array_foreach(json_object_get(s->on_node, cs->nodes[i]), k, pod) pv_topology_uncount(p, pod, node);
   }
 }
 
 static void pass_free(pv_pass *p) {
   pv_claims_free(p);
-  for (size_t i = 0; i < p->npods; i++) free(p->pods[i].why);
+  for (size_t i = 0; i < p->npods; i++) {
+    free(p->pods[i].why);
+    json_decref(p->pods[i].reqs);
+  }
   free(p->pods);
+  for (size_t i = 0; i < p->nbins; i++) pv_ports_free(&p->bins[i].ports);
   free(p->bins);
   free(p->pools);
+  pv_topology_free(p);
 }
 
 /* A candidate's pod: bound, where the pending ones are not. */

@@ -42,16 +42,21 @@ static const json_t *type_named(const char *name) {
   return NULL;
 }
 
-/* A zone where type name has an available offering of capacity type ct (static storage), or NULL. */
-static const char *zone_of(const char *name, const char *ct) {
+/* The nth zone where type name has an available offering of capacity type ct (static storage), or
+ * NULL. */
+static const char *nth_zone(const char *name, const char *ct, int nth) {
   size_t i;
   const json_t *o;
   json_array_foreach(json_object_get(type_named(name), "offerings"), i, o) {
     if (json_is_true(json_object_get(o, "available")) &&
-        strcmp(json_string_value(json_object_get(o, "capacity_type")) ?: "", ct) == 0)
+        strcmp(json_string_value(json_object_get(o, "capacity_type")) ?: "", ct) == 0 && nth-- == 0)
       return json_string_value(json_object_get(o, "zone"));
   }
   return NULL;
+}
+
+static const char *zone_of(const char *name, const char *ct) {
+  return nth_zone(name, ct, 0);
 }
 
 /* The price of type name's offering in zone for ct (available or not), or -1; with zone NULL, the
@@ -72,17 +77,20 @@ static double price_of(const char *name, const char *zone, const char *ct) {
 /* ---- the cluster ------------------------------------------------------------------------------ */
 
 /* NodeClaim name of nodepool, Initialized, on Node name (Ready, allocatable cpu/memory) of instance
- * type type, capacity type ct, in a zone that sells it; tainted: dedicated=x:NoSchedule, which no pod
- * of the test tolerates (its pods can go only to a new node). */
-static void node_tainted(const char *name, const char *pool, const char *type, const char *ct,
-                         const char *cpu, const char *memory, int tainted) {
-  const char *zone = zone_of(type, ct);
+ * type type, capacity type ct, in zone (NULL: the first that sells it), with extra labels (stolen; may
+ * be NULL); tainted: dedicated=x:NoSchedule, which no pod of the test tolerates (its pods can go only
+ * to a new node). */
+static void node_full(const char *name, const char *pool, const char *type, const char *ct, const char *zone,
+                      json_t *extra, const char *cpu, const char *memory, int tainted) {
+  if (!zone) zone = zone_of(type, ct);
   CHECK(zone != NULL);
   char pid[128], path[256];
   snprintf(pid, sizeof pid, "ecs://luaprov-sim/%s", name);
   json_t *labels =
       json_pack("{s:s, s:s, s:s, s:s, s:s}", "karpenter.sh/nodepool", pool, LP_LABEL_INSTANCE_TYPE, type,
                 LP_LABEL_ZONE, zone ? zone : "?", LP_LABEL_CAPACITY_TYPE, ct, "kubernetes.io/hostname", name);
+  if (extra) json_object_update(labels, extra);
+  json_decref(extra);
   CHECK_INT(pt_post(&f, PT_CLAIMS,
                     json_pack("{s:s, s:s, s:{s:s, s:O}, s:{s:{s:s, s:s, s:s}, s:[]}}", "apiVersion",
                               "karpenter.sh/v1", "kind", "NodeClaim", "metadata", "name", name, "labels",
@@ -107,15 +115,26 @@ static void node_tainted(const char *name, const char *pool, const char *type, c
             200);
 }
 
+static void node_tainted(const char *name, const char *pool, const char *type, const char *ct,
+                         const char *cpu, const char *memory, int tainted) {
+  node_full(name, pool, type, ct, NULL, NULL, cpu, memory, tainted);
+}
+
 static void node(const char *name, const char *pool, const char *type, const char *ct, const char *cpu,
                  const char *memory) {
   node_tainted(name, pool, type, ct, cpu, memory, 0);
 }
 
+/* A 4-core on-demand ecs.g7.xlarge node of the NodePool default in zone, with extra labels (stolen). */
+static void node_at(const char *name, const char *zone, json_t *extra) {
+  node_full(name, "default", "ecs.g7.xlarge", "on-demand", zone, extra, "4", "15Gi", 0);
+}
+
 /* A pod bound to node (a scheduler of its own: the simulator's binder leaves it alone), Running;
- * meta_extra (stolen, may be NULL) merged into its metadata, phase NULL = Running. */
-static void pod_on(const char *name, const char *node_name, const char *cpu, json_t *meta_extra,
-                   const char *phase) {
+ * meta_extra and spec_extra (stolen, may be NULL) merged into its metadata and spec, phase NULL =
+ * Running. */
+static void pod_full(const char *name, const char *node_name, const char *cpu, json_t *meta_extra,
+                     json_t *spec_extra, const char *phase) {
   json_t *pod = json_pack("{s:s, s:s, s:{s:s, s:s}, s:{s:s, s:s, s:[{s:s, s:s, s:{s:{s:s, s:s}}}]}, s:{s:s}}",
                           "apiVersion", "v1", "kind", "Pod", "metadata", "name", name, "namespace", "default",
                           "spec", "schedulerName", "custom", "nodeName", node_name, "containers", "name",
@@ -123,7 +142,20 @@ static void pod_on(const char *name, const char *node_name, const char *cpu, jso
                           "status", "phase", phase ? phase : "Running");
   if (meta_extra) json_object_update(json_object_get(pod, "metadata"), meta_extra);
   json_decref(meta_extra);
+  if (spec_extra) json_object_update(json_object_get(pod, "spec"), spec_extra);
+  json_decref(spec_extra);
   CHECK_INT(pt_post(&f, PT_PODS, pod), 201);
+}
+
+static void pod_on(const char *name, const char *node_name, const char *cpu, json_t *meta_extra,
+                   const char *phase) {
+  pod_full(name, node_name, cpu, meta_extra, NULL, phase);
+}
+
+/* A pod of app (label app=<app>) with spec_extra (stolen), on node_name. */
+static void app_pod(const char *name, const char *node_name, const char *cpu, const char *app,
+                    json_t *spec_extra) {
+  pod_full(name, node_name, cpu, json_pack("{s:{s:s}}", "labels", "app", app), spec_extra, NULL);
 }
 
 static json_t *claim(const char *name) {
@@ -405,6 +437,202 @@ static void test_daemonset_pods_stay(void) {
   pt_cleanup(&f);
 }
 
+/* ---- the provisioner's constraints ------------------------------------------------------------ */
+
+static json_t *anti_affine(const char *app) {
+  return json_pack("{s:{s:{s:[{s:s, s:{s:{s:s}}}]}}}", "affinity", "podAntiAffinity",
+                   "requiredDuringSchedulingIgnoredDuringExecution", "topologyKey", "kubernetes.io/hostname",
+                   "labelSelector", "matchLabels", "app", app);
+}
+
+static json_t *zone_spread(const char *when, const char *app) {
+  return json_pack("{s:[{s:i, s:s, s:s, s:{s:{s:s}}}]}", "topologySpreadConstraints", "maxSkew", 1,
+                   "topologyKey", LP_LABEL_ZONE, "whenUnsatisfiable", when, "labelSelector", "matchLabels",
+                   "app", app);
+}
+
+static const char *requested_cpu(const json_t *replacement) {
+  return json_string_value(
+      json_object_get(json_object_get(json_object_get(replacement, "resources"), "requests"), "cpu"));
+}
+
+/* Non-zero when the replacement's zone requirement is In [zone] alone. */
+static int pinned_to(const json_t *replacement, const char *zone) {
+  json_t *want = json_pack("[s]", zone);
+  int ok = json_equal(values_of(replacement, LP_LABEL_ZONE), want);
+  json_decref(want);
+  return ok;
+}
+
+/* Three replicas, one a node (required anti-affinity on the hostname), the first node holding only its
+ * replica: the replica may not join another's node, so the node goes only for a replacement holding that
+ * replica alone; two of the nodes at once would need two new nodes. With a fourth, empty node, the
+ * replica moves there and the node is simply deleted. */
+static void test_anti_affinity(void) {
+  node("r1", "default", "ecs.g7.xlarge", "on-demand", "4", "15Gi");
+  node("r2", "default", "ecs.g7.xlarge", "on-demand", "4", "15Gi");
+  node("r3", "default", "ecs.g7.xlarge", "on-demand", "4", "15Gi");
+  app_pod("rep-1", "r1", "500m", "rep", anti_affine("rep"));
+  app_pod("rep-2", "r2", "500m", "rep", anti_affine("rep"));
+  app_pod("rep-3", "r3", "500m", "rep", anti_affine("rep"));
+  pod_on("fill-2", "r2", "1500m", NULL, NULL);
+  pod_on("fill-3", "r3", "1500m", NULL, NULL);
+  dz_sim *sim = snapshot();
+  dz_sim_result r;
+  simulate(sim, "r1", NULL, 0, &r);
+  CHECK(r.feasible);
+  CHECK(r.replacement != NULL);
+  if (r.replacement) CHECK_STR(requested_cpu(r.replacement), "500m");
+  dz_sim_result_free(&r);
+  simulate(sim, "r1", "r2", 0, &r);
+  CHECK(!r.feasible);
+  CHECK_STR(r.why, "its pods would need 2 new nodes");
+  dz_sim_result_free(&r);
+  dz_sim_free(sim);
+  node("r4", "default", "ecs.g7.xlarge", "on-demand", "4", "15Gi");
+  sim = snapshot();
+  simulate(sim, "r1", NULL, 0, &r);
+  CHECK(r.feasible);
+  CHECK(r.replacement == NULL);
+  dz_sim_result_free(&r);
+  dz_sim_free(sim);
+  pt_cleanup(&f);
+}
+
+/* Zones A (nodes a1, a2) and B (b1, and b2 that no pod tolerates): app spread (maxSkew 1, DoNotSchedule)
+ * has a pod on a1 and one on b1. Deleting b1 would put both in A: it goes only for a replacement in B.
+ * App lax spreads the same way with ScheduleAnyway (a2, b2): b2 is simply deleted. With the only NodePool
+ * limited to zone A, b1 cannot go at all, and why names the constraint. */
+static void test_zone_spread(void) {
+  const char *a = nth_zone("ecs.g7.xlarge", "on-demand", 0), *b = nth_zone("ecs.g7.xlarge", "on-demand", 1);
+  CHECK(a && b);
+  node_at("a1", a, NULL);
+  node_at("a2", a, NULL);
+  node_at("b1", b, NULL);
+  node_full("b2", "default", "ecs.g7.xlarge", "on-demand", b, NULL, "4", "15Gi", 1);
+  app_pod("spread-1", "a1", "500m", "spread", zone_spread("DoNotSchedule", "spread"));
+  app_pod("spread-2", "b1", "500m", "spread", zone_spread("DoNotSchedule", "spread"));
+  app_pod("lax-1", "a2", "500m", "lax", zone_spread("ScheduleAnyway", "lax"));
+  app_pod("lax-2", "b2", "500m", "lax", zone_spread("ScheduleAnyway", "lax"));
+  dz_sim *sim = snapshot();
+  dz_sim_result r;
+  simulate(sim, "b1", NULL, 0, &r);
+  CHECK(r.feasible);
+  CHECK(r.replacement != NULL);
+  if (r.replacement) CHECK(pinned_to(r.replacement, b));
+  dz_sim_result_free(&r);
+  simulate(sim, "b2", NULL, 0, &r);
+  CHECK(r.feasible);
+  CHECK(r.replacement == NULL);
+  dz_sim_result_free(&r);
+  dz_sim_free(sim);
+
+  CHECK_INT(pt_nodepool(&f, "zone-a", 10,
+                        json_pack("{s:[{s:s, s:s, s:[s]}, {s:s, s:s, s:[s]}]}", "requirements", "key",
+                                  "karpenter.sh/capacity-type", "operator", "In", "values", "on-demand",
+                                  "key", LP_LABEL_ZONE, "operator", "In", "values", a),
+                        NULL, NULL),
+            201);
+  CHECK_INT(ctrl_kube_pack(&f, "DELETE", PT_NODEPOOLS "/default", NULL), 200);
+  sim = snapshot();
+  simulate(sim, "b1", NULL, 0, &r);
+  CHECK(!r.feasible);
+  CHECK(r.replacement == NULL);
+  CHECK(r.why && starts_with(r.why, "pod default/spread-2 cannot schedule: "));
+  if (r.why) CHECK_CONTAINS(r.why, "topology spread constraint on topology.kubernetes.io/zone (maxSkew 1)");
+  dz_sim_result_free(&r);
+  dz_sim_free(sim);
+  pt_cleanup(&f);
+  CHECK_INT(pt_nodepool(&f, "default", 0, NULL, NULL, NULL), 201);
+}
+
+/* A container of cpu with host port 8080. */
+static json_t *host_port(const char *cpu) {
+  return json_pack("{s:[{s:s, s:s, s:[{s:i, s:i}], s:{s:{s:s, s:s}}}]}", "containers", "name", "app", "image",
+                   "app", "ports", "containerPort", 80, "hostPort", 8080, "resources", "requests", "cpu", cpu,
+                   "memory", "256Mi");
+}
+
+/* Two nodes whose pods both use host port 8080: the first node's pod cannot join the other, so the
+ * node goes only for a replacement. */
+static void test_host_port(void) {
+  node("h1", "default", "ecs.g7.xlarge", "on-demand", "4", "15Gi");
+  node("h2", "default", "ecs.g7.xlarge", "on-demand", "4", "15Gi");
+  pod_full("port-1", "h1", "500m", NULL, host_port("500m"), NULL);
+  pod_full("port-2", "h2", "500m", NULL, host_port("500m"), NULL);
+  dz_sim *sim = snapshot();
+  dz_sim_result r;
+  simulate(sim, "h1", NULL, 0, &r);
+  CHECK(r.feasible);
+  CHECK(r.replacement != NULL);
+  dz_sim_result_free(&r);
+  dz_sim_free(sim);
+  pt_cleanup(&f);
+}
+
+/* A pod whose required node affinity has two terms (ORed), tier one or tier two, on the tier one node:
+ * it may move to the tier two node, which only its second term allows (no NodePool knows the label). */
+static void test_second_affinity_term(void) {
+  node_at("t1", NULL, json_pack("{s:s}", "tier", "one"));
+  node_at("t2", NULL, json_pack("{s:s}", "tier", "two"));
+  pod_full("either", "t1", "500m", NULL,
+           json_pack("{s:{s:{s:{s:[{s:[{s:s, s:s, s:[s]}]}, {s:[{s:s, s:s, s:[s]}]}]}}}}", "affinity",
+                     "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms",
+                     "matchExpressions", "key", "tier", "operator", "In", "values", "one", "matchExpressions",
+                     "key", "tier", "operator", "In", "values", "two"),
+           NULL);
+  dz_sim *sim = snapshot();
+  dz_sim_result r;
+  simulate(sim, "t1", NULL, 0, &r);
+  CHECK(r.feasible);
+  CHECK(r.why == NULL);
+  CHECK(r.replacement == NULL);
+  dz_sim_result_free(&r);
+  dz_sim_free(sim);
+  pt_cleanup(&f);
+}
+
+/* A pod on v1 (zone A) whose claim is bound to a volume made in A cannot move to v2 (zone B): v1 goes
+ * only for a replacement in A. Its neighbour, whose claim is gone, still moves (to v2): it runs, and
+ * nothing pins it. */
+static void test_volume_zone(void) {
+  const char *a = nth_zone("ecs.g7.xlarge", "on-demand", 0), *b = nth_zone("ecs.g7.xlarge", "on-demand", 1);
+  CHECK(a && b);
+  CHECK_INT(pt_post(&f, "/api/v1/persistentvolumes",
+                    json_pack("{s:s, s:s, s:{s:s}, s:{s:{s:{s:[{s:[{s:s, s:s, s:[s]}]}]}}}}", "apiVersion",
+                              "v1", "kind", "PersistentVolume", "metadata", "name", "pv-a", "spec",
+                              "nodeAffinity", "required", "nodeSelectorTerms", "matchExpressions", "key",
+                              LP_LABEL_ZONE, "operator", "In", "values", a)),
+            201);
+  CHECK_INT(
+      pt_post(&f, "/api/v1/namespaces/default/persistentvolumeclaims",
+              json_pack("{s:s, s:s, s:{s:s}, s:{s:s}}", "apiVersion", "v1", "kind", "PersistentVolumeClaim",
+                        "metadata", "name", "data", "spec", "volumeName", "pv-a")),
+      201);
+  node_at("v1", a, NULL);
+  node_at("v2", b, NULL);
+  pod_full("vol", "v1", "500m", NULL,
+           json_pack("{s:[{s:s, s:{s:s}}]}", "volumes", "name", "data", "persistentVolumeClaim", "claimName",
+                     "data"),
+           NULL);
+  pod_full("vol-gone", "v1", "3", NULL,
+           json_pack("{s:[{s:s, s:{s:s}}]}", "volumes", "name", "data", "persistentVolumeClaim", "claimName",
+                     "gone"),
+           NULL);
+  dz_sim *sim = snapshot();
+  dz_sim_result r;
+  simulate(sim, "v1", NULL, 0, &r);
+  CHECK(r.feasible);
+  CHECK(r.replacement != NULL);
+  if (r.replacement) {
+    CHECK(pinned_to(r.replacement, a));
+    CHECK_STR(requested_cpu(r.replacement), "500m"); /* vol-gone went to v2 */
+  }
+  dz_sim_result_free(&r);
+  dz_sim_free(sim);
+  pt_cleanup(&f);
+}
+
 static const lp_controller_def *const controllers[] = {&lp_nodeclass_controller, &sp_probe_def, NULL};
 
 int main(void) {
@@ -422,6 +650,11 @@ int main(void) {
   RUN(test_not_cheaper);
   RUN(test_spot);
   RUN(test_daemonset_pods_stay);
+  RUN(test_anti_affinity);
+  RUN(test_zone_spread);
+  RUN(test_host_port);
+  RUN(test_second_affinity_term);
+  RUN(test_volume_zone);
   json_decref(types);
   ctrl_fixture_stop(&f);
   return check_summary();
