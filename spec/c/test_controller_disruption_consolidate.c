@@ -5,8 +5,8 @@
  * many as the Underutilized budget allows in one decision, once it held 15 s on the controllers' clock
  * (the test moves it), and every evicted pod, created again as a ReplicaSet would, finds a place on the
  * nodes left; the expireAfter fraction in the disruption cost; a single big node replaced by a cheaper
- * one; a PodDisruptionBudget holding a node; three nodes replaced by one. The test writes the
- * Consolidatable condition itself.
+ * one; a PodDisruptionBudget holding a node; three nodes replaced by one; a node whose pod would break
+ * its zone spread anywhere else stays. The test writes the Consolidatable condition itself.
  *
  * Simulated time runs 20 times faster than the wall clock, so instances boot in under a second. */
 #include <stdio.h>
@@ -433,6 +433,75 @@ static void test_multi_replace(void) {
   CHECK(ctrl_has_event(&f, "web-m3", "DisruptionTerminating"));
 }
 
+/* ---- topology holds through consolidation ----------------------------------------------------- */
+
+/* A pod of app z spread over zones (maxSkew 1, DoNotSchedule), bound to node. */
+static void post_spread_pod(const char *name, const char *node) {
+  CHECK_INT(ctrl_kube_pack(&f, "POST", PODS,
+                           "{s:s, s:s, s:{s:s, s:{s:s}}, s:{s:s, s:[{s:s, s:s, s:{s:{s:s}}}], s:[{s:i, s:s, "
+                           "s:s, s:{s:{s:s}}}]}}",
+                           "apiVersion", "v1", "kind", "Pod", "metadata", "name", name, "labels", "app", "z",
+                           "spec", "nodeName", node, "containers", "name", "app", "image", "nginx",
+                           "resources", "requests", "cpu", "100m", "topologySpreadConstraints", "maxSkew", 1,
+                           "topologyKey", "topology.kubernetes.io/zone", "whenUnsatisfiable", "DoNotSchedule",
+                           "labelSelector", "matchLabels", "app", "z"),
+            201);
+}
+
+static int unconsolidatable_by_spread(ctrl_fixture *fx, const void *name) {
+  mono += 0.5;
+  return ctrl_has_event_message(fx, name, "Unconsolidatable",
+                                "topology spread constraint on topology.kubernetes.io/zone (maxSkew 1)");
+}
+
+/* Pods of app z spread over zones, one on each node left above and one on a new node in a zone none of
+ * those is in, the only NodePool narrowed to their zones: the new node, underutilized as it is, stays,
+ * since its pod would break the spread on any other node, new or not; its Unconsolidatable event names
+ * the constraint. */
+static void test_spread_keeps_node(void) {
+  dt_set_budgets(&f, "[{\"nodes\":\"0\"}]");
+  json_t *items = dt_pool_claims(&f), *zones = json_array();
+  size_t n = json_array_size(items), i;
+  json_t *c;
+  CHECK(n > 0);
+  char pod[32];
+  json_array_foreach(items, i, c) {
+    const char *zone = lp_obj_label(c, "topology.kubernetes.io/zone");
+    CHECK(zone != NULL);
+    if (zone) json_array_append_new(zones, json_string(zone));
+    snprintf(pod, sizeof pod, "z-%zu", i);
+    post_spread_pod(pod, lp_obj_str(c, "status.nodeName"));
+  }
+  json_decref(items);
+  static const char *const all[] = {"cn-hangzhou-h", "cn-hangzhou-i", "cn-hangzhou-j", "cn-hangzhou-k"};
+  const char *other = NULL;
+  for (size_t k = 0; k < 4 && !other; k++) {
+    int used = 0;
+    json_array_foreach(zones, i, c) used |= strcmp(json_string_value(c), all[k]) == 0;
+    if (!used) other = all[k];
+  }
+  CHECK(other != NULL);
+  dt_post_claim_with(&f, "web-zb",
+                     json_pack("{s:s, s:s, s:[s]}", "key", "topology.kubernetes.io/zone", "operator", "In",
+                               "values", other ? other : "?"));
+  CHECK(ctrl_wait_for(&f, 30, dt_pool_initialized, &(int){(int)n + 1}));
+  c = dt_claim(&f, "web-zb");
+  post_spread_pod("z-b", lp_obj_str(c, "status.nodeName"));
+  json_decref(c);
+  dt_patch_pool(&f, json_pack("{s:{s:{s:{s:[{s:s, s:s, s:[s]}, {s:s, s:s, s:o}]}}}}", "spec", "template",
+                              "spec", "requirements", "key", "karpenter.sh/capacity-type", "operator", "In",
+                              "values", "on-demand", "key", "topology.kubernetes.io/zone", "operator", "In",
+                              "values", zones));
+  /* the fixture's NodePool default would launch anywhere */
+  CHECK_INT(ctrl_kube_pack(&f, "DELETE", DT_POOLS "/default", NULL), 200);
+  dt_mark_consolidatable(&f, "web-zb");
+  dt_set_budgets(&f, "[{\"nodes\":\"100%\"}]");
+  CHECK(ctrl_wait_for(&f, 20, unconsolidatable_by_spread, "web-zb"));
+  c = dt_claim(&f, "web-zb");
+  CHECK(c && !lp_obj_deleting(c));
+  json_decref(c);
+}
+
 static const lp_controller_def *const controllers[] = {
     &lp_nodeclass_controller, &lp_nodeclaim_lifecycle_controller, &lp_termination_controller,
     &lp_disruption_controller, NULL};
@@ -452,6 +521,7 @@ int main(void) {
   RUN(test_single_replace);
   RUN(test_pdb_blocks);
   RUN(test_multi_replace);
+  RUN(test_spread_keeps_node);
   ctrl_fixture_stop(&f);
   return check_summary();
 }
