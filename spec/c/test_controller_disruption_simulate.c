@@ -546,26 +546,33 @@ static void test_zone_spread(void) {
   CHECK_INT(pt_nodepool(&f, "default", 0, NULL, NULL, NULL), 201);
 }
 
-/* A container of cpu with host port 8080. */
-static json_t *host_port(const char *cpu) {
-  return json_pack("{s:[{s:s, s:s, s:[{s:i, s:i}], s:{s:{s:s, s:s}}}]}", "containers", "name", "app", "image",
-                   "app", "ports", "containerPort", 80, "hostPort", 8080, "resources", "requests", "cpu", cpu,
-                   "memory", "256Mi");
+/* A container of cpu with host ports first..first+n-1. */
+static json_t *host_ports(const char *cpu, int first, int n) {
+  json_t *ports = json_array();
+  for (int i = 0; i < n; i++)
+    json_array_append_new(ports, json_pack("{s:i, s:i}", "containerPort", 80 + i, "hostPort", first + i));
+  return json_pack("{s:[{s:s, s:s, s:o, s:{s:{s:s, s:s}}}]}", "containers", "name", "app", "image", "app",
+                   "ports", ports, "resources", "requests", "cpu", cpu, "memory", "256Mi");
 }
 
 /* Two nodes whose pods both use host port 8080: the first node's pod cannot join the other, so the
- * node goes only for a replacement. */
+ * node goes only for a replacement holding it alone; its neighbour, on five other host ports, joins
+ * the other node (asked twice of one snapshot: each simulation adds those ports to its own copy). */
 static void test_host_port(void) {
   node("h1", "default", "ecs.g7.xlarge", "on-demand", "4", "15Gi");
   node("h2", "default", "ecs.g7.xlarge", "on-demand", "4", "15Gi");
-  pod_full("port-1", "h1", "500m", NULL, host_port("500m"), NULL);
-  pod_full("port-2", "h2", "500m", NULL, host_port("500m"), NULL);
+  pod_full("port-1", "h1", "500m", NULL, host_ports("500m", 8080, 1), NULL);
+  pod_full("ports-9000", "h1", "300m", NULL, host_ports("300m", 9000, 5), NULL);
+  pod_full("port-2", "h2", "500m", NULL, host_ports("500m", 8080, 1), NULL);
   dz_sim *sim = snapshot();
-  dz_sim_result r;
-  simulate(sim, "h1", NULL, 0, &r);
-  CHECK(r.feasible);
-  CHECK(r.replacement != NULL);
-  dz_sim_result_free(&r);
+  for (int round = 0; round < 2; round++) {
+    dz_sim_result r;
+    simulate(sim, "h1", NULL, 0, &r);
+    CHECK(r.feasible);
+    CHECK(r.replacement != NULL);
+    if (r.replacement) CHECK_STR(requested_cpu(r.replacement), "500m");
+    dz_sim_result_free(&r);
+  }
   dz_sim_free(sim);
   pt_cleanup(&f);
 }
@@ -592,9 +599,9 @@ static void test_second_affinity_term(void) {
   pt_cleanup(&f);
 }
 
-/* A pod on v1 (zone A) whose claim is bound to a volume made in A cannot move to v2 (zone B): v1 goes
- * only for a replacement in A. Its neighbour, whose claim is gone, still moves (to v2): it runs, and
- * nothing pins it. */
+/* A pod on v1 (zone A) whose claim is bound to a volume made in A (and which prefers A) cannot move to
+ * v2 (zone B): v1 goes only for a replacement in A, asked twice of one snapshot. Its neighbour, whose claim
+ * is gone, still moves (to v2): it runs, and nothing pins it. */
 static void test_volume_zone(void) {
   const char *a = nth_zone("ecs.g7.xlarge", "on-demand", 0), *b = nth_zone("ecs.g7.xlarge", "on-demand", 1);
   CHECK(a && b);
@@ -612,23 +619,27 @@ static void test_volume_zone(void) {
   node_at("v1", a, NULL);
   node_at("v2", b, NULL);
   pod_full("vol", "v1", "500m", NULL,
-           json_pack("{s:[{s:s, s:{s:s}}]}", "volumes", "name", "data", "persistentVolumeClaim", "claimName",
-                     "data"),
+           json_pack("{s:[{s:s, s:{s:s}}], s:{s:{s:[{s:i, s:{s:[{s:s, s:s, s:[s]}]}}]}}}", "volumes", "name",
+                     "data", "persistentVolumeClaim", "claimName", "data", "affinity", "nodeAffinity",
+                     "preferredDuringSchedulingIgnoredDuringExecution", "weight", 1, "preference",
+                     "matchExpressions", "key", LP_LABEL_ZONE, "operator", "In", "values", a),
            NULL);
   pod_full("vol-gone", "v1", "3", NULL,
            json_pack("{s:[{s:s, s:{s:s}}]}", "volumes", "name", "data", "persistentVolumeClaim", "claimName",
                      "gone"),
            NULL);
   dz_sim *sim = snapshot();
-  dz_sim_result r;
-  simulate(sim, "v1", NULL, 0, &r);
-  CHECK(r.feasible);
-  CHECK(r.replacement != NULL);
-  if (r.replacement) {
-    CHECK(pinned_to(r.replacement, a));
-    CHECK_STR(requested_cpu(r.replacement), "500m"); /* vol-gone went to v2 */
+  for (int round = 0; round < 2; round++) { /* each simulation tries the preference on its own copy */
+    dz_sim_result r;
+    simulate(sim, "v1", NULL, 0, &r);
+    CHECK(r.feasible);
+    CHECK(r.replacement != NULL);
+    if (r.replacement) {
+      CHECK(pinned_to(r.replacement, a));
+      CHECK_STR(requested_cpu(r.replacement), "500m"); /* vol-gone went to v2 */
+    }
+    dz_sim_result_free(&r);
   }
-  dz_sim_result_free(&r);
   dz_sim_free(sim);
   pt_cleanup(&f);
 }
