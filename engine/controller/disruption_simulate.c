@@ -5,16 +5,26 @@
  * The snapshot (dz_sim_new) lists the instance types of the Ready node classes the NodePools and
  * NodeClaims use, then, on a later turn of the loop, reads the caches once: the NodePools with their
  * requirements, DaemonSet overhead, limit usage and compatible instance types (pv_collect_pools,
- * pv_pool_set_types), every bin (pv_collect_bins: Ready schedulable nodes minus their bound pods, and
- * NodeClaims on their way), the reschedulable pods of every node and the pending pods. It keeps a
- * reference to every node and NodeClaim, so what the bins borrow stays valid.
+ * pv_pool_set_types); the reschedulable pods of every node and the pending pods, each built as a
+ * provisioning pass builds it (pv_pod_init: every required node-affinity term, preferences, tolerations,
+ * host ports, pod (anti-)affinity and topology spread, whose groups go into the base pass; and
+ * pv_pod_require with the zone its volumes pin, lp_volume_requirements: a bound pod whose claim is gone
+ * keeps no volume requirement, a pending one is left out); then every bin (pv_collect_bins: Ready
+ * schedulable nodes minus their bound pods, and NodeClaims on their way), which counts the bound pods
+ * into those groups. It keeps a reference to every node and NodeClaim, so what the bins borrow stays
+ * valid, and to every pod topology counted, by node.
  *
  * One simulation (dz_simulate) copies the bins but the candidates' (their nodes and their capacity
- * leave with them, so nothing they free counts twice) and the pools (whose limit usage the packing
- * spends), then packs the pending pods and the candidates' pods as a provisioning pass does: onto bins
- * first (pv_place_on_bins), then into new NodeClaims (pv_schedule, pv_finalize). All candidates' pods on
- * bins: delete only. A candidate pod left over: not feasible. Their pods over two new NodeClaims or
- * more: not feasible. One: the price rules below decide.
+ * leave with them, so nothing they free counts twice; each copy's host ports its own), the pools (whose
+ * limit usage the packing spends), the pods (each with its own reference to its requirements, which an
+ * attempt replaces) and the topology counts, from which it takes back every pod bound to a candidate's
+ * node (pv_topology_uncount: DaemonSet pods too, and the anti-affinity they carry); the packing then
+ * records its placements into that copy alone. It packs the pending pods and the candidates' pods as a
+ * provisioning pass does: onto bins first (pv_place_on_bins: any required term, host ports, hard
+ * topology), then into new NodeClaims (pv_schedule, pv_finalize: preferences and soft topology tried
+ * first, then relaxed). All candidates' pods on bins: delete only. A candidate pod left over: not
+ * feasible, its why naming the constraint. Their pods over two new NodeClaims or more: not feasible.
+ * One: the price rules below decide.
  *
  * Prices: a candidate's is its instance type's offering in its zone and capacity type (labels of its
  * Node, else of the NodeClaim). The replacement keeps the options whose cheapest available compatible

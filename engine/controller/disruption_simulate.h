@@ -2,11 +2,11 @@
  * elsewhere, on the nodes that remain plus at most one new, cheaper NodeClaim? The disruption
  * controller's consolidation methods ask it, many times a pass.
  *
- * A dz_sim is a snapshot of the controllers' caches (nodes, NodeClaims, pods, DaemonSets, NodePools)
- * and of the instance types of the node classes they use, taken once; dz_simulate then answers from it
- * alone, synchronously, without I/O, events or logs. The snapshot holds references to what it read, so
- * it stays valid while the caches move on; it does not see their later changes.
- * Loop thread only. */
+ * A dz_sim is a snapshot of the controllers' caches (nodes, NodeClaims, pods, DaemonSets, NodePools,
+ * and the volume claims, volumes and storage classes of the pods) and of the instance types of the node
+ * classes they use, taken once; dz_simulate then answers from it alone, synchronously, without I/O, events or
+ * logs. The snapshot holds references to what it read, so it stays valid while the caches move on; it does
+ * not see their later changes. Loop thread only. */
 #ifndef LUAPROV_CONTROLLER_DISRUPTION_SIMULATE_H
 #define LUAPROV_CONTROLLER_DISRUPTION_SIMULATE_H
 
@@ -57,7 +57,9 @@ typedef struct dz_sim_result {
 /* Would the reschedulable pods (pv_pod_reschedulable) of the n candidate NodeClaims (borrowed, as
  * cached; bound through status.nodeName) schedule on the capacity that remains — every Ready,
  * schedulable, not deleting node but the candidates', plus NodeClaims on their way — plus at most one new
- * NodeClaim, under the constraints the provisioner applies (provisioner_internal.h)? Pending pods
+ * NodeClaim, under every constraint the provisioner applies (provisioner_internal.h: node-affinity
+ * terms and preferences, taints, host ports, pod affinity and anti-affinity, topology spread, volume
+ * zones), topology counting the cluster's pods without those bound to the candidates? Pending pods
  * compete for that capacity first (sorted with the candidates' pods, as the provisioner sorts); a new
  * NodeClaim holding only pending pods is not the candidates' concern. allow_spot_to_spot: the operator's
  * spotToSpotConsolidation (lp_ctrl_settings). Fills out (the caller frees it with dz_sim_result_free);
