@@ -156,6 +156,7 @@ static void snapshot(dz_sim *s) {
   lp_env_each(p->env, LP_KIND_POD, scan_pending, s);
   s->npending = s->npods - bound;
   pv_collect_bins(p, NULL);
+  pv_topology_add_pool_domains(p); /* once: every simulation's copy has them */
   s->names = lp_xcalloc(p->nbins + 1, sizeof *s->names);
   for (size_t i = 0; i < p->nbins; i++) { /* the cache's keys live only as long as its entries */
     pv_bin *b = &p->bins[i];

@@ -262,8 +262,9 @@ typedef struct pv_pass {
   size_t checking;  /* checks by name in flight (pv_inflight_check) */
   pv_group *groups; /* the topology terms of the pass's pods */
   size_t ngroups;
-  json_t *domains; /* topology key -> {value: true}: the domains known (own) */
-  lp_error *err;   /* the first failure; the pass ends with it and is retried */
+  json_t *domains;  /* topology key -> {value: true}: the domains known (own) */
+  int pool_domains; /* the NodePools' domains are among them (pv_topology_add_pool_domains) */
+  lp_error *err;    /* the first failure; the pass ends with it and is retried */
 } pv_pass;
 
 /* ---- a pod of the pass (provisioner_pods.c) -------------------------------------------------- */
@@ -351,15 +352,15 @@ void pv_topology_pod(pv_pass *p, pv_pod *pod);
  * own required anti-affinity terms (a pod matching one keeps out of its domain), and notes the domains
  * of the nodes. Once, after every pod of the pass is added (pv_collect_bins). */
 void pv_topology_count(pv_pass *p);
-/* Copies from's groups, with their counts and owners, and its domains into to (which owns them:
- * pv_topology_free), for a pass over the same pods (a consolidation simulation's, which records its
- * placements into its own counts). to has no groups before. */
+/* Copies from's groups, with their counts and owners, and its domains (the pools' too, once noted)
+ * into to (which owns them: pv_topology_free), for a pass over the same pods and pools (a consolidation
+ * simulation's, which records its placements into its own counts). to has no groups before. */
 void pv_topology_copy(pv_pass *to, const pv_pass *from);
 /* Takes back what pv_topology_count counted for obj, a pod bound to node (its spec.nodeName's Node as
  * counted, or NULL when there was none): the pod leaves its node, as a consolidation candidate's do. */
 void pv_topology_uncount(pv_pass *p, const json_t *obj, const json_t *node);
 /* Notes the domains the NodePools' instance types offer and their requirements allow (after
- * pv_pool_set_types). */
+ * pv_pool_set_types), once: a later call, or one on a pv_topology_copy of the pass, does nothing. */
 void pv_topology_add_pool_domains(pv_pass *p);
 /* Counts pod (of the pass), or obj (any pod, e.g. nominated for a launching NodeClaim), at site. */
 void pv_topology_record(pv_pass *p, const pv_pod *pod, const pv_site *site);

@@ -337,6 +337,7 @@ void pv_topology_copy(pv_pass *to, const pv_pass *from) {
     y->owners = json_deep_copy(x->owners);
   }
   to->domains = from->domains ? json_deep_copy(from->domains) : NULL;
+  to->pool_domains = from->pool_domains;
 }
 
 void pv_topology_count(pv_pass *p) {
@@ -344,29 +345,41 @@ void pv_topology_count(pv_pass *p) {
   if (p->ngroups) lp_env_each(p->env, LP_KIND_NODE, node_domains, p);
 }
 
+/* The last requirement of reqs on key, or NULL. */
+static const json_t *requirement_on(const json_t *reqs, const char *key) {
+  const json_t *req = NULL;
+  size_t r;
+  const json_t *x;
+  json_array_foreach(reqs, r, x) {
+    if (strcmp(json_string_value(json_object_get(x, "key")) ?: "", key) == 0) req = x;
+  }
+  return req;
+}
+
 void pv_topology_add_pool_domains(pv_pass *p) {
-  if (!p->ngroups) return;
-  for (size_t k = 0; k < p->npools; k++) {
-    const pv_pool *pool = &p->pools[k];
-    if (pool->skip_why) continue;
-    for (size_t g = 0; g < p->ngroups; g++) {
-      const char *key = p->groups[g].key;
+  if (!p->ngroups || p->pool_domains) return;
+  p->pool_domains = 1;
+  json_t *keys = json_object(); /* each key once; a new node's hostname is its own */
+  for (size_t g = 0; g < p->ngroups; g++)
+    if (strcmp(p->groups[g].key, HOSTNAME) != 0) json_object_set_new(keys, p->groups[g].key, json_true());
+  const char *key;
+  json_t *unused;
+  json_object_foreach(keys, key, unused) {
+    for (size_t k = 0; k < p->npools; k++) {
+      const pv_pool *pool = &p->pools[k];
+      if (pool->skip_why) continue;
+      const json_t *req = requirement_on(pool->reqs, key);
       for (size_t t = 0; t < pool->ntypes; t++) {
         size_t i;
         const json_t *v;
         json_array_foreach(pv_type_values(&pool->types[t], key), i, v) {
-          const json_t *req = NULL;
-          size_t r;
-          const json_t *x;
-          json_array_foreach(pool->reqs, r, x) {
-            if (strcmp(json_string_value(json_object_get(x, "key")) ?: "", key) == 0) req = x;
-          }
           if (!req || lp_requirement_allows(req, json_string_value(v)))
             note_domain(p, key, json_string_value(v));
         }
       }
     }
   }
+  json_decref(keys);
 }
 
 const json_t *pv_type_values(const pv_type *type, const char *key) {
