@@ -1,7 +1,10 @@
 /* The consolidation simulation at scale (engine/controller/disruption_simulate.c): N initialized
  * NodeClaims with Ready Nodes (default 500) of 8 cores, each running P bound pods (default 10, so 5,000)
- * (one of 4 cores, the rest small), against a synthetic Alibaba catalogue of T instance types (default 500)
- * in 4 zones, one NodePool. The simulators run in a child process, so this process holds only the engine.
+ * (one of 4 cores, the rest small), spread over the zones that sell the nodes' type, against a synthetic
+ * Alibaba catalogue of T instance types (default 500) in 4 zones, one NodePool. The pods are 20
+ * Deployments (label app); 5 of them spread over zones (maxSkew 1, DoNotSchedule), 2 keep one replica a
+ * node (required pod anti-affinity on the hostname), 1 prefers to spread over hostnames
+ * (ScheduleAnyway). The simulators run in a child process, so this process holds only the engine.
  *
  * Figures: the snapshot (dz_sim_new to ready: the instance types through the mapping, cold, then the
  * caches read once), CPU seconds and heap; one dz_simulate of a single candidate (mean of 100); a
@@ -28,7 +31,14 @@ static uv_loop_t loop;
 static lp_http_client *http;
 static char kube_url[BENCH_URL_MAX], alibaba_url[BENCH_URL_MAX];
 static size_t pods_per_node = 10;
-static const char *zone; /* one that sells TYPE on demand */
+#define MAX_ZONES 4
+static const char *zones[MAX_ZONES]; /* those that sell TYPE on demand */
+static size_t nzones;
+
+/* Node i's zone: consecutive groups of 4 nodes (one of each load) share one. */
+static const char *zone_of(size_t node) {
+  return zones[(node / 4) % nzones];
+}
 
 /* ---- seeding ------------------------------------------------------------------------------- */
 
@@ -37,9 +47,10 @@ static int node_request(bench_seeding *s, size_t i, unsigned step, bench_seed_re
   char name[32], pid[64];
   snprintf(name, sizeof name, "node-%04zu", i);
   snprintf(pid, sizeof pid, "ecs://luaprov-sim/%s", name);
-  json_t *labels = json_pack("{s:s, s:s, s:s, s:s, s:s}", "karpenter.sh/nodepool", "default",
-                             "node.kubernetes.io/instance-type", TYPE, "topology.kubernetes.io/zone", zone,
-                             "karpenter.sh/capacity-type", "on-demand", "kubernetes.io/hostname", name);
+  json_t *labels =
+      json_pack("{s:s, s:s, s:s, s:s, s:s}", "karpenter.sh/nodepool", "default",
+                "node.kubernetes.io/instance-type", TYPE, "topology.kubernetes.io/zone", zone_of(i),
+                "karpenter.sh/capacity-type", "on-demand", "kubernetes.io/hostname", name);
   json_t *body = NULL;
   if (step == 0) {
     req->method = "POST";
@@ -69,10 +80,28 @@ static int node_request(bench_seeding *s, size_t i, unsigned step, bench_seed_re
   return 1;
 }
 
+/* The topology of app a's pods: apps 0-4 spread over zones (maxSkew 1, DoNotSchedule), apps 18 and 19
+ * one replica a node (required anti-affinity on the hostname), app 17 prefers one a node (a hostname
+ * spread, ScheduleAnyway). Sets it into spec. */
+static void topology(json_t *spec, size_t a, const char *app) {
+  const char *key = a < 5 ? "topology.kubernetes.io/zone" : "kubernetes.io/hostname";
+  if (a < 5 || a == 17)
+    json_object_set_new(spec, "topologySpreadConstraints",
+                        json_pack("[{s:i, s:s, s:s, s:{s:{s:s}}}]", "maxSkew", 1, "topologyKey", key,
+                                  "whenUnsatisfiable", a < 5 ? "DoNotSchedule" : "ScheduleAnyway",
+                                  "labelSelector", "matchLabels", "app", app));
+  if (a >= 18)
+    json_object_set_new(spec, "affinity",
+                        json_pack("{s:{s:[{s:s, s:{s:{s:s}}}]}}", "podAntiAffinity",
+                                  "requiredDuringSchedulingIgnoredDuringExecution", "topologyKey", key,
+                                  "labelSelector", "matchLabels", "app", app));
+}
+
 /* Pod i, bound to node i / pods_per_node: the node's first pod asks for 4 cores, which fit on no other
  * node (so every single-node simulation needs a replacement), the others for the cpu of k % 4 (node k:
  * 4.9, 5.8, 6.7 or 7.15 of its 7.8 cores with 10 pods); memory drawn from a set, every 10th pod pinned
- * to the zone. A scheduler of its own: the simulator's binder leaves it alone. */
+ * to its node's zone; app i % 20, with that app's topology (the replicas of an app are on distinct
+ * nodes, evenly over the zones). A scheduler of its own: the simulator's binder leaves it alone. */
 static int pod_request(bench_seeding *s, size_t i, unsigned step, bench_seed_request *req) {
   (void)s;
   if (step > 0) return 0;
@@ -83,15 +112,18 @@ static int pod_request(bench_seeding *s, size_t i, unsigned step, bench_seed_req
   char name[32], node_name[32];
   snprintf(name, sizeof name, "pod-%05zu", i);
   snprintf(node_name, sizeof node_name, "node-%04zu", node);
+  char app[16];
+  snprintf(app, sizeof app, "app-%02zu", i % 20);
   const char *cpu = i % pods_per_node == 0 ? "4" : cpus[node % 4];
-  json_t *p = json_pack("{s:s, s:s, s:{s:s, s:s}, s:{s:s, s:s, s:[{s:s, s:s, s:{s:{s:s, s:s}}}]}, s:{s:s}}",
-                        "apiVersion", "v1", "kind", "Pod", "metadata", "name", name, "namespace", "default",
-                        "spec", "schedulerName", "custom", "nodeName", node_name, "containers", "name", "app",
-                        "image", "app", "resources", "requests", "cpu", cpu, "memory", mems[(x >> 7) % 5],
-                        "status", "phase", "Running");
+  json_t *p = json_pack(
+      "{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:{s:s, s:s, s:[{s:s, s:s, s:{s:{s:s, s:s}}}]}, s:{s:s}}",
+      "apiVersion", "v1", "kind", "Pod", "metadata", "name", name, "namespace", "default", "labels", "app",
+      app, "spec", "schedulerName", "custom", "nodeName", node_name, "containers", "name", "app", "image",
+      "app", "resources", "requests", "cpu", cpu, "memory", mems[(x >> 7) % 5], "status", "phase", "Running");
   if (i % 10 == 0)
     json_object_set_new(json_object_get(p, "spec"), "nodeSelector",
-                        json_pack("{s:s}", "topology.kubernetes.io/zone", zone));
+                        json_pack("{s:s}", "topology.kubernetes.io/zone", zone_of(node)));
+  topology(json_object_get(p, "spec"), i % 20, app);
   req->method = "POST";
   snprintf(req->path, sizeof req->path, "/api/v1/namespaces/default/pods");
   req->body = json_dumps(p, JSON_COMPACT);
@@ -103,19 +135,18 @@ static int pod_request(bench_seeding *s, size_t i, unsigned step, bench_seed_req
 
 static dz_sim *sim;
 
-/* The zone of TYPE's first available on-demand offering (static storage kept in types). */
-static const char *pick_zone(const json_t *types) {
+/* The zones of TYPE's available on-demand offerings into zones (static storage kept in types). */
+static void pick_zones(const json_t *types) {
   size_t i, k;
   const json_t *t, *o;
   json_array_foreach(types, i, t) {
     if (strcmp(json_string_value(json_object_get(t, "name")) ?: "", TYPE) != 0) continue;
     json_array_foreach(json_object_get(t, "offerings"), k, o) {
-      if (json_is_true(json_object_get(o, "available")) &&
+      if (nzones < MAX_ZONES && json_is_true(json_object_get(o, "available")) &&
           strcmp(json_string_value(json_object_get(o, "capacity_type")) ?: "", "on-demand") == 0)
-        return json_string_value(json_object_get(o, "zone"));
+        zones[nzones++] = json_string_value(json_object_get(o, "zone"));
     }
   }
-  return NULL;
 }
 
 typedef struct tally {
@@ -175,8 +206,9 @@ int main(int argc, char **argv) {
   lp_cp_get_instance_types(cp, lp_env_get(env, LP_KIND_NODECLASS, "default"), lp_cp_outcome_store, &o);
   lp_cp_outcome_wait(&loop, &o);
   lp_error_free(o.error);
-  zone = pick_zone(o.value);
-  if (!zone) {
+  pick_zones(o.value);
+  printf("nodes in %zu zones\n", nzones);
+  if (!nzones) {
     fprintf(stderr, "no on-demand offering of %s\n", TYPE);
     return 1;
   }
