@@ -12,7 +12,7 @@
  * keeps no volume requirement, a pending one is left out); then every bin (pv_collect_bins: Ready
  * schedulable nodes minus their bound pods, and NodeClaims on their way), which counts the bound pods
  * into those groups. It keeps a reference to every node and NodeClaim, so what the bins borrow stays
- * valid, and to every pod topology counted, by node.
+ * valid, and to every bound pod, by node (what a simulation takes back from the topology counts).
  *
  * One simulation (dz_simulate) copies the bins but the candidates' (their nodes and their capacity
  * leave with them, so nothing they free counts twice; each copy's host ports its own), the pools (whose
@@ -66,7 +66,7 @@ struct dz_sim {
   pv_pod *pods;   /* reschedulable bound pods, then the pending ones (pv_pod_init into base) */
   size_t npods, npending, cap;
   json_t *by_node;          /* node name -> [indices into pods] */
-  json_t *on_node;          /* node name -> [every pod topology counts there (own references)] */
+  json_t *on_node;          /* node name -> [every pod bound there (own references)] */
   struct dz_quote **quotes; /* per pool, per pool type: its quote under the pool's requirements */
 };
 
@@ -95,9 +95,8 @@ static void append(json_t *index, const char *key, json_t *item) {
 static void scan_bound(const char *key, json_t *pod, void *ud) {
   dz_sim *s = ud;
   const char *node = lp_obj_str(pod, "spec.nodeName");
-  const char *phase = lp_obj_str(pod, "status.phase");
-  if (!node || !*node || (phase && (strcmp(phase, "Succeeded") == 0 || strcmp(phase, "Failed") == 0))) return;
-  append(s->on_node, node, json_incref(pod));
+  if (!node || !*node) return;
+  append(s->on_node, node, json_incref(pod)); /* pv_topology_uncount passes over the finished ones */
   if (!pv_pod_reschedulable(pod)) return;
   char *why = NULL; /* a claim gone missing: the pod runs, and moves with no volume requirement */
   json_t *volumes = lp_volume_requirements(s->base.env, pod, &why);
