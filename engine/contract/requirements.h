@@ -40,4 +40,18 @@ int lp_resources_fit(const json_t *requests, const json_t *capacity, const json_
  * ("kubernetes.io/arch: no value satisfies In [amd64] and In [arm64]"). requirements_merge.c. */
 json_t *lp_requirements_intersect(const json_t *a, const json_t *b, char **why);
 
+/* A requirement list compiled for repeated lp_reqs_compatible checks (requirements_compiled.c): the
+ * same answers as lp_requirements_compatible on the list, without walking JSON per check. */
+typedef struct lp_reqs lp_reqs;
+
+/* Compiles list (a JSON array; NULL = none). The result keeps a reference to list and borrows its
+ * strings: list must not be modified while it lives. Never NULL; free with lp_reqs_free. */
+lp_reqs *lp_reqs_compile(const json_t *list);
+/* Frees r (NULL is fine) and drops its reference to the list. */
+void lp_reqs_free(lp_reqs *r);
+/* The list r was compiled from (borrowed), or NULL. */
+const json_t *lp_reqs_json(const lp_reqs *r);
+/* lp_requirements_compatible(the list of a, the list of b, NULL); NULL stands for no requirement. */
+int lp_reqs_compatible(const lp_reqs *a, const lp_reqs *b);
+
 #endif

@@ -1,5 +1,6 @@
 /* Karpenter requirement compatibility, quantities and resource fit; the shape checks of the instance
  * shape and rule CP4 (docs/contracts.md); YAML loading. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "check.h"
@@ -50,6 +51,66 @@ static void test_compatibility(void) {
   free(why);
   json_decref(a);
   json_decref(b);
+}
+
+/* The compiled lists answer as the JSON ones do: every pair of lists of up to two requirements drawn
+ * from entries on two keys, with every operator, missing and odd fields, integers and not, and keys
+ * one side lacks (an absent label). */
+static void test_compiled_agrees(void) {
+  static const char *const entries[] = {
+      "{\"key\":\"k\",\"operator\":\"In\",\"values\":[\"a\",\"b\"]}",
+      "{\"key\":\"k\",\"operator\":\"In\",\"values\":[\"b\",\"4\"]}",
+      "{\"key\":\"k\",\"operator\":\"In\",\"values\":[\"8\",\"+9\",\" 10\"]}",
+      "{\"key\":\"k\",\"operator\":\"In\",\"values\":[\"8\"]}",
+      "{\"key\":\"k\",\"operator\":\"In\",\"values\":[]}",
+      "{\"key\":\"k\",\"operator\":\"In\",\"values\":[3, null, \"c\"]}",
+      "{\"key\":\"k\",\"values\":[\"a\"]}",
+      "{\"key\":\"k\",\"operator\":\"In\"}",
+      "{\"key\":\"k\",\"operator\":\"NotIn\",\"values\":[\"a\"]}",
+      "{\"key\":\"k\",\"operator\":\"NotIn\",\"values\":[\"a\",\"b\",\"4\"]}",
+      "{\"key\":\"k\",\"operator\":\"NotIn\",\"values\":[]}",
+      "{\"key\":\"k\",\"operator\":\"NotIn\"}",
+      "{\"key\":\"k\",\"operator\":\"Exists\"}",
+      "{\"key\":\"k\",\"operator\":\"DoesNotExist\"}",
+      "{\"key\":\"k\",\"operator\":\"Gt\",\"values\":[\"4\"]}",
+      "{\"key\":\"k\",\"operator\":\"Gt\",\"values\":[\"8\"]}",
+      "{\"key\":\"k\",\"operator\":\"Gte\",\"values\":[\"8\"]}",
+      "{\"key\":\"k\",\"operator\":\"Lt\",\"values\":[\"9\"]}",
+      "{\"key\":\"k\",\"operator\":\"Lte\",\"values\":[\"4\"]}",
+      "{\"key\":\"k\",\"operator\":\"Lt\",\"values\":[\"x\"]}",
+      "{\"key\":\"k\",\"operator\":\"Gt\"}",
+      "{\"key\":\"k\",\"operator\":\"Sometimes\",\"values\":[\"a\"]}",
+      "{\"key\":\"z\",\"operator\":\"In\",\"values\":[\"a\"]}",
+      "{\"key\":\"z\",\"operator\":\"DoesNotExist\"}",
+      "{\"key\":\"z\",\"operator\":\"NotIn\",\"values\":[\"a\"]}",
+      "{\"operator\":\"In\",\"values\":[\"a\"]}",
+  };
+  enum { N = sizeof entries / sizeof entries[0], L = 1 + N + N * N };
+  json_t *lists[L];
+  lp_reqs *compiled[L];
+  size_t n = 0;
+  lists[n++] = json_array();
+  for (size_t i = 0; i < N; i++) lists[n++] = json_pack("[o]", json_loads(entries[i], 0, NULL));
+  for (size_t i = 0; i < N; i++)
+    for (size_t k = 0; k < N; k++)
+      lists[n++] = json_pack("[oo]", json_loads(entries[i], 0, NULL), json_loads(entries[k], 0, NULL));
+  for (size_t i = 0; i < L; i++) compiled[i] = lp_reqs_compile(lists[i]);
+  size_t disagree = 0, incompatible = 0;
+  for (size_t i = 0; i < L; i++)
+    for (size_t k = 0; k < L; k++) {
+      int want = lp_requirements_compatible(lists[i], lists[k], NULL);
+      incompatible += !want;
+      if (lp_reqs_compatible(compiled[i], compiled[k]) != want && disagree++ < 5)
+        fprintf(stderr, "compiled disagrees (JSON says %d): %s vs %s\n", want,
+                json_dumps(lists[i], JSON_COMPACT), json_dumps(lists[k], JSON_COMPACT));
+    }
+  CHECK_INT(disagree, 0);
+  CHECK(incompatible > 0 && incompatible < (size_t)L * L); /* both answers were exercised */
+  CHECK(lp_reqs_compatible(NULL, compiled[1]) && lp_reqs_json(compiled[1]) == lists[1]);
+  for (size_t i = 0; i < L; i++) {
+    lp_reqs_free(compiled[i]);
+    json_decref(lists[i]);
+  }
 }
 
 static void test_quantities_and_fit(void) {
@@ -199,6 +260,7 @@ static void test_yaml(void) {
 
 int main(void) {
   RUN(test_compatibility);
+  RUN(test_compiled_agrees);
   RUN(test_quantities_and_fit);
   RUN(test_rule_4);
   RUN(test_instance_shape);
