@@ -402,13 +402,33 @@ void pv_collect_pools(pv_pass *p) {
   free(s.found);
 }
 
-/* Availability is not asked here: it changes from pass to pass, and each claim checks it. */
-static int offering_compatible(const json_t *type, const json_t *reqs) {
-  size_t i;
-  const json_t *o;
-  json_array_foreach(json_object_get(type, "offerings"), i, o) {
-    if (lp_requirements_compatible(reqs, json_object_get(o, "requirements"), NULL)) return 1;
+/* Reads the offerings of t->obj once: their requirements compiled, availability and price. */
+static void read_offers(pv_type *t) {
+  const json_t *offerings = json_object_get(t->obj, "offerings");
+  t->noffers = json_array_size(offerings);
+  t->offers = lp_xcalloc(t->noffers + 1, sizeof *t->offers);
+  for (size_t i = 0; i < t->noffers; i++) {
+    const json_t *o = json_array_get(offerings, i), *price = json_object_get(o, "price");
+    pv_offer *f = &t->offers[i];
+    f->obj = o;
+    f->reqs = lp_reqs_compile(json_object_get(o, "requirements"));
+    f->capacity_type = json_string_value(json_object_get(o, "capacity_type"));
+    f->priced = json_is_number(price);
+    f->price = f->priced ? json_number_value(price) : -1;
+    f->available = json_is_true(json_object_get(o, "available"));
   }
+}
+
+static void type_free(pv_type *t) {
+  lp_reqs_free(t->reqs);
+  for (size_t i = 0; i < t->noffers; i++) lp_reqs_free(t->offers[i].reqs);
+  free(t->offers);
+}
+
+/* Availability is not asked here: it changes from pass to pass, and each claim checks it. */
+static int offering_compatible(const pv_type *t, const lp_reqs *reqs) {
+  for (size_t i = 0; i < t->noffers; i++)
+    if (lp_reqs_compatible(reqs, t->offers[i].reqs)) return 1;
   return 0;
 }
 
@@ -427,14 +447,21 @@ void pv_pool_set_types(pv_pass *p, pv_pool *pool, const json_t *types) {
   static const char *const overheads[] = {"kube_reserved", "system_reserved", "eviction_threshold"};
   size_t i;
   const json_t *type;
+  pool->creqs = pool->reqs ? lp_reqs_compile(pool->reqs) : NULL;
   json_array_foreach(types, i, type) {
     const json_t *type_reqs = json_object_get(type, "requirements");
     note_keys(pool->provider_keys, type_reqs);
-    if (!pool->reqs || !lp_requirements_compatible(pool->reqs, type_reqs, NULL) ||
-        !offering_compatible(type, pool->reqs))
-      continue;
-    pv_type *t = &pool->types[pool->ntypes++];
+    if (!pool->reqs) continue;
+    pv_type *t = &pool->types[pool->ntypes];
+    memset(t, 0, sizeof *t);
     t->obj = type;
+    t->reqs = lp_reqs_compile(type_reqs);
+    if (lp_reqs_compatible(pool->creqs, t->reqs)) read_offers(t);
+    if (!offering_compatible(t, pool->creqs)) {
+      type_free(t);
+      continue;
+    }
+    pool->ntypes++;
     t->name = json_string_value(json_object_get(type, "name"));
     pv_res_add_list(&p->dims, &t->capacity, json_object_get(type, "capacity"), 1);
     t->allocatable = t->capacity;
@@ -459,6 +486,8 @@ void pv_pools_free(pv_pass *p) {
     pv_pool *pool = &p->pools[i];
     json_decref(pool->obj);
     json_decref(pool->reqs);
+    lp_reqs_free(pool->creqs);
+    for (size_t t = 0; t < pool->ntypes; t++) type_free(&pool->types[t]);
     json_decref(pool->provider_keys);
     json_decref(pool->min_values);
     pv_ports_free(&pool->daemon_ports);

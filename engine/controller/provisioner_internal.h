@@ -22,6 +22,7 @@
 #include <jansson.h>
 #include <uv.h>
 
+#include "contract/requirements.h"
 #include "controller/controller.h"
 #include "core/buf.h"
 #include "core/metrics.h"
@@ -173,11 +174,23 @@ typedef struct pv_pod {
   int placed;       /* on existing capacity, or on a new NodeClaim */
 } pv_pod;
 
+/* One offering of an instance type, read once (pv_pool_set_types). */
+typedef struct pv_offer {
+  const json_t *obj;         /* borrowed, like its type's */
+  lp_reqs *reqs;             /* its requirements, compiled (own) */
+  const char *capacity_type; /* or NULL */
+  double price;              /* meaningful when priced */
+  int priced, available;
+} pv_offer;
+
 /* One instance type of GetInstanceTypes (the shape `luaprov eval instance-types` prints). */
 typedef struct pv_type {
   const json_t *obj; /* borrowed from the pass's lists of types */
   const char *name;
   pv_res capacity, allocatable; /* allocatable = capacity - kube_reserved - system_reserved - eviction */
+  lp_reqs *reqs;                /* its requirements, compiled (own) */
+  pv_offer *offers;             /* its offerings, in order (own) */
+  size_t noffers;
 } pv_type;
 
 typedef struct pv_pool {
@@ -187,6 +200,7 @@ typedef struct pv_pool {
   const json_t *taints;  /* spec.template.spec.taints */
   json_t *reqs;          /* template requirements, template labels (In) and nodepool In [name]; NULL
                             when they contradict each other (skip_why says how) */
+  lp_reqs *creqs;        /* reqs compiled (own; pv_pool_set_types), or NULL */
   json_t *provider_keys; /* every key an instance type defines: a pod may require these, keys of
                             reqs and well-known labels, and no other */
   pv_res daemon;         /* requests of the DaemonSet pods a node of this pool would run */
@@ -206,6 +220,7 @@ typedef struct pv_pool {
 typedef struct pv_claim {
   pv_pool *pool;
   json_t *reqs;    /* pool requirements narrowed by each pod's */
+  lp_reqs *creqs;  /* reqs compiled (own); pv_claim_compiled keeps it current */
   pv_res requests; /* the pods' sum (the pool's DaemonSet overhead comes on top) */
   pv_type **types; /* options that fit every pod so far */
   size_t ntypes;
@@ -308,7 +323,8 @@ size_t pv_place_on_bins(pv_pass *p);
  * debug), pools past their limits kept with skip_why. */
 void pv_collect_pools(pv_pass *p);
 /* Builds pool->types from types (the node class's list: those compatible with the pool's requirements
- * and with a compatible offering, available or not) and provider_keys; when none is left, sets
+ * and with a compatible offering, available or not, each with its requirements and offerings compiled),
+ * pool->creqs and provider_keys; when none is left, sets
  * skip_why and records a NoCompatibleInstanceTypes event on the NodePool. */
 void pv_pool_set_types(pv_pass *p, pv_pool *pool, const json_t *types);
 void pv_pools_free(pv_pass *p);
@@ -319,6 +335,10 @@ void pv_bins_free(pv_pass *p);
 /* The price of offering (one of an instance type's) when it is available, priced and compatible with
  * reqs (NULL = none); < 0 otherwise: what a launch under reqs could land on. */
 double pv_offering_price(const json_t *offering, const json_t *reqs);
+/* The same for an offering read by pv_pool_set_types, with reqs compiled (NULL = none). */
+double pv_offer_price(const pv_offer *offer, const lp_reqs *reqs);
+/* The claim's requirements compiled, compiled again when c->reqs was replaced since (borrowed). */
+const lp_reqs *pv_claim_compiled(pv_claim *c);
 /* Sorts the pass's pods: cpu, then memory, descending; then oldest first; then by key. */
 void pv_sort_pods(pv_pass *p);
 /* Packs the pods not placed yet into new NodeClaims, first fit over the claims opened so far, else a

@@ -38,16 +38,31 @@ double pv_offering_price(const json_t *offering, const json_t *reqs) {
   return json_number_value(price);
 }
 
+double pv_offer_price(const pv_offer *offer, const lp_reqs *reqs) {
+  return offer->available && offer->priced && lp_reqs_compatible(reqs, offer->reqs) ? offer->price : -1;
+}
+
+const lp_reqs *pv_claim_compiled(pv_claim *c) {
+  if (lp_reqs_json(c->creqs) != c->reqs) {
+    lp_reqs_free(c->creqs);
+    c->creqs = lp_reqs_compile(c->reqs);
+  }
+  return c->creqs;
+}
+
 /* The cheapest available offering of type compatible with reqs: its price, or < 0 when none. */
-static double cheapest_offering(const pv_type *type, const json_t *reqs) {
+static double cheapest_offering(const pv_type *type, const lp_reqs *reqs) {
   double best = -1;
-  size_t i;
-  const json_t *o;
-  json_array_foreach(json_object_get(type->obj, "offerings"), i, o) {
-    double v = pv_offering_price(o, reqs);
+  for (size_t i = 0; i < type->noffers; i++) {
+    double v = pv_offer_price(&type->offers[i], reqs);
     if (v >= 0 && (best < 0 || v < best)) best = v;
   }
   return best;
+}
+
+/* Non-zero when a claim under reqs may take type: compatible, with an available compatible offering. */
+static int type_allowed(const pv_type *type, const lp_reqs *reqs) {
+  return lp_reqs_compatible(reqs, type->reqs) && cheapest_offering(type, reqs) >= 0;
 }
 
 /* A key the pod requires that neither the pool nor its instance types define, or NULL. */
@@ -110,27 +125,33 @@ static int claim_take(pv_pass *p, pv_claim *c, size_t index, json_t *reqs, const
   pv_pool *pool = c->pool;
   pv_res want = pv_res_sum(pods, &pool->daemon);
   int changed = !json_equal(reqs, c->reqs);
+  lp_reqs *creqs = changed ? lp_reqs_compile(reqs) : NULL;
   pv_type **kept = lp_xmalloc((c->ntypes ? c->ntypes : 1) * sizeof *kept);
   size_t n = 0;
   for (size_t t = 0; t < c->ntypes; t++) {
     pv_type *type = c->types[t];
     if (!pv_res_fits(&p->dims, &want, &type->allocatable)) continue;
-    if (changed && (!lp_requirements_compatible(reqs, json_object_get(type->obj, "requirements"), NULL) ||
-                    cheapest_offering(type, reqs) < 0))
-      continue;
+    if (changed && !type_allowed(type, creqs)) continue;
     kept[n++] = type;
   }
   size_t have = 0;
   if (n == 0 || (pool->min_values && min_values_unmet(pool, kept, n, &have))) {
     free(kept);
+    lp_reqs_free(creqs);
     json_decref(reqs);
     return 0;
   }
   free(c->types);
   c->types = kept;
   c->ntypes = n;
-  json_decref(c->reqs);
-  c->reqs = reqs;
+  if (changed) { /* unchanged, the claim keeps its list and its compiled form */
+    json_decref(c->reqs);
+    c->reqs = reqs;
+    lp_reqs_free(c->creqs);
+    c->creqs = creqs;
+  } else {
+    json_decref(reqs);
+  }
   c->requests = *pods;
   pv_ports_add(&c->ports, &pod->ports);
   claim_push_pod(c, index);
@@ -207,7 +228,7 @@ static void describe_misses(lp_buf *why, const pv_pass *p, const pv_pool *pool, 
   if (m->over_limits) lp_buf_printf(why, ", %zu over the nodepool's remaining limits", m->over_limits);
 }
 
-static pv_claim *new_claim(pv_pass *p, pv_pool *pool, json_t *reqs) {
+static pv_claim *new_claim(pv_pass *p, pv_pool *pool, json_t *reqs, lp_reqs *creqs) {
   if (p->nclaims == p->claims_cap) {
     p->claims_cap = p->claims_cap ? 2 * p->claims_cap : 16;
     p->claims = lp_xrealloc(p->claims, p->claims_cap * sizeof *p->claims);
@@ -216,6 +237,7 @@ static pv_claim *new_claim(pv_pass *p, pv_pool *pool, json_t *reqs) {
   memset(c, 0, sizeof *c);
   c->pool = pool;
   c->reqs = reqs;
+  c->creqs = creqs;
   snprintf(c->host, sizeof c->host, "new-%zu", p->nclaims - 1);
   return c;
 }
@@ -232,13 +254,14 @@ static int open_with(pv_pass *p, void *x, size_t index, json_t *reqs, void *ud) 
   opening *o = ud;
   pv_pod *pod = &p->pods[index];
   type_misses m = {0};
+  lp_reqs *creqs = lp_reqs_compile(reqs);
   pv_type **kept = lp_xmalloc((pool->ntypes ? pool->ntypes : 1) * sizeof *kept);
   size_t n = 0;
   for (size_t t = 0; t < pool->ntypes; t++) {
     pv_type *type = &pool->types[t];
-    if (!lp_requirements_compatible(reqs, json_object_get(type->obj, "requirements"), NULL)) {
+    if (!lp_reqs_compatible(creqs, type->reqs)) {
       m.incompatible++;
-    } else if (cheapest_offering(type, reqs) < 0) {
+    } else if (cheapest_offering(type, creqs) < 0) {
       m.unavailable++;
     } else if (!pv_res_fits(&p->dims, &o->want, &type->allocatable)) {
       m.too_small++;
@@ -261,10 +284,11 @@ static int open_with(pv_pass *p, void *x, size_t index, json_t *reqs, void *ud) 
     describe_misses(&o->detail, p, pool, &m, &o->want);
   if (n == 0 || unmet) {
     free(kept);
+    lp_reqs_free(creqs);
     json_decref(reqs);
     return 0;
   }
-  pv_claim *c = new_claim(p, pool, reqs);
+  pv_claim *c = new_claim(p, pool, reqs, creqs);
   c->types = kept;
   c->ntypes = n;
   c->requests = pod->requests;
@@ -430,23 +454,21 @@ static void keep_min_values(const pv_pool *pool, priced *list, size_t n) {
   free(chosen);
 }
 
-static void note_capacity_types(json_t *set, const pv_type *type, const json_t *reqs) {
-  size_t i;
-  const json_t *o;
-  json_array_foreach(json_object_get(type->obj, "offerings"), i, o) {
-    const char *ct = json_string_value(json_object_get(o, "capacity_type"));
-    if (ct && json_is_true(json_object_get(o, "available")) &&
-        lp_requirements_compatible(reqs, json_object_get(o, "requirements"), NULL))
-      json_object_set_new(set, ct, json_true());
+static void note_capacity_types(json_t *set, const pv_type *type, const lp_reqs *reqs) {
+  for (size_t i = 0; i < type->noffers; i++) {
+    const pv_offer *o = &type->offers[i];
+    if (o->capacity_type && o->available && lp_reqs_compatible(reqs, o->reqs))
+      json_object_set_new(set, o->capacity_type, json_true());
   }
 }
 
 void pv_finalize(pv_pass *p) {
   for (size_t k = 0; k < p->nclaims; k++) {
     pv_claim *c = &p->claims[k];
+    const lp_reqs *reqs = pv_claim_compiled(c);
     priced *list = lp_xmalloc(c->ntypes * sizeof *list);
     for (size_t t = 0; t < c->ntypes; t++)
-      list[t] = (priced){c->types[t], cheapest_offering(c->types[t], c->reqs)};
+      list[t] = (priced){c->types[t], cheapest_offering(c->types[t], reqs)};
     qsort(list, c->ntypes, sizeof *list, by_price);
     if (c->ntypes > PV_MAX_INSTANCE_TYPES) {
       if (c->pool->min_values) keep_min_values(c->pool, list, c->ntypes);
@@ -455,7 +477,7 @@ void pv_finalize(pv_pass *p) {
     json_t *set = json_object();
     for (size_t t = 0; t < c->ntypes; t++) {
       c->types[t] = list[t].type;
-      note_capacity_types(set, list[t].type, c->reqs);
+      note_capacity_types(set, list[t].type, reqs);
     }
     c->cheapest_price = list[0].price;
     free(list);
@@ -470,6 +492,7 @@ void pv_finalize(pv_pass *p) {
 void pv_claims_free(pv_pass *p) {
   for (size_t k = 0; k < p->nclaims; k++) {
     json_decref(p->claims[k].reqs);
+    lp_reqs_free(p->claims[k].creqs);
     json_decref(p->claims[k].capacity_types);
     free(p->claims[k].types);
     free(p->claims[k].pods);
