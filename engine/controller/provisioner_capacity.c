@@ -402,8 +402,28 @@ void pv_collect_pools(pv_pass *p) {
   free(s.found);
 }
 
-/* Reads the offerings of t->obj once: their requirements compiled, availability and price. */
-static void read_offers(pv_type *t) {
+/* The index in pool->offer_reqs of list, added when new. Types list their offerings in the same order,
+ * so the group of the previous type's offering at the same place (hint) is tried first. A list not
+ * found among the first few is added again: a duplicate costs a check, not an answer. */
+static int same_list(const lp_reqs *known, const json_t *list) {
+  const json_t *k = lp_reqs_json(known);
+  return k == list || (k && list && json_equal(k, list));
+}
+
+static size_t offer_group(pv_pool *pool, const json_t *list, size_t hint) {
+  if (hint < pool->noffer_reqs && same_list(pool->offer_reqs[hint], list)) return hint;
+  for (size_t g = 0; g < pool->noffer_reqs && g < 64; g++)
+    if (same_list(pool->offer_reqs[g], list)) return g;
+  size_t n = pool->noffer_reqs;
+  if ((n & (n - 1)) == 0) /* full at powers of two */
+    pool->offer_reqs = lp_xrealloc(pool->offer_reqs, (n ? 2 * n : 1) * sizeof *pool->offer_reqs);
+  pool->offer_reqs[pool->noffer_reqs] = lp_reqs_compile(list);
+  return pool->noffer_reqs++;
+}
+
+/* Reads the offerings of t->obj once: their requirements compiled, availability and price; prev is the
+ * type read before (or NULL). */
+static void read_offers(pv_pool *pool, pv_type *t, const pv_type *prev) {
   const json_t *offerings = json_object_get(t->obj, "offerings");
   t->noffers = json_array_size(offerings);
   t->offers = lp_xcalloc(t->noffers + 1, sizeof *t->offers);
@@ -411,7 +431,9 @@ static void read_offers(pv_type *t) {
     const json_t *o = json_array_get(offerings, i), *price = json_object_get(o, "price");
     pv_offer *f = &t->offers[i];
     f->obj = o;
-    f->reqs = lp_reqs_compile(json_object_get(o, "requirements"));
+    f->group = offer_group(pool, json_object_get(o, "requirements"),
+                           prev && i < prev->noffers ? prev->offers[i].group : 0);
+    f->reqs = pool->offer_reqs[f->group];
     f->capacity_type = json_string_value(json_object_get(o, "capacity_type"));
     f->priced = json_is_number(price);
     f->price = f->priced ? json_number_value(price) : -1;
@@ -421,7 +443,6 @@ static void read_offers(pv_type *t) {
 
 static void type_free(pv_type *t) {
   lp_reqs_free(t->reqs);
-  for (size_t i = 0; i < t->noffers; i++) lp_reqs_free(t->offers[i].reqs);
   free(t->offers);
 }
 
@@ -437,7 +458,7 @@ static void note_keys(json_t *set, const json_t *reqs) {
   const json_t *req;
   json_array_foreach(reqs, i, req) {
     const char *key = json_string_value(json_object_get(req, "key"));
-    if (key) json_object_set_new(set, key, json_true());
+    if (key && !json_object_get(set, key)) json_object_set_new(set, key, json_true()); /* most are there */
   }
 }
 
@@ -456,7 +477,7 @@ void pv_pool_set_types(pv_pass *p, pv_pool *pool, const json_t *types) {
     memset(t, 0, sizeof *t);
     t->obj = type;
     t->reqs = lp_reqs_compile(type_reqs);
-    if (lp_reqs_compatible(pool->creqs, t->reqs)) read_offers(t);
+    if (lp_reqs_compatible(pool->creqs, t->reqs)) read_offers(pool, t, pool->ntypes ? t - 1 : NULL);
     if (!offering_compatible(t, pool->creqs)) {
       type_free(t);
       continue;
@@ -488,6 +509,8 @@ void pv_pools_free(pv_pass *p) {
     json_decref(pool->reqs);
     lp_reqs_free(pool->creqs);
     for (size_t t = 0; t < pool->ntypes; t++) type_free(&pool->types[t]);
+    for (size_t g = 0; g < pool->noffer_reqs; g++) lp_reqs_free(pool->offer_reqs[g]);
+    free(pool->offer_reqs);
     json_decref(pool->provider_keys);
     json_decref(pool->min_values);
     pv_ports_free(&pool->daemon_ports);

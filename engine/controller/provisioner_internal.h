@@ -176,8 +176,9 @@ typedef struct pv_pod {
 
 /* One offering of an instance type, read once (pv_pool_set_types). */
 typedef struct pv_offer {
-  const json_t *obj;         /* borrowed, like its type's */
-  lp_reqs *reqs;             /* its requirements, compiled (own) */
+  const json_t *obj;   /* borrowed, like its type's */
+  const lp_reqs *reqs; /* its requirements, compiled: its pool's offer_reqs[group] */
+  size_t group;
   const char *capacity_type; /* or NULL */
   double price;              /* meaningful when priced */
   int priced, available;
@@ -213,6 +214,9 @@ typedef struct pv_pool {
   json_t *min_values; /* [{"key", "minValues"}] of the template requirements that set it (own), or NULL */
   pv_type *types;     /* the nodeclass's instance types compatible with reqs */
   size_t ntypes;
+  lp_reqs **offer_reqs; /* the distinct requirement lists of their offerings (a handful: zone x capacity
+                           type), compiled (own): a check under some requirements is made once per list */
+  size_t noffer_reqs;
   char *skip_why; /* set: the pool takes no pod this pass */
 } pv_pool;
 
@@ -220,7 +224,7 @@ typedef struct pv_pool {
 typedef struct pv_claim {
   pv_pool *pool;
   json_t *reqs;    /* pool requirements narrowed by each pod's */
-  lp_reqs *creqs;  /* reqs compiled (own); pv_claim_compiled keeps it current */
+  lp_reqs *creqs;  /* reqs compiled (own), or NULL; compiled again when reqs was replaced */
   pv_res requests; /* the pods' sum (the pool's DaemonSet overhead comes on top) */
   pv_type **types; /* options that fit every pod so far */
   size_t ntypes;
@@ -335,10 +339,9 @@ void pv_bins_free(pv_pass *p);
 /* The price of offering (one of an instance type's) when it is available, priced and compatible with
  * reqs (NULL = none); < 0 otherwise: what a launch under reqs could land on. */
 double pv_offering_price(const json_t *offering, const json_t *reqs);
-/* The same for an offering read by pv_pool_set_types, with reqs compiled (NULL = none). */
+/* The price of offer (one of an instance type's, read by pv_pool_set_types) when it is available, priced
+ * and compatible with reqs (compiled; NULL = none); < 0 otherwise: what a launch under reqs could land on. */
 double pv_offer_price(const pv_offer *offer, const lp_reqs *reqs);
-/* The claim's requirements compiled, compiled again when c->reqs was replaced since (borrowed). */
-const lp_reqs *pv_claim_compiled(pv_claim *c);
 /* Sorts the pass's pods: cpu, then memory, descending; then oldest first; then by key. */
 void pv_sort_pods(pv_pass *p);
 /* Packs the pods not placed yet into new NodeClaims, first fit over the claims opened so far, else a

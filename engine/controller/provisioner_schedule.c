@@ -42,7 +42,9 @@ double pv_offer_price(const pv_offer *offer, const lp_reqs *reqs) {
   return offer->available && offer->priced && lp_reqs_compatible(reqs, offer->reqs) ? offer->price : -1;
 }
 
-const lp_reqs *pv_claim_compiled(pv_claim *c) {
+/* The claim's requirements compiled, compiled again when c->reqs was replaced since (a simulation may
+ * pin them). */
+static const lp_reqs *claim_compiled(pv_claim *c) {
   if (lp_reqs_json(c->creqs) != c->reqs) {
     lp_reqs_free(c->creqs);
     c->creqs = lp_reqs_compile(c->reqs);
@@ -50,19 +52,38 @@ const lp_reqs *pv_claim_compiled(pv_claim *c) {
   return c->creqs;
 }
 
-/* The cheapest available offering of type compatible with reqs: its price, or < 0 when none. */
-static double cheapest_offering(const pv_type *type, const lp_reqs *reqs) {
+/* Requirements checked against a pool's offerings, each distinct offering list once (pool->offer_reqs):
+ * known[group] is 0 until asked, then 1 compatible, 2 not. */
+typedef struct offer_memo {
+  const lp_reqs *reqs;
+  unsigned char *known;
+} offer_memo;
+
+static offer_memo memo_new(const pv_pool *pool, const lp_reqs *reqs) {
+  return (offer_memo){reqs, lp_xcalloc(pool->noffer_reqs + 1, 1)};
+}
+
+static int memo_compatible(const offer_memo *m, const pv_offer *o) {
+  if (!m->known[o->group]) m->known[o->group] = lp_reqs_compatible(m->reqs, o->reqs) ? 1 : 2;
+  return m->known[o->group] == 1;
+}
+
+/* The cheapest available offering of type compatible with m's requirements: its price, or < 0 when
+ * none (pv_offer_price's answer, each offering list checked once). */
+static double cheapest_offering(const pv_type *type, const offer_memo *m) {
   double best = -1;
   for (size_t i = 0; i < type->noffers; i++) {
-    double v = pv_offer_price(&type->offers[i], reqs);
-    if (v >= 0 && (best < 0 || v < best)) best = v;
+    const pv_offer *o = &type->offers[i];
+    if (!o->available || !o->priced || !memo_compatible(m, o)) continue;
+    if (o->price >= 0 && (best < 0 || o->price < best)) best = o->price;
   }
   return best;
 }
 
-/* Non-zero when a claim under reqs may take type: compatible, with an available compatible offering. */
-static int type_allowed(const pv_type *type, const lp_reqs *reqs) {
-  return lp_reqs_compatible(reqs, type->reqs) && cheapest_offering(type, reqs) >= 0;
+/* Non-zero when a claim under m's requirements may take type: compatible, with an available compatible
+ * offering. */
+static int type_allowed(const pv_type *type, const offer_memo *m) {
+  return lp_reqs_compatible(m->reqs, type->reqs) && cheapest_offering(type, m) >= 0;
 }
 
 /* A key the pod requires that neither the pool nor its instance types define, or NULL. */
@@ -126,14 +147,16 @@ static int claim_take(pv_pass *p, pv_claim *c, size_t index, json_t *reqs, const
   pv_res want = pv_res_sum(pods, &pool->daemon);
   int changed = !json_equal(reqs, c->reqs);
   lp_reqs *creqs = changed ? lp_reqs_compile(reqs) : NULL;
+  offer_memo memo = memo_new(pool, creqs);
   pv_type **kept = lp_xmalloc((c->ntypes ? c->ntypes : 1) * sizeof *kept);
   size_t n = 0;
   for (size_t t = 0; t < c->ntypes; t++) {
     pv_type *type = c->types[t];
     if (!pv_res_fits(&p->dims, &want, &type->allocatable)) continue;
-    if (changed && !type_allowed(type, creqs)) continue;
+    if (changed && !type_allowed(type, &memo)) continue;
     kept[n++] = type;
   }
+  free(memo.known);
   size_t have = 0;
   if (n == 0 || (pool->min_values && min_values_unmet(pool, kept, n, &have))) {
     free(kept);
@@ -255,13 +278,14 @@ static int open_with(pv_pass *p, void *x, size_t index, json_t *reqs, void *ud) 
   pv_pod *pod = &p->pods[index];
   type_misses m = {0};
   lp_reqs *creqs = lp_reqs_compile(reqs);
+  offer_memo memo = memo_new(pool, creqs);
   pv_type **kept = lp_xmalloc((pool->ntypes ? pool->ntypes : 1) * sizeof *kept);
   size_t n = 0;
   for (size_t t = 0; t < pool->ntypes; t++) {
     pv_type *type = &pool->types[t];
     if (!lp_reqs_compatible(creqs, type->reqs)) {
       m.incompatible++;
-    } else if (cheapest_offering(type, creqs) < 0) {
+    } else if (cheapest_offering(type, &memo) < 0) {
       m.unavailable++;
     } else if (!pv_res_fits(&p->dims, &o->want, &type->allocatable)) {
       m.too_small++;
@@ -272,6 +296,7 @@ static int open_with(pv_pass *p, void *x, size_t index, json_t *reqs, void *ud) 
       kept[n++] = type;
     }
   }
+  free(memo.known);
   size_t have = 0;
   const json_t *unmet = n && pool->min_values ? min_values_unmet(pool, kept, n, &have) : NULL;
   lp_buf_reset(&o->detail);
@@ -454,10 +479,10 @@ static void keep_min_values(const pv_pool *pool, priced *list, size_t n) {
   free(chosen);
 }
 
-static void note_capacity_types(json_t *set, const pv_type *type, const lp_reqs *reqs) {
+static void note_capacity_types(json_t *set, const pv_type *type, const offer_memo *m) {
   for (size_t i = 0; i < type->noffers; i++) {
     const pv_offer *o = &type->offers[i];
-    if (o->capacity_type && o->available && lp_reqs_compatible(reqs, o->reqs))
+    if (o->capacity_type && o->available && memo_compatible(m, o))
       json_object_set_new(set, o->capacity_type, json_true());
   }
 }
@@ -465,10 +490,10 @@ static void note_capacity_types(json_t *set, const pv_type *type, const lp_reqs 
 void pv_finalize(pv_pass *p) {
   for (size_t k = 0; k < p->nclaims; k++) {
     pv_claim *c = &p->claims[k];
-    const lp_reqs *reqs = pv_claim_compiled(c);
+    offer_memo memo = memo_new(c->pool, claim_compiled(c));
     priced *list = lp_xmalloc(c->ntypes * sizeof *list);
     for (size_t t = 0; t < c->ntypes; t++)
-      list[t] = (priced){c->types[t], cheapest_offering(c->types[t], reqs)};
+      list[t] = (priced){c->types[t], cheapest_offering(c->types[t], &memo)};
     qsort(list, c->ntypes, sizeof *list, by_price);
     if (c->ntypes > PV_MAX_INSTANCE_TYPES) {
       if (c->pool->min_values) keep_min_values(c->pool, list, c->ntypes);
@@ -477,10 +502,11 @@ void pv_finalize(pv_pass *p) {
     json_t *set = json_object();
     for (size_t t = 0; t < c->ntypes; t++) {
       c->types[t] = list[t].type;
-      note_capacity_types(set, list[t].type, reqs);
+      note_capacity_types(set, list[t].type, &memo);
     }
     c->cheapest_price = list[0].price;
     free(list);
+    free(memo.known);
     c->capacity_types = json_array();
     const char *ct;
     json_t *v;
