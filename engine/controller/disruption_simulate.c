@@ -434,16 +434,14 @@ typedef struct dz_quote {
 
 /* What type costs under reqs, in one walk over its offerings (each offering's requirements name its own
  * capacity type, rule CP4: pinning reqs to spot keeps exactly its spot offerings). */
-static dz_quote quote(pv_type *type, const json_t *reqs) {
+static dz_quote quote(pv_type *type, const lp_reqs *reqs) {
   dz_quote q = {type, -1, -1, -1, -1, 0, 0};
-  size_t i;
-  const json_t *o;
-  json_array_foreach(json_object_get(type->obj, "offerings"), i, o) {
-    double v = pv_offering_price(o, reqs);
+  for (size_t i = 0; i < type->noffers; i++) {
+    double v = pv_offer_price(&type->offers[i], reqs);
     if (v < 0) continue;
     if (q.lo < 0 || v < q.lo) q.lo = v;
     if (v > q.hi) q.hi = v;
-    const char *ct = json_string_value(json_object_get(o, "capacity_type")) ?: "";
+    const char *ct = type->offers[i].capacity_type ?: "";
     if (strcmp(ct, SPOT) == 0) {
       q.spot = 1;
       if (q.spot_lo < 0 || v < q.spot_lo) q.spot_lo = v;
@@ -460,7 +458,7 @@ static void quote_pools(dz_sim *s) {
   for (size_t i = 0; i < s->base.npools; i++) {
     pv_pool *pool = &s->base.pools[i];
     s->quotes[i] = lp_xcalloc(pool->ntypes + 1, sizeof **s->quotes);
-    for (size_t t = 0; t < pool->ntypes; t++) s->quotes[i][t] = quote(&pool->types[t], pool->reqs);
+    for (size_t t = 0; t < pool->ntypes; t++) s->quotes[i][t] = quote(&pool->types[t], pool->creqs);
   }
 }
 
@@ -482,11 +480,13 @@ static size_t options_of(const dz_sim *s, const pv_pass *p, const pv_claim *c, d
   size_t pool = (size_t)(c->pool - p->pools), n = 0;
   const pv_pool *base = &s->base.pools[pool];
   int narrowed = c->reqs != base->reqs && !json_equal(c->reqs, base->reqs);
+  lp_reqs *reqs = narrowed ? lp_reqs_compile(c->reqs) : NULL;
   *list = lp_xmalloc((c->ntypes + 1) * sizeof **list);
   for (size_t t = 0; t < c->ntypes; t++) {
-    dz_quote q = narrowed ? quote(c->types[t], c->reqs) : s->quotes[pool][c->types[t] - base->types];
+    dz_quote q = narrowed ? quote(c->types[t], reqs) : s->quotes[pool][c->types[t] - base->types];
     if (q.lo >= 0) (*list)[n++] = q;
   }
+  lp_reqs_free(reqs);
   if (n) qsort(*list, n, sizeof **list, by_price);
   return n < PV_MAX_INSTANCE_TYPES ? n : PV_MAX_INSTANCE_TYPES;
 }

@@ -336,9 +336,6 @@ void pv_bins_free(pv_pass *p);
 
 /* ---- provisioner_schedule.c ----------------------------------------------------------------- */
 
-/* The price of offering (one of an instance type's) when it is available, priced and compatible with
- * reqs (NULL = none); < 0 otherwise: what a launch under reqs could land on. */
-double pv_offering_price(const json_t *offering, const json_t *reqs);
 /* The price of offer (one of an instance type's, read by pv_pool_set_types) when it is available, priced
  * and compatible with reqs (compiled; NULL = none); < 0 otherwise: what a launch under reqs could land on. */
 double pv_offer_price(const pv_offer *offer, const lp_reqs *reqs);

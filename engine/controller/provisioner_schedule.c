@@ -30,14 +30,6 @@ void pv_sort_pods(pv_pass *p) {
   if (p->npods) qsort(p->pods, p->npods, sizeof *p->pods, by_size);
 }
 
-double pv_offering_price(const json_t *offering, const json_t *reqs) {
-  const json_t *price = json_object_get(offering, "price");
-  if (!json_is_true(json_object_get(offering, "available")) || !json_is_number(price) ||
-      !lp_requirements_compatible(reqs, json_object_get(offering, "requirements"), NULL))
-    return -1;
-  return json_number_value(price);
-}
-
 double pv_offer_price(const pv_offer *offer, const lp_reqs *reqs) {
   return offer->available && offer->priced && lp_reqs_compatible(reqs, offer->reqs) ? offer->price : -1;
 }
