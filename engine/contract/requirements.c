@@ -18,7 +18,7 @@ typedef struct value_set {
   long long min, max; /* inclusive bounds */
 } value_set;
 
-static int parse_integer(const char *s, long long *out) {
+int lp_requirement_integer(const char *s, long long *out) {
   if (!s || !*s) return -1;
   char *end;
   long long v = strtoll(s, &end, 10);
@@ -29,7 +29,7 @@ static int parse_integer(const char *s, long long *out) {
 
 static long long bound_value(const json_t *values) {
   long long v = 0;
-  parse_integer(json_string_value(json_array_get(values, 0)), &v);
+  lp_requirement_integer(json_string_value(json_array_get(values, 0)), &v);
   return v;
 }
 
@@ -76,7 +76,7 @@ static int set_contains(const value_set *s, const char *v) {
   }
   if (s->has_min || s->has_max) {
     long long n;
-    if (parse_integer(v, &n) != 0) return 0;
+    if (lp_requirement_integer(v, &n) != 0) return 0;
     if (s->has_min && n < s->min) return 0;
     if (s->has_max && n > s->max) return 0;
   }

@@ -18,6 +18,10 @@ int lp_requirements_compatible(const json_t *a, const json_t *b, char **why);
 /* Non-zero when value (NULL = the label is absent) satisfies one requirement. */
 int lp_requirement_allows(const json_t *requirement, const char *value);
 
+/* Reads text as Gt, Lt, Gte and Lte read a value: a base-10 integer and nothing after it. Returns 0 and
+ * stores it, or -1 (NULL, empty, anything else). */
+int lp_requirement_integer(const char *text, long long *out);
+
 /* Parses a Kubernetes quantity ("1500m", "3Gi", "4", "100M", "1e3", "0.5") into a number of base
  * units. Returns 0 and stores it, or -1 for anything else. */
 int lp_quantity_parse(const char *text, double *out);

@@ -60,18 +60,9 @@ static int by_key(const void *x, const void *y) {
   return cmp_hashed(a->hash, a->key, b->hash, b->key);
 }
 
-static int parse_integer(const char *s, long long *out) {
-  if (!s || !*s) return -1;
-  char *end;
-  long long v = strtoll(s, &end, 10);
-  if (*end) return -1;
-  *out = v;
-  return 0;
-}
-
 static long long first_bound(const json_t *values) {
   long long v = 0;
-  parse_integer(json_string_value(json_array_get(values, 0)), &v);
+  lp_requirement_integer(json_string_value(json_array_get(values, 0)), &v);
   return v;
 }
 
@@ -85,7 +76,7 @@ static size_t compile_values(const json_t *list, cvalue *out) {
     cvalue *v = &out[n++];
     v->s = s;
     v->hash = hash_of(s);
-    v->integer = parse_integer(s, &v->n) == 0;
+    v->integer = lp_requirement_integer(s, &v->n) == 0;
   }
   if (n > 1) qsort(out, n, sizeof *out, by_value);
   return n;

@@ -12,6 +12,12 @@
  * instance types, and the new NodeClaims computed. Everything but the checks by name, the instance
  * types and the NodeClaim POSTs is synchronous.
  *
+ * Packing checks requirements thousands of times (a NodeClaim's against every option and its
+ * offerings, per pod), so what it checks is compiled once (lp_reqs, contract/requirements.h): each
+ * pool type's requirements and offerings in pv_pool_set_types, the offerings' requirement lists shared
+ * (a handful per pool: zone x capacity type) so one check answers for every offering with that list,
+ * and a NodeClaim's requirements each time a pod narrows them.
+ *
  * The consolidation simulation (disruption_simulate.c) runs passes of its own over these functions, with
  * pv_pass.st NULL: nothing on its way, nothing nominated, no event recorded. The dependency is one way:
  * no provisioner file calls the simulation.

@@ -8,7 +8,9 @@
  * pool's minValues. A pod is tried in its attempts' order (pv_pod_attempt: preferences first, then
  * relaxed); pods sharing a host port never share a NodeClaim, and topology (provisioner_topology.c)
  * may refuse a NodeClaim or narrow an open zone to one value. The reason kept for FailedScheduling is
- * that of the most relaxed attempts. */
+ * that of the most relaxed attempts. A pod that leaves a NodeClaim's requirements as they were only
+ * has its resources checked against the options; one that narrows them has the options checked again,
+ * on the compiled requirements, each distinct offering list once (provisioner_internal.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
