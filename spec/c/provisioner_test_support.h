@@ -179,6 +179,20 @@ static inline void pt_delete_all(ctrl_fixture *f, const char *collection, const 
   json_decref(list);
 }
 
+/* A PersistentVolume pv whose node affinity requires zone, and the claim (namespace default) bound to it. */
+static inline void pt_bound_volume(ctrl_fixture *f, const char *pv, const char *claim, const char *zone) {
+  CHECK_INT(pt_post(f, "/api/v1/persistentvolumes",
+                    json_pack("{s:s, s:s, s:{s:s}, s:{s:{s:{s:[{s:[{s:s, s:s, s:[s]}]}]}}}}", "apiVersion",
+                              "v1", "kind", "PersistentVolume", "metadata", "name", pv, "spec",
+                              "nodeAffinity", "required", "nodeSelectorTerms", "matchExpressions", "key",
+                              LP_LABEL_ZONE, "operator", "In", "values", zone)),
+            201);
+  CHECK_INT(pt_post(f, "/api/v1/namespaces/default/persistentvolumeclaims",
+                    json_pack("{s:s, s:s, s:{s:s}, s:{s:s}}", "apiVersion", "v1", "kind",
+                              "PersistentVolumeClaim", "metadata", "name", claim, "spec", "volumeName", pv)),
+            201);
+}
+
 /* Pods, NodeClaims, DaemonSets and every NodePool but "default" deleted; the manager's caches given a
  * moment to see it. */
 static inline void pt_cleanup(ctrl_fixture *f) {

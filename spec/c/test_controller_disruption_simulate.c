@@ -605,17 +605,7 @@ static void test_second_affinity_term(void) {
 static void test_volume_zone(void) {
   const char *a = nth_zone("ecs.g7.xlarge", "on-demand", 0), *b = nth_zone("ecs.g7.xlarge", "on-demand", 1);
   CHECK(a && b);
-  CHECK_INT(pt_post(&f, "/api/v1/persistentvolumes",
-                    json_pack("{s:s, s:s, s:{s:s}, s:{s:{s:{s:[{s:[{s:s, s:s, s:[s]}]}]}}}}", "apiVersion",
-                              "v1", "kind", "PersistentVolume", "metadata", "name", "pv-a", "spec",
-                              "nodeAffinity", "required", "nodeSelectorTerms", "matchExpressions", "key",
-                              LP_LABEL_ZONE, "operator", "In", "values", a)),
-            201);
-  CHECK_INT(
-      pt_post(&f, "/api/v1/namespaces/default/persistentvolumeclaims",
-              json_pack("{s:s, s:s, s:{s:s}, s:{s:s}}", "apiVersion", "v1", "kind", "PersistentVolumeClaim",
-                        "metadata", "name", "data", "spec", "volumeName", "pv-a")),
-      201);
+  pt_bound_volume(&f, "pv-a", "data", a);
   node_at("v1", a, NULL);
   node_at("v2", b, NULL);
   pod_full("vol", "v1", "500m", NULL,

@@ -494,16 +494,7 @@ static json_t *claim_volume(const char *claim) {
  * allowed only in zone i pins it to i; a claim that does not exist gets no NodeClaim, and the pod a
  * FailedScheduling event naming it. */
 static void test_volume_topology(void) {
-  CHECK_INT(pt_post(&f, "/api/v1/persistentvolumes",
-                    json_pack("{s:s, s:s, s:{s:s}, s:{s:{s:{s:[o]}}}}", "apiVersion", "v1", "kind",
-                              "PersistentVolume", "metadata", "name", "pv-j", "spec", "nodeAffinity",
-                              "required", "nodeSelectorTerms", zone_term("cn-hangzhou-j"))),
-            201);
-  CHECK_INT(
-      pt_post(&f, "/api/v1/namespaces/default/persistentvolumeclaims",
-              json_pack("{s:s, s:s, s:{s:s}, s:{s:s}}", "apiVersion", "v1", "kind", "PersistentVolumeClaim",
-                        "metadata", "name", "bound", "spec", "volumeName", "pv-j")),
-      201);
+  pt_bound_volume(&f, "pv-j", "bound", "cn-hangzhou-j");
   CHECK_INT(pt_post(&f, "/apis/storage.k8s.io/v1/storageclasses",
                     json_pack("{s:s, s:s, s:{s:s}, s:s, s:[{s:[{s:s, s:[s]}]}]}", "apiVersion",
                               "storage.k8s.io/v1", "kind", "StorageClass", "metadata", "name", "zonal-i",
