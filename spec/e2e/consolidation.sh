@@ -3,9 +3,11 @@
 # 30 leaves its nodes underutilized; the disruption controller deletes or replaces them until the 30
 # pods run on fewer nodes that cost less, never disrupting more nodes at once than the NodePool's
 # budget allows, and every pod runs again at the end (the ReplicaSet recreates what a drain evicts,
-# the real scheduler binds it). Three replicas with hostname anti-affinity get three nodes; scaled to
-# zero, they leave empty nodes, which emptiness deletes once consolidateAfter has passed, while a pod
-# annotated karpenter.sh/do-not-disrupt keeps its node.
+# the real scheduler binds it). Eight replicas spread over the zones (maxSkew 1), scaled to three, are
+# not skewed further by the consolidation that follows, and none is left pending. Three replicas with
+# hostname anti-affinity get three nodes; scaled to zero, they leave empty nodes, which emptiness
+# deletes once consolidateAfter has passed, while a pod annotated karpenter.sh/do-not-disrupt keeps its
+# node.
 source "$(dirname "$0")/lib.sh"
 BUDGET_PERCENT=20
 
@@ -65,6 +67,50 @@ decisions_single="$(metric a 'luaprov_voluntary_disruption_decisions_total{decis
 replaced="$(metric a 'luaprov_voluntary_disruption_decisions_total{decision="replace",reason="underutilized",consolidation_type="single"}')"
 figure "consolidation decisions: multi-node delete ${decisions:-0}, single-node delete ${decisions_single:-0}, single-node replace ${replaced:-0}"
 no_empty_nodes web
+
+step "zone spread through consolidation: 8 replicas spread over the zones, scaled to 3, stay spread"
+kc apply -f - >/dev/null <<'JSON'
+{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"zonal","namespace":"default"},
+ "spec":{"replicas":8,"selector":{"matchLabels":{"app":"zonal"}},"template":{"metadata":{"labels":{"app":"zonal"}},
+ "spec":{"terminationGracePeriodSeconds":5,"topologySpreadConstraints":[{"maxSkew":1,
+   "topologyKey":"topology.kubernetes.io/zone","whenUnsatisfiable":"DoNotSchedule",
+   "labelSelector":{"matchLabels":{"app":"zonal"}}}],
+ "containers":[{"name":"app","image":"registry.k8s.io/pause:3.10","resources":{"requests":{"cpu":"1","memory":"1Gi"}}}]}}}}
+JSON
+# zone_skew APP: the most minus the fewest pods of APP Running per zone, over the zones of every Node.
+# kube-scheduler counts the zones of the nodes there are when it binds, so a burst onto the nodes of
+# one zone may be skewed more than maxSkew once other zones' nodes come.
+zone_skew() {
+  kc get nodes -o json | jq -c '[.items[] | {(.metadata.name): .metadata.labels["topology.kubernetes.io/zone"]}] | add' \
+    >"$WORK/zones.json"
+  kc get pods -l "app=$1" --field-selector status.phase=Running -o json | jq --slurpfile z "$WORK/zones.json" '
+    ($z[0] | [.[]] | unique | map({(.): 0}) | add) as $zero
+    | reduce (.items[] | $z[0][.spec.nodeName]) as $zone ($zero; .[$zone] += 1)
+    | [.[]] | max - min'
+}
+wait_until "8 pods of zonal Running" 240 running_is zonal 8
+skew_before="$(zone_skew zonal)" nodes_before="$(count nodes)" cost_before="$(cost)"
+kc scale deployment zonal --replicas 3 >/dev/null
+wait_until "3 pods of zonal Running" 60 running_is zonal 3
+# the ReplicaSet picks which replicas go, not by zone: what consolidation starts from may be skewed more
+skew_scaled="$(zone_skew zonal)" allowed_skew=1
+((skew_scaled > allowed_skew)) && allowed_skew=$skew_scaled
+t0=$SECONDS quiet_since=0 deadline=$((SECONDS + 300)) worst=0
+while :; do
+  ((SECONDS < deadline)) || fail "zonal not settled after 300 s: $(running_pods -l app=zonal) running"
+  skew="$(zone_skew zonal)"
+  if running_is zonal 3 && [[ "$(pending_pods)" == 0 && "$(disrupting)" == 0 ]] && settled; then
+    ((skew > worst)) && worst=$skew
+    ((quiet_since == 0)) && quiet_since=$SECONDS
+    ((SECONDS - quiet_since >= 30)) && break
+  else
+    quiet_since=0
+  fi
+  sleep 1
+done
+((worst <= allowed_skew)) || fail "consolidation left the 3 zonal replicas with a zone skew of $worst (maxSkew 1, $skew_scaled after the scale-down)"
+figure "zone spread: 8 replicas (skew $skew_before) -> 3 (skew $skew_scaled) -> consolidated, skew $worst (maxSkew 1), $nodes_before -> $(count nodes) nodes, $cost_before -> $(cost) CNY/h in $((SECONDS - t0)) s"
+kc scale deployment zonal --replicas 0 >/dev/null
 
 step "a do-not-disrupt pod keeps its node; scaled to zero, the other nodes are empty and go"
 kc apply -f - >/dev/null <<'JSON'
