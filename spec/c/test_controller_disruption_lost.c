@@ -7,6 +7,8 @@
  *   stored, both answers lost  the candidate waits, not chosen again; a check by name finds the
  *                              replacement: marked with it
  *   not stored (503 twice)     the candidate waits; the check finds nothing: a new replacement
+ *   refused (403)              nothing on its way: the next pass untaints the candidate's Node at once,
+ *                              without waiting out DZ_CHECK_AFTER_S on the controllers' clock
  * Each time exactly one replacement is made, the candidate is marked with it and replaced as usual
  * (deleted once the replacement initialized). The manager talks to the API through a client that gives
  * up after 0.5 s; the checks by name wait on the controllers' clock, which the test moves.
@@ -166,6 +168,47 @@ static void test_not_stored(void) {
   free(candidate);
 }
 
+/* A ctrl_wait_for condition: the Kubernetes simulator's first fault rule fired at least once. */
+static int fault_fired(ctrl_fixture *fx, const void *ud) {
+  (void)ud;
+  return ctrl_kube_fault_fired(fx) >= 1;
+}
+
+/* A ctrl_wait_for condition: the candidate (a const char *) is neither being deleted nor marked, and its
+ * Node is there without the karpenter.sh/disrupted taint. */
+static int candidate_untainted(ctrl_fixture *fx, const void *name) {
+  json_t *c = dt_claim(fx, name);
+  const char *node_name = lp_obj_str(c, "status.nodeName");
+  char path[256];
+  snprintf(path, sizeof path, "/api/v1/nodes/%s", node_name ? node_name : "");
+  json_t *node = node_name ? ctrl_get(fx, path) : NULL;
+  int ok = c && !lp_obj_deleting(c) && !dt_annotation(c, DZ_ANNOTATION_REPLACED_BY) && node &&
+           !dz_node_disrupted(node);
+  json_decref(node);
+  json_decref(c);
+  return ok;
+}
+
+/* Every create of the replacement refused (403: nothing stored, nothing on its way): the Node tainted
+ * for it is untainted by the next pass, the controllers' clock standing still (a refused create is not
+ * a lost answer to wait out); once creates pass again, the candidate is replaced once as usual. */
+static void test_refused(void) {
+  char *candidate =
+      drift_then_fault("5", "{\"verb\":\"create\",\"resource\":\"nodeclaims\",\"status\":403}", 0);
+  if (!candidate) return;
+  follow w = {.candidate = candidate};
+  CHECK(ctrl_wait_for(&f, 10, fault_fired, NULL)); /* its Node was tainted before the create */
+  dt_set_budgets(&f, NO_BUDGET);                   /* no new attempt taints it again */
+  CHECK(ctrl_wait_for(&f, 10, candidate_untainted, candidate));
+  look(&w);
+  CHECK_INT(w.replacements, 0);
+
+  json_decref(ctrl_admin(&f, "kubernetes", "DELETE", "/_sim/faults", NULL));
+  dt_set_budgets(&f, ONE_BUDGET);
+  check_replaced_once(&w);
+  free(candidate);
+}
+
 static const lp_controller_def *const controllers[] = {
     &lp_nodeclass_controller, &lp_nodeclaim_lifecycle_controller, &lp_termination_controller,
     &lp_drift_controller,     &lp_disruption_controller,          NULL};
@@ -183,6 +226,7 @@ int main(void) {
   RUN(test_answer_lost_once);
   RUN(test_answers_lost_twice);
   RUN(test_not_stored);
+  RUN(test_refused);
   ctrl_fixture_stop(&f);
   return check_summary();
 }
