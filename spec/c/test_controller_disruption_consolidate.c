@@ -5,8 +5,9 @@
  * many as the Underutilized budget allows in one decision, once it held 15 s on the controllers' clock
  * (the test moves it), and every evicted pod, created again as a ReplicaSet would, finds a place on the
  * nodes left; the expireAfter fraction in the disruption cost; a single big node replaced by a cheaper
- * one; a PodDisruptionBudget holding a node; three nodes replaced by one; a node whose pod would break
- * its zone spread anywhere else stays. The test writes the Consolidatable condition itself.
+ * one; a PodDisruptionBudget holding a node, two that both select its pods holding it too; three nodes
+ * replaced by one; a node whose pod would break its zone spread anywhere else stays. The test writes the
+ * Consolidatable condition itself.
  *
  * Simulated time runs 20 times faster than the wall clock, so instances boot in under a second. */
 #include <stdio.h>
@@ -342,6 +343,51 @@ static void test_pdb_blocks(void) {
   free(name);
 }
 
+#define PDBS "/apis/policy/v1/namespaces/default/poddisruptionbudgets"
+
+/* A PodDisruptionBudget named name selecting app=web that allows one eviction. */
+static void post_pdb_allowing_one(const char *name) {
+  CHECK_INT(ctrl_kube_pack(&f, "POST", PDBS, "{s:s, s:s, s:{s:s}, s:{s:i, s:{s:{s:s}}}}", "apiVersion",
+                           "policy/v1", "kind", "PodDisruptionBudget", "metadata", "name", name, "spec",
+                           "maxUnavailable", 1, "selector", "matchLabels", "app", "web"),
+            201);
+}
+
+/* A ctrl_wait_for condition: the controllers' cache shows the PodDisruptionBudget default/<name> allowing
+ * a disruption. */
+static int pdb_allows(ctrl_fixture *fx, const void *name) {
+  char key[128];
+  snprintf(key, sizeof key, "default/%s", (const char *)name);
+  const json_t *pdb = lp_env_get(lp_controllers_env(fx->manager), LP_KIND_PDB, key);
+  return json_integer_value(lp_obj_get(pdb, "status.disruptionsAllowed")) >= 1;
+}
+
+static int blocked_by_two_pdbs(ctrl_fixture *fx, const void *name) {
+  mono += 0.5;
+  return ctrl_has_event_message(fx, name, "DisruptionBlocked",
+                                "is selected by PodDisruptionBudgets default/");
+}
+
+/* Two PodDisruptionBudgets that each allow an eviction but both select the pods on the last node keep
+ * it as well: the Eviction API refuses a pod more than one budget selects. */
+static void test_two_pdbs(void) {
+  json_t *items = dt_pool_claims(&f);
+  CHECK_INT(json_array_size(items), 1);
+  char *name = strdup(lp_obj_name(json_array_get(items, 0)) ?: "");
+  json_decref(items);
+  CHECK_INT(ctrl_kube_pack(&f, "DELETE", PDBS "/web-pdb", NULL), 200);
+  post_pdb_allowing_one("web-pdb-a");
+  post_pdb_allowing_one("web-pdb-b");
+  CHECK(ctrl_wait_for(&f, 10, pdb_allows, "web-pdb-a"));
+  CHECK(ctrl_wait_for(&f, 10, pdb_allows, "web-pdb-b"));
+  dt_set_budgets(&f, "[{\"nodes\":\"100%\"}]"); /* a pass at once */
+  CHECK(ctrl_wait_for(&f, 20, blocked_by_two_pdbs, name));
+  json_t *c = dt_claim(&f, name);
+  CHECK(c && !lp_obj_deleting(c) && !dt_annotation(c, DZ_ANNOTATION_REPLACED_BY));
+  json_decref(c);
+  free(name);
+}
+
 /* ---- several nodes, one replacement ---------------------------------------------------------- */
 
 #define MULTI_TYPE "ecs.g7.4xlarge" /* 16 vCPU */
@@ -520,6 +566,7 @@ int main(void) {
   RUN(test_lifetime_cost);
   RUN(test_single_replace);
   RUN(test_pdb_blocks);
+  RUN(test_two_pdbs);
   RUN(test_multi_replace);
   RUN(test_spread_keeps_node);
   ctrl_fixture_stop(&f);
