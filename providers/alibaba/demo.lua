@@ -1,7 +1,7 @@
--- The Alibaba part of `luaprov demo` (engine/cli/demo_story.c tells the story; docs/demo.md): the
--- node class the demo applies (its spec; apiVersion and kind come from the mapping's descriptor), how
--- its resolved status is summed up, and the edit of the class that drifts the nodes. Data only: the
--- demo reads it as JSON through the mapping's `demo` field.
+-- The Alibaba part of `luaprov demo` (engine/cli/demo_story.c tells the story;
+-- docs/getting-started.md#build-and-try-it): the node class the demo applies (its spec; apiVersion and
+-- kind come from the mapping's descriptor), how its resolved status is summed up, and the edit of the
+-- class that drifts the nodes. Data only: the demo reads it as JSON through the mapping's `demo` field.
 return {
   -- ECSNodeClass "default": vSwitches and security groups by the simulated cluster's discovery tag,
   -- the image by alias (sim/alibaba resolves it to the newest Alibaba Cloud Linux 3 image).

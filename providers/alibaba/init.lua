@@ -78,8 +78,8 @@ M.sim = {
 -- What `luaprov demo` applies and edits for this cloud (providers/alibaba/demo.lua).
 M.demo = demo
 
--- The instance fields this mapping adds to the neutral instance shape (docs/contracts.md#the-instance-
--- shape): `luaprov eval --instance` accepts them besides the neutral ones.
+-- The instance fields this mapping adds to the neutral instance shape
+-- (docs/contracts.md#the-instance-shape): `luaprov eval --instance` accepts them besides the neutral ones.
 M.instance_fields = { "region", "security_group_ids", "vswitch_id" }
 
 -- The drift reasons policies/drift.lua may return besides the engine's own NodeClassDrift
