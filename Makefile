@@ -17,11 +17,11 @@ build:
 
 # The engine's main job: `luaprov demo`, the scripted story against the built-in simulators
 # (provisioning, drift, repair, a hot reload, Bizfly scaling over gRPC); exits 0 when every step
-# checked out.
+# checked out. Also builds luaprov.so (target luaprov_module), which the busted test kit loads.
 run:
 	@tools/install-deps.sh build
 	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) -DLUAPROV_WERROR=ON >/dev/null
-	@cmake --build $(BUILD) -j $(JOBS) --target luaprov
+	@cmake --build $(BUILD) -j $(JOBS) --target luaprov luaprov_module
 	@$(BUILD)/luaprov demo
 
 # Every test under ctest: C unit tests, busted specs, integration tests, luacheck and clang-format, and
