@@ -1,5 +1,5 @@
-/* luaprov check [DIR...]: load every script of each tree in the sandbox and validate the contracts
- * of the entry modules present (docs/contracts.md). One "file:line: message" line per problem. */
+/* luaprov check [--scripts DIR] [DIR...]: load every script of each tree in the sandbox and validate the
+ * contracts of the entry modules present (docs/contracts.md). One "file:line: message" line per problem. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,15 +11,15 @@
 #include "script/tree.h"
 
 static const char usage[] =
-    "usage: luaprov check [--log-level LEVEL] [DIR...]\n"
+    "usage: luaprov check [--scripts DIR] [--log-level LEVEL] [--log-format json|text] [DIR...]\n"
     "\n"
     "Loads every script under DIR/policies and DIR/providers in the sandbox (as the engine does on\n"
     "reload) and validates the contract of each entry module present: policies/drift.lua,\n"
     "policies/repair.lua, policies/tags.lua, policies/disruption.lua, the CloudProvider mapping\n"
     "(" LUAPROV_CLOUDPROVIDER_MAPPING "), providers/bizfly/init.lua.\n"
     "Modules a tree does not hold come from the default tree, as at run time.\n"
-    "Without DIR, checks the default tree. Prints one 'file:line: message' line per problem and\n"
-    "exits 1 when there is any.\n";
+    "--scripts DIR is the same as DIR (the flag every command takes). Without DIR, checks the default\n"
+    "tree. Prints one 'file:line: message' line per problem and exits 1 when there is any.\n";
 
 /* At load time scripts must not do I/O: a host that can never yield makes luaprov.http.request
  * raise the same error it raises in the engine. */
@@ -77,28 +77,25 @@ static int check_tree(const char *dir, const char *defaults) {
 }
 
 int lp_cmd_check(int argc, char **argv) {
-  if (lp_cli_wants_help(argc, argv)) {
+  const char *dirs[64], *scripts = NULL;
+  const lp_cli_opt opts[] = {{"--scripts", &scripts, NULL}, {NULL, NULL, NULL}};
+  lp_cli_args a = {.cmd = "check", .opts = opts, .positional = dirs + 1, .max_positional = 63};
+  int parsed = lp_cli_parse(&a, argc, argv);
+  if (parsed == LP_CLI_HELP) {
     fputs(usage, stdout);
     return 0;
   }
-  const char *level = NULL;
-  const char *dirs[64];
-  int ndirs = 0;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--log-level") == 0 && i + 1 < argc) {
-      level = argv[++i];
-    } else if (argv[i][0] == '-') {
-      fprintf(stderr, "luaprov check: unknown option '%s'\n\n%s", argv[i], usage);
-      return 2;
-    } else if (ndirs < 64) {
-      dirs[ndirs++] = argv[i];
-    }
-  }
+  if (parsed != LP_CLI_OK) return 2;
+  /* --scripts DIR is the tree every command takes; positional trees are checked after it */
+  int ndirs = a.npositional;
+  const char **first = dirs + 1;
+  if (scripts) *--first = scripts, ndirs++;
+  const char *level = a.log_level;
   if (!level && !getenv("LUAPROV_LOG_LEVEL")) level = "warn"; /* check talks through its own output */
-  if (lp_cli_configure_logging(level, NULL) != 0) return 2;
+  if (lp_cli_configure_logging(level, a.log_format) != 0) return 2;
   const char *defaults = lp_default_scripts_dir();
-  if (ndirs == 0) dirs[ndirs++] = defaults;
+  if (ndirs == 0) first[ndirs++] = defaults;
   int failed = 0;
-  for (int i = 0; i < ndirs; i++) failed |= check_tree(dirs[i], defaults);
+  for (int i = 0; i < ndirs; i++) failed |= check_tree(first[i], defaults);
   return failed ? 1 : 0;
 }

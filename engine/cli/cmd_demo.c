@@ -14,7 +14,7 @@
 #include "script/tree.h"
 
 static const char usage[] =
-    "usage: luaprov demo [--speed N] [--keep]\n"
+    "usage: luaprov demo [--speed N] [--keep] [--log-level LEVEL] [--log-format json|text]\n"
     "\n"
     "Tells the engine's story against the built-in simulators, with no cluster and no cloud account: a\n"
     "`luaprov run --sim` child serves the simulated Kubernetes API and clouds, the controllers and the\n"
@@ -87,26 +87,25 @@ static void summary(demo *d, int engine_status) {
 }
 
 int lp_cmd_demo(int argc, char **argv) {
-  if (lp_cli_wants_help(argc, argv)) {
+  demo d = {.speed = 10};
+  int keep = 0;
+  const char *speed = NULL;
+  const lp_cli_opt opts[] = {{"--speed", &speed, NULL}, {"--keep", NULL, &keep}, {NULL, NULL, NULL}};
+  lp_cli_args a = {.cmd = "demo", .opts = opts};
+  int parsed = lp_cli_parse(&a, argc, argv);
+  if (parsed == LP_CLI_HELP) {
     fputs(usage, stdout);
     return 0;
   }
-  demo d = {.speed = 10};
-  int keep = 0;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--speed") == 0 && i + 1 < argc) {
-      d.speed = atof(argv[++i]);
-      if (d.speed <= 0 || d.speed > 1000) {
-        fprintf(stderr, "luaprov demo: --speed must be a number from 0 (excluded) to 1000\n");
-        return 2;
-      }
-    } else if (strcmp(argv[i], "--keep") == 0) {
-      keep = 1;
-    } else {
-      fprintf(stderr, "luaprov demo: unknown option '%s'\n\n%s", argv[i], usage);
-      return 2;
-    }
+  if (parsed != LP_CLI_OK) return 2;
+  if (speed) {
+    char *end;
+    d.speed = strtod(speed, &end);
+    if (*end || d.speed <= 0 || d.speed > 1000)
+      return lp_cli_usage_error("demo", "--speed must be a number from 0 (excluded) to 1000, got '%s'",
+                                speed);
   }
+  if ((a.log_level || a.log_format) && lp_cli_configure_logging(a.log_level, a.log_format) != 0) return 2;
   snprintf(d.workdir, sizeof d.workdir, "%s/luaprov-demo-XXXXXX",
            getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   if (!mkdtemp(d.workdir) || prepare(&d) != 0) {

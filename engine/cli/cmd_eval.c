@@ -20,7 +20,8 @@
 #include "script/tree.h"
 
 static const char usage[] =
-    "usage: luaprov eval drift  --nodeclaim F --nodeclass F --instance F [--nodepool F] [--scripts DIR]\n"
+    "usage: luaprov eval drift  --nodeclaim F --nodeclass F --instance F [--nodepool F] [--now TIME]\n"
+    "                           [--scripts DIR]\n"
     "       luaprov eval repair [--scripts DIR]\n"
     "       luaprov eval tags   --nodeclaim F --nodeclass F [--cluster-id ID] [--SETTING VALUE] [--scripts "
     "DIR]\n"
@@ -51,14 +52,18 @@ static const char usage[] =
     "shape of docs/contracts.md#the-instance-shape. instance-types and user-data call the cloud API at\n"
     "--endpoint (e.g. `luaprov sim`). --SETTING VALUE sets one of the mapping's settings (`luaprov run\n"
     "--help` lists them), else the environment, else their simulator values.\n"
+    "--now TIME (every verb) is the time the policies see (luaprov.time, ctx.now): epoch seconds or RFC\n"
+    "3339, e.g. 2026-12-01T00:00:00Z, to dry-run a time-dependent policy at a boundary (default: now).\n"
     "On failure prints {\"error\": \"...\"} and exits 1.\n";
 
 typedef struct eval_args {
   const char *what;
   const char *files[6]; /* nodeclaim, nodeclass, instance, nodepool, node, pods */
   const char *scripts, *cluster_id, *endpoint, *capacity_type;
-  const char *reason, *method, *now; /* disruption's ctx */
-  json_t *flags;                     /* --SETTING VALUE: the mapping's settings (contract/settings.h) */
+  const char *reason, *method, *now; /* disruption's ctx; --now is also luaprov.time's clock */
+  double now_t;                      /* --now parsed (epoch seconds) */
+  const char *log_level, *log_format;
+  json_t *flags; /* --SETTING VALUE: the mapping's settings (contract/settings.h) */
 } eval_args;
 
 enum { F_NODECLAIM, F_NODECLASS, F_INSTANCE, F_NODEPOOL, F_NODE, F_PODS, F_COUNT };
@@ -432,17 +437,7 @@ static json_t *disruption_ctx(const eval_args *a, json_t **objects, lp_error **e
                  method);
     return NULL;
   }
-  double now = lp_clock_wall();
-  if (a->now) {
-    char *end = NULL;
-    now = strtod(a->now, &end);
-    if (end == a->now || *end) now = lp_rfc3339_parse(a->now);
-    if (now < 0) {
-      lp_error_set(err, "Usage",
-                   "--now %s: give epoch seconds (1796205600) or RFC 3339 (2026-12-02T10:00:00Z)", a->now);
-      return NULL;
-    }
-  }
+  double now = a->now ? a->now_t : lp_clock_wall();
   const char *pool =
       json_string_value(json_object_get(json_object_get(objects[F_NODEPOOL], "metadata"), "name"));
   if (!pool)
@@ -546,41 +541,46 @@ static json_t *eval_user_data(lp_script_host *h, json_t *ctx, json_t **objects, 
   return out;
 }
 
+/* argv[0] is the verb (drift, tags, ...). */
 static int parse_args(int argc, char **argv, eval_args *a) {
-  static const char *const file_flags[] = {"--nodeclaim", "--nodeclass", "--instance",
-                                           "--nodepool",  "--node",      "--pods"};
-  a->what = argv[1];
-  for (int i = 2; i < argc; i++) {
-    const char *value = i + 1 < argc ? argv[i + 1] : NULL;
-    int matched = 0;
-    for (int f = 0; f < F_COUNT && !matched; f++)
-      if (strcmp(argv[i], file_flags[f]) == 0 && value) a->files[f] = value, matched = 1;
-    if (matched) {
-      i++;
-      continue;
-    }
-    if (!value) return -1;
-    if (strcmp(argv[i], "--scripts") == 0)
-      a->scripts = value;
-    else if (strcmp(argv[i], "--cluster-id") == 0)
-      a->cluster_id = value;
-    else if (strcmp(argv[i], "--endpoint") == 0)
-      a->endpoint = value;
-    else if (strcmp(argv[i], "--capacity-type") == 0)
-      a->capacity_type = value;
-    else if (strcmp(argv[i], "--reason") == 0)
-      a->reason = value;
-    else if (strcmp(argv[i], "--method") == 0)
-      a->method = value;
-    else if (strcmp(argv[i], "--now") == 0)
-      a->now = value;
-    else if (strncmp(argv[i], "--", 2) == 0 && argv[i][2]) /* a setting: checked once the mapping loads */
-      json_object_set_new(a->flags, argv[i] + 2, json_string(value));
-    else
-      return -1;
-    i++;
-  }
-  return 0;
+  a->what = argv[0];
+  const lp_cli_opt opts[] = {{"--nodeclaim", &a->files[F_NODECLAIM], NULL},
+                             {"--nodeclass", &a->files[F_NODECLASS], NULL},
+                             {"--instance", &a->files[F_INSTANCE], NULL},
+                             {"--nodepool", &a->files[F_NODEPOOL], NULL},
+                             {"--node", &a->files[F_NODE], NULL},
+                             {"--pods", &a->files[F_PODS], NULL},
+                             {"--scripts", &a->scripts, NULL},
+                             {"--cluster-id", &a->cluster_id, NULL},
+                             {"--endpoint", &a->endpoint, NULL},
+                             {"--capacity-type", &a->capacity_type, NULL},
+                             {"--reason", &a->reason, NULL},
+                             {"--method", &a->method, NULL},
+                             {"--now", &a->now, NULL},
+                             {NULL, NULL, NULL}};
+  /* an unknown --NAME VALUE is a setting: checked once the mapping loads */
+  lp_cli_args args = {.cmd = "eval", .opts = opts, .settings = a->flags};
+  int parsed = lp_cli_parse(&args, argc, argv);
+  a->log_level = args.log_level;
+  a->log_format = args.log_format;
+  return parsed;
+}
+
+/* --now as epoch seconds into a->now_t; -1 with *err when it is neither epoch seconds nor RFC 3339. */
+static int parse_now(eval_args *a, lp_error **err) {
+  if (!a->now) return 0;
+  char *end = NULL;
+  a->now_t = strtod(a->now, &end);
+  if (end == a->now || *end) a->now_t = lp_rfc3339_parse(a->now);
+  if (a->now_t >= 0) return 0;
+  lp_error_set(err, "Usage", "--now %s: give epoch seconds (1796205600) or RFC 3339 (2026-12-02T10:00:00Z)",
+               a->now);
+  return -1;
+}
+
+/* luaprov.time.now for the policies: the --now time. */
+static double fixed_now(void *ud) {
+  return *(const double *)ud;
 }
 
 static json_t *evaluate(uv_loop_t *loop, lp_script_host *h, const eval_args *a, json_t **objects,
@@ -616,22 +616,30 @@ static json_t *evaluate(uv_loop_t *loop, lp_script_host *h, const eval_args *a, 
 int lp_cmd_eval(int argc, char **argv) {
   static const char *const kinds[] = {"drift",          "repair",    "tags", "disruption",
                                       "instance-types", "user-data", NULL};
-  if (lp_cli_wants_help(argc, argv) || argc < 2) {
-    fputs(usage, argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+  if (argc >= 2 && lp_cli_wants_help(2, argv)) { /* luaprov eval --help */
+    fputs(usage, stdout);
+    return 0;
   }
-  eval_args a = {.cluster_id = "luaprov", .capacity_type = "on-demand", .flags = json_object()};
+  if (argc < 2)
+    return lp_cli_usage_error("eval", "missing what to evaluate: drift, repair, tags, disruption, "
+                                      "instance-types or user-data");
   int known = 0;
   for (const char *const *k = kinds; *k; k++) known |= strcmp(argv[1], *k) == 0;
-  if (!known || parse_args(argc, argv, &a) != 0) {
-    fprintf(stderr, "luaprov eval: bad arguments\n\n%s", usage);
+  if (!known) return lp_cli_unknown_choice("eval", "subcommand", argv[1], kinds);
+  eval_args a = {.cluster_id = "luaprov", .capacity_type = "on-demand", .flags = json_object()};
+  int parsed = parse_args(argc - 1, argv + 1, &a);
+  if (parsed != LP_CLI_OK) {
+    if (parsed == LP_CLI_HELP) fputs(usage, stdout);
+    json_decref(a.flags);
+    return parsed == LP_CLI_HELP ? 0 : 2;
+  }
+  const char *level = a.log_level                   ? a.log_level
+                      : getenv("LUAPROV_LOG_LEVEL") ? NULL
+                                                    : "warn"; /* stdout is the answer */
+  if (lp_cli_configure_logging(level, a.log_format) != 0) {
     json_decref(a.flags);
     return 2;
   }
-  if (!getenv("LUAPROV_LOG_LEVEL"))
-    lp_cli_configure_logging("warn", NULL); /* stdout is the answer */
-  else
-    lp_cli_configure_logging(NULL, NULL);
 
   /* which files each verb needs */
   int needs[F_COUNT] = {0};
@@ -649,6 +657,7 @@ int lp_cmd_eval(int argc, char **argv) {
   lp_http_client *http = NULL;
   lp_script_host *h = NULL;
   json_t *out = NULL;
+  if (!err) parse_now(&a, &err);
   if (!err) http = lp_http_client_new(&loop, NULL, &err);
   if (!err) {
     lp_script_host_config cfg = {
@@ -657,6 +666,8 @@ int lp_cmd_eval(int argc, char **argv) {
         .defaults_dir = lp_default_scripts_dir(),
         .modules = lp_contract_modules,
         .http = http,
+        .now = a.now ? fixed_now : NULL,
+        .now_ud = &a.now_t,
     };
     lp_problems problems = {0};
     h = lp_script_host_new(&cfg, &problems);

@@ -95,66 +95,46 @@ static char *unknown_setting(const char *scripts_dir, const json_t *flags) {
 }
 
 int lp_cmd_run(int argc, char **argv) {
-  if (lp_cli_wants_help(argc, argv)) {
-    print_usage(stdout, scripts_arg(argc, argv));
-    return 0;
-  }
   json_t *flags = json_object(); /* --SETTING VALUE, checked against the mapping below */
   lp_engine_options opts = {.metrics_port = 8080, .provider_flags = flags};
-  const char *level = NULL, *format = NULL, *metrics_addr = NULL, *grpc_addr = NULL, *config = NULL;
+  const char *metrics_addr = NULL, *grpc_addr = NULL, *config = NULL, *shutdown = NULL;
   char *metrics_host = NULL, *grpc_host = NULL;
-  for (int i = 1; i < argc; i++) {
-    const char *arg = argv[i];
-    const char *value = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(arg, "--scripts") == 0 && value)
-      opts.scripts_dir = value;
-    else if (strcmp(arg, "--metrics-addr") == 0 && value)
-      metrics_addr = value;
-    else if (strcmp(arg, "--shutdown-timeout") == 0 && value)
-      opts.shutdown_timeout_ms = (unsigned)(atof(value) * 1000);
-    else if (strcmp(arg, "--ca-file") == 0 && value)
-      opts.ca_file = value;
-    else if (strcmp(arg, "--log-level") == 0 && value)
-      level = value;
-    else if (strcmp(arg, "--log-format") == 0 && value)
-      format = value;
-    else if (strcmp(arg, "--grpc-addr") == 0 && value)
-      grpc_addr = value;
-    else if (strcmp(arg, "--grpc-cert") == 0 && value)
-      opts.grpc_cert = value;
-    else if (strcmp(arg, "--grpc-key") == 0 && value)
-      opts.grpc_key = value;
-    else if (strcmp(arg, "--grpc-ca") == 0 && value)
-      opts.grpc_ca = value;
-    else if (strcmp(arg, "--bizfly-cluster") == 0 && value)
-      opts.bizfly_cluster = value;
-    else if (strcmp(arg, "--config") == 0 && value)
-      config = value;
-    else if (strcmp(arg, "--kubeconfig") == 0 && value)
-      opts.kubeconfig = value;
-    else if (strcmp(arg, "--cluster-id") == 0 && value)
-      opts.cluster_id = value;
-    else if (strcmp(arg, "--leader-elect") == 0) {
-      opts.leader_elect = 1;
-      continue; /* takes no value */
-    } else if (strcmp(arg, "--sim") == 0) {
-      opts.sim = 1;
-      continue; /* takes no value */
-    } else if (strncmp(arg, "--", 2) == 0 && arg[2] && value) {
-      json_object_set_new(flags, arg + 2, json_string(value));
-    } else {
-      fprintf(stderr, "luaprov run: %s '%s'\n\n",
-              value || arg[0] != '-' ? "unknown option" : "missing value for", arg);
-      print_usage(stderr, opts.scripts_dir);
+  const lp_cli_opt options[] = {{"--scripts", &opts.scripts_dir, NULL},
+                                {"--metrics-addr", &metrics_addr, NULL},
+                                {"--shutdown-timeout", &shutdown, NULL},
+                                {"--ca-file", &opts.ca_file, NULL},
+                                {"--grpc-addr", &grpc_addr, NULL},
+                                {"--grpc-cert", &opts.grpc_cert, NULL},
+                                {"--grpc-key", &opts.grpc_key, NULL},
+                                {"--grpc-ca", &opts.grpc_ca, NULL},
+                                {"--bizfly-cluster", &opts.bizfly_cluster, NULL},
+                                {"--config", &config, NULL},
+                                {"--kubeconfig", &opts.kubeconfig, NULL},
+                                {"--cluster-id", &opts.cluster_id, NULL},
+                                {"--leader-elect", NULL, &opts.leader_elect},
+                                {"--sim", NULL, &opts.sim},
+                                {NULL, NULL, NULL}};
+  lp_cli_args a = {.cmd = "run", .opts = options, .settings = flags};
+  int parsed = lp_cli_parse(&a, argc, argv);
+  if (parsed != LP_CLI_OK) {
+    if (parsed == LP_CLI_HELP) print_usage(stdout, scripts_arg(argc, argv));
+    json_decref(flags);
+    return parsed == LP_CLI_HELP ? 0 : 2;
+  }
+  const char *level = a.log_level, *format = a.log_format;
+  if (shutdown) {
+    char *end;
+    double seconds = strtod(shutdown, &end);
+    if (*end || seconds < 0) {
       json_decref(flags);
-      return 2;
+      return lp_cli_usage_error("run", "--shutdown-timeout needs a number of seconds >= 0, got '%s'",
+                                shutdown);
     }
-    i++;
+    opts.shutdown_timeout_ms = (unsigned)(seconds * 1000);
   }
   char *unknown = unknown_setting(opts.scripts_dir, flags);
   if (unknown) {
-    fprintf(stderr, "luaprov run: %s\n\n", unknown);
-    print_usage(stderr, opts.scripts_dir);
+    lp_cli_usage_error("run", "%s", unknown);
     free(unknown);
     json_decref(flags);
     return 2;
@@ -167,13 +147,13 @@ int lp_cmd_run(int argc, char **argv) {
   opts.metrics_host = metrics_host;
   int tls_files = !!opts.grpc_cert + !!opts.grpc_key + !!opts.grpc_ca;
   if (tls_files != 0 && tls_files != 3) {
-    fprintf(stderr, "luaprov run: mTLS needs all three of --grpc-cert, --grpc-key and --grpc-ca (or none "
-                    "for plaintext h2c)\n");
+    lp_cli_usage_error("run", "mTLS needs all three of --grpc-cert, --grpc-key and --grpc-ca (or none for "
+                              "plaintext h2c)");
     free(metrics_host);
     return 2;
   }
   if (tls_files && !grpc_addr) {
-    fprintf(stderr, "luaprov run: --grpc-cert, --grpc-key and --grpc-ca need --grpc-addr\n");
+    lp_cli_usage_error("run", "--grpc-cert, --grpc-key and --grpc-ca need --grpc-addr");
     free(metrics_host);
     return 2;
   }

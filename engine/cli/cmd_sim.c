@@ -92,38 +92,28 @@ static int start_kubelet(uv_loop_t *loop, const char *kubeconfig, double gone_af
 }
 
 int lp_cmd_sim(int argc, char **argv) {
-  if (lp_cli_wants_help(argc, argv)) {
+  const char *addr = NULL, *kubeconfig = NULL, *gone = NULL;
+  double gone_after = 0;
+  const lp_cli_opt options[] = {{"--addr", &addr, NULL},
+                                {"--kubelet-kubeconfig", &kubeconfig, NULL},
+                                {"--node-gone-after", &gone, NULL},
+                                {NULL, NULL, NULL}};
+  lp_cli_args a = {.cmd = "sim", .opts = options};
+  int parsed = lp_cli_parse(&a, argc, argv);
+  if (parsed == LP_CLI_HELP) {
     fputs(usage, stdout);
     return 0;
   }
-  const char *addr = NULL, *level = NULL, *format = NULL, *kubeconfig = NULL;
-  double gone_after = 0;
-  for (int i = 1; i < argc; i++) {
-    const char *value = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(argv[i], "--addr") == 0 && value)
-      addr = value;
-    else if (strcmp(argv[i], "--log-level") == 0 && value)
-      level = value;
-    else if (strcmp(argv[i], "--log-format") == 0 && value)
-      format = value;
-    else if (strcmp(argv[i], "--kubelet-kubeconfig") == 0 && value)
-      kubeconfig = value;
-    else if (strcmp(argv[i], "--node-gone-after") == 0 && value) {
-      char *end;
-      gone_after = strtod(value, &end);
-      if (*end || gone_after <= 0) {
-        fprintf(stderr, "luaprov sim: --node-gone-after needs a number of seconds > 0, got '%s'\n", value);
-        return 2;
-      }
-    } else {
-      fprintf(stderr, "luaprov sim: unknown option '%s'\n\n%s", argv[i], usage);
-      return 2;
-    }
-    i++;
+  if (parsed != LP_CLI_OK) return 2;
+  if (gone) {
+    char *end;
+    gone_after = strtod(gone, &end);
+    if (*end || gone_after <= 0)
+      return lp_cli_usage_error("sim", "--node-gone-after needs a number of seconds > 0, got '%s'", gone);
   }
+  const char *level = a.log_level, *format = a.log_format;
   if (gone_after > 0 && !kubeconfig) {
-    fprintf(stderr, "luaprov sim: --node-gone-after needs --kubelet-kubeconfig\n");
-    return 2;
+    return lp_cli_usage_error("sim", "--node-gone-after needs --kubelet-kubeconfig");
   }
   if (lp_cli_configure_logging(level, format) != 0) return 2;
   lp_sim_options opts = {0};

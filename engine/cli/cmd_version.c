@@ -8,7 +8,10 @@
 #include "luaprov_version.h"
 
 int lp_cmd_version(int argc, char **argv) {
-  if (lp_cli_wants_help(argc, argv)) {
+  lp_cli_args a = {.cmd = "version"};
+  int parsed = lp_cli_parse(&a, argc, argv);
+  if (parsed == LP_CLI_USAGE) return 2;
+  if (parsed == LP_CLI_HELP) {
     puts("usage: luaprov version\n\nPrints the luaprov version and the versions of Lua, libuv and libcurl it "
          "runs on.");
     return 0;

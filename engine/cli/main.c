@@ -24,12 +24,6 @@ static const char usage[] =
     "Run 'luaprov <command> --help' for the options of a command.\n"
     "Environment: LUAPROV_LOG_LEVEL (debug|info|warn|error), LUAPROV_LOG_FORMAT (json|text).\n";
 
-int lp_cli_wants_help(int argc, char **argv) {
-  for (int i = 1; i < argc; i++)
-    if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return 1;
-  return 0;
-}
-
 int lp_cli_configure_logging(const char *level, const char *format) {
   lp_log_level lvl = LP_LOG_INFO;
   lp_log_format fmt = LP_LOG_FORMAT_AUTO;
@@ -76,19 +70,24 @@ bad:
   return -1;
 }
 
+/* The commands: add one here (and to the usage above). */
+static const struct {
+  const char *name;
+  int (*run)(int, char **);
+} commands[] = {{"run", lp_cmd_run},   {"sim", lp_cmd_sim},     {"eval", lp_cmd_eval},
+                {"demo", lp_cmd_demo}, {"check", lp_cmd_check}, {"version", lp_cmd_version}};
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
+
 int main(int argc, char **argv) {
-  static const struct {
-    const char *name;
-    int (*run)(int, char **);
-  } commands[] = {{"run", lp_cmd_run},   {"sim", lp_cmd_sim},     {"eval", lp_cmd_eval},
-                  {"demo", lp_cmd_demo}, {"check", lp_cmd_check}, {"version", lp_cmd_version}};
-  if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
-      strcmp(argv[1], "help") == 0) {
-    fputs(usage, argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+  if (argc < 2) return lp_cli_usage_error(NULL, "missing command");
+  if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+    fputs(usage, stdout);
+    return 0;
   }
   if (strcmp(argv[1], "--version") == 0) return lp_cmd_version(1, argv);
-  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+  const char *names[NCOMMANDS + 1];
+  for (size_t i = 0; i < NCOMMANDS; i++) {
+    names[i] = commands[i].name;
     if (strcmp(argv[1], commands[i].name) == 0) {
       int status = commands[i].run(argc - 1, argv + 1);
       lp_cache_registry_clear();
@@ -96,6 +95,6 @@ int main(int argc, char **argv) {
       return status;
     }
   }
-  fprintf(stderr, "luaprov: unknown command '%s'\n\n%s", argv[1], usage);
-  return 2;
+  names[NCOMMANDS] = NULL;
+  return lp_cli_unknown_choice(NULL, "command", argv[1], names);
 }
