@@ -24,10 +24,10 @@ LUA
 "$LUAPROV" run --scripts "$WORK/scripts" --help | grep -q -- '--zone-hint VALUE .*an operator.s setting' \
   || fail "--help lists the settings of the --scripts tree"
 
-# an option that is no setting: exit 2 and the usage
+# an option that is no setting: exit 2, one line and the hint to --help
 if "$LUAPROV" run --colour blue 2>"$WORK/err"; then fail "--colour accepted"; fi
 grep -q "luaprov run: unknown option '--colour'" "$WORK/err" || fail "unknown option named: $(cat "$WORK/err")"
-grep -q -- '--region VALUE' "$WORK/err" || fail "the usage lists the settings after an unknown option"
+grep -qx "run 'luaprov run --help' for usage" "$WORK/err" || fail "the hint to --help (which lists the settings) after an unknown option"
 
 # a required setting missing: the controllers do not start, and the log says which flag and variables
 unset REGION_ID ALIBABA_CLOUD_REGION_ID
