@@ -1,4 +1,4 @@
-/* The one argument parser of every luaprov command (docs/cli.md): the same spelling for the same
+/* The one argument parser of every luaprov command (engine/cli/README.md): the same spelling for the same
  * flag everywhere, and the same usage errors. A usage error is one line on stderr,
  *   luaprov check: unknown option '--bogus'
  * then "run 'luaprov check --help' for usage", and exit status 2; --help prints the full help, exit 0. */
