@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "contract/error_table.h"
 #include "contract/settings.h"
 #include "contract/shapes.h"
 #include "core/cache.h"
@@ -86,7 +87,7 @@ static void call_done(const lp_task_result *r, void *ud) {
   free(c);
   o->generation = r->generation;
   if (r->error) {
-    next(o, NULL, lp_error_new(r->error->code, "%s", r->error->message));
+    next(o, NULL, lp_error_copy(r->error));
     return;
   }
   json_error_t jerr;
@@ -94,10 +95,7 @@ static void call_done(const lp_task_result *r, void *ud) {
   /* (nil, {code=, message=}) or (nil, "message"): the mapping's operational failure */
   json_t *first = json_array_get(values, 0), *second = json_array_get(values, 1);
   if (json_is_null(first) && second && !json_is_null(second)) {
-    const char *code = json_string_value(json_object_get(second, "code"));
-    const char *message = json_is_string(second) ? json_string_value(second)
-                                                 : json_string_value(json_object_get(second, "message"));
-    lp_error *err = lp_error_new(code ? code : "Error", "%s", message ? message : "(no message)");
+    lp_error *err = lp_error_from_table(second);
     json_decref(o->error_detail);
     o->error_detail = json_incref(second); /* for steps that read more of it */
     json_decref(values);

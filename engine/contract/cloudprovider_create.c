@@ -313,6 +313,8 @@ static void launch_done(op *o, json_t *values, lp_error *err) {
     }
     lp_error *create = lp_error_new("CreateError", "launching NodeClaim %s failed: %s: %s", claim_name(o),
                                     err->code, err->message);
+    lp_error_inherit(create, err);
+    if (!create->reason) lp_error_with(create, LP_ERROR_REASON, err->code); /* the mapping's own code */
     lp_error_free(err);
     cp_finish(o, NULL, create);
     return;

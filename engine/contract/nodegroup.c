@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "contract/error_table.h"
 #include "contract/nodegroup_internal.h"
 #include "core/clock.h"
 #include "core/log.h"
@@ -129,16 +130,13 @@ static void call_done(const lp_task_result *r, void *ud) {
   call_ctx c = *(call_ctx *)ud;
   free(ud);
   if (r->error) {
-    c.next(c.ud, NULL, lp_error_new(r->error->code, "%s", r->error->message), NULL);
+    c.next(c.ud, NULL, lp_error_copy(r->error), NULL);
     return;
   }
   json_t *values = json_loadb(r->json, r->json_len, JSON_DECODE_ANY, NULL);
   json_t *first = json_array_get(values, 0), *second = json_array_get(values, 1);
   if (json_is_null(first) && second && !json_is_null(second)) {
-    const char *code = json_string_value(json_object_get(second, "code"));
-    const char *message = json_is_string(second) ? json_string_value(second)
-                                                 : json_string_value(json_object_get(second, "message"));
-    lp_error *err = lp_error_new(code && *code ? code : "Error", "%s", message ? message : "(no message)");
+    lp_error *err = lp_error_from_table(second);
     c.next(c.ud, NULL, err, json_is_object(second) ? second : NULL);
     json_decref(values);
     return;

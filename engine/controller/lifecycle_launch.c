@@ -15,6 +15,7 @@
 
 #include "controller/conditions.h"
 #include "controller/lifecycle_internal.h"
+#include "core/error_log.h"
 #include "core/log.h"
 
 /* Karpenter's limit on a launch failure's condition message. */
@@ -59,13 +60,12 @@ static char *truncated(const char *text) {
   return lp_xasprintf("%.*s...", (int)n, text);
 }
 
-/* The condition reason of a CreateError: the API code its message carries after "failed: "
- * (docs/contracts.md#create: "launching NodeClaim NAME failed: CODE: text"), kept to what a condition
- * reason may hold, "QuotaExceed.ElasticQuota" -> "QuotaExceedElasticQuota"; "CreateError" without one. */
-static void create_error_reason(const char *message, char out[64]) {
-  const char *p = strstr(message, " failed: ");
+/* The condition reason of a CreateError: the cloud's own code the error carries in its reason field
+ * (docs/contracts.md#create), kept to what a condition reason may hold, "QuotaExceed.ElasticQuota" ->
+ * "QuotaExceedElasticQuota"; "CreateError" without one. */
+static void create_error_reason(const lp_error *err, char out[64]) {
   size_t n = 0;
-  for (p = p ? p + strlen(" failed: ") : ""; *p && *p != ':' && *p != ' ' && n < 63; p++)
+  for (const char *p = err->reason ? err->reason : ""; *p && n < 63; p++)
     if (isalnum((unsigned char)*p) || *p == '_') out[n++] = *p;
   out[n] = '\0';
   if (n == 0 || !isalpha((unsigned char)out[0])) strcpy(out, "CreateError");
@@ -75,25 +75,30 @@ static void launch_failed(lc_run *r, lp_error *err) {
   int ice = strcmp(err->code, "InsufficientCapacity") == 0;
   if (ice || strcmp(err->code, "NodeClassNotReady") == 0) {
     lp_errorlog(lp_controller_logger(r->c), "failed launching nodeclaim",
-                LPF_STR("nodeclaim", lp_obj_name(r->claim)), LPF_STR("code", err->code),
-                LPF_STR("error", err->message));
+                LPF_STR("nodeclaim", lp_obj_name(r->claim)), LPF_ERROR(err));
+    char *described = lp_error_describe(err);
     lp_env_event(r->env, r->stored, "Warning", ice ? "InsufficientCapacityError" : "NodeClassNotReady",
-                 "Failed to launch NodeClaim: %s", err->message);
+                 "Failed to launch NodeClaim: %s", described);
+    free(described);
     lp_error_free(err);
     lc_delete_claim(r, ice ? "insufficient_capacity" : "nodeclass_not_ready");
     return;
   }
   char reason[64];
   char *message;
+  lp_warn(lp_controller_logger(r->c), "failed launching nodeclaim",
+          LPF_STR("nodeclaim", lp_obj_name(r->claim)), LPF_ERROR(err));
+  char *described = lp_error_describe(err);
   if (strcmp(err->code, "CreateError") == 0) {
-    create_error_reason(err->message, reason);
-    message = truncated(err->message);
+    create_error_reason(err, reason);
+    message = truncated(described);
   } else {
     strcpy(reason, "LaunchFailed");
-    char *full = lp_xasprintf("%s: %s", err->code, err->message);
+    char *full = lp_xasprintf("%s: %s", err->code, described);
     message = truncated(full);
     free(full);
   }
+  free(described);
   /* A repeated failure keeps its first message: every answer names a new RequestId, and a status that
    * changes on each retry would requeue itself through its own watch event, defeating the backoff. */
   const char *had = json_string_value(json_object_get(lp_condition_get(r->claim, LC_LAUNCHED), "reason"));

@@ -58,7 +58,7 @@ char *lp_xasprintf(const char *fmt, ...) {
 }
 
 lp_error *lp_error_newv(const char *code, const char *fmt, va_list ap) {
-  lp_error *e = lp_xmalloc(sizeof *e);
+  lp_error *e = lp_xcalloc(1, sizeof *e);
   e->code = lp_xstrdup(code ? code : "Error");
   e->message = vasprintf_x(fmt, ap);
   return e;
@@ -87,9 +87,69 @@ void lp_error_keep_first(lp_error **first, lp_error *err) {
     lp_error_free(err);
 }
 
+static char **part_of(lp_error *e, lp_error_part part) {
+  switch (part) {
+  case LP_ERROR_REASON:
+    return &e->reason;
+  case LP_ERROR_ACTION:
+    return &e->action;
+  case LP_ERROR_REQUEST_ID:
+    return &e->request_id;
+  case LP_ERROR_OBJECT:
+    return &e->object;
+  case LP_ERROR_FILE:
+    return &e->file;
+  case LP_ERROR_HINT:
+    break;
+  }
+  return &e->hint;
+}
+
+static const lp_error_part PARTS[] = {LP_ERROR_REASON, LP_ERROR_ACTION, LP_ERROR_REQUEST_ID,
+                                      LP_ERROR_OBJECT, LP_ERROR_FILE,   LP_ERROR_HINT};
+
+lp_error *lp_error_with(lp_error *e, lp_error_part part, const char *value) {
+  char **slot = part_of(e, part);
+  free(*slot);
+  *slot = value ? lp_xstrdup(value) : NULL;
+  return e;
+}
+
+lp_error *lp_error_at(lp_error *e, const char *file, int line) {
+  lp_error_with(e, LP_ERROR_FILE, file);
+  e->line = file ? line : 0;
+  return e;
+}
+
+lp_error *lp_error_inherit(lp_error *e, const lp_error *src) {
+  if (!src) return e;
+  for (size_t i = 0; i < sizeof PARTS / sizeof PARTS[0]; i++) {
+    const char *value = *part_of((lp_error *)src, PARTS[i]);
+    if (!*part_of(e, PARTS[i]) && value) lp_error_with(e, PARTS[i], value);
+  }
+  if (!e->line && e->file && src->file && strcmp(e->file, src->file) == 0) e->line = src->line;
+  return e;
+}
+
+lp_error *lp_error_copy(const lp_error *e) {
+  if (!e) return NULL;
+  lp_error *c = lp_error_new(e->code, "%s", e->message);
+  lp_error_inherit(c, e);
+  c->line = e->line;
+  return c;
+}
+
+char *lp_error_describe(const lp_error *e) {
+  if (!e->action && !e->request_id) return lp_xstrdup(e->message);
+  return lp_xasprintf("%s (%s%s%s%s%s)", e->message, e->action ? "action " : "", e->action ? e->action : "",
+                      e->action && e->request_id ? ", " : "", e->request_id ? "request ID " : "",
+                      e->request_id ? e->request_id : "");
+}
+
 void lp_error_free(lp_error *e) {
   if (!e) return;
   free(e->code);
   free(e->message);
+  for (size_t i = 0; i < sizeof PARTS / sizeof PARTS[0]; i++) free(*part_of(e, PARTS[i]));
   free(e);
 }

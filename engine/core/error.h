@@ -7,10 +7,30 @@
 #include <stdarg.h>
 #include <stddef.h>
 
+/* Every string is owned by the error (freed by lp_error_free, copied by lp_error_copy). code and
+ * message are never NULL; the others are NULL when unknown and line is 0 then. The parts are filled
+ * where they are known (a mapping's error table, a Lua error's position), never parsed back out of
+ * message; docs/reference-metrics-logs.md#error-fields lists the log keys they become. */
 typedef struct lp_error {
-  char *code;    /* stable identifier: "NotFound", "Timeout", "Throttled", "Syntax", ... */
-  char *message; /* one line for operators; never contains credentials */
+  char *code;       /* stable identifier: "NotFound", "Timeout", "Throttled", "Syntax", ... */
+  char *message;    /* one line for operators; never contains credentials */
+  char *reason;     /* the cloud's own code: "QuotaExceed.ElasticQuota" */
+  char *action;     /* the API action that failed: "RunInstances" */
+  char *request_id; /* the cloud's request ID of that call */
+  char *object;     /* what the error concerns: a Kubernetes object's name, an instance ID */
+  char *file;       /* the script file the error was raised in: "drift.lua" */
+  int line;         /* its line in file; 0 when unknown */
+  char *hint;       /* what the operator should do about it */
 } lp_error;
+
+typedef enum {
+  LP_ERROR_REASON,
+  LP_ERROR_ACTION,
+  LP_ERROR_REQUEST_ID,
+  LP_ERROR_OBJECT,
+  LP_ERROR_FILE,
+  LP_ERROR_HINT,
+} lp_error_part;
 
 /* Returns a new error; never NULL (aborts on out-of-memory, like the rest of the engine's small
  * allocations). The caller owns it. */
@@ -24,6 +44,23 @@ void lp_error_set(lp_error **out, const char *code, const char *fmt, ...)
 /* Keeps err (owned; NULL is a no-op) in *first when that is empty and frees it otherwise: the first
  * error of a run that goes on after failures (parallel writes, steps that all run) is the one reported. */
 void lp_error_keep_first(lp_error **first, lp_error *err);
+
+/* Replaces one part of e with a copy of value (NULL clears it); returns e so calls chain. */
+lp_error *lp_error_with(lp_error *e, lp_error_part part, const char *value);
+
+/* Sets e's script position; file NULL clears both. Returns e. */
+lp_error *lp_error_at(lp_error *e, const char *file, int line);
+
+/* A deep copy of e (every part); NULL for NULL. */
+lp_error *lp_error_copy(const lp_error *e);
+
+/* Copies every part e lacks and src has (code and message excepted): a wrapping error keeps what
+ * the error it wraps knew. Returns e. */
+lp_error *lp_error_inherit(lp_error *e, const lp_error *src);
+
+/* e's message followed by the action and request ID when known, "text (action RunInstances, request
+ * ID 5A2B...)", for events and conditions; malloc'd. */
+char *lp_error_describe(const lp_error *e);
 
 /* Frees e and its strings; NULL is a no-op. */
 void lp_error_free(lp_error *e);

@@ -60,12 +60,33 @@ static int message_handler(lua_State *L) {
   return 1;
 }
 
+/* Lua places a raised string at its origin, "drift.lua:12: text": that file and line become the
+ * error's position (the message keeps them, as Lua wrote it). */
+static void place_from_lua(lp_error *e) {
+  const char *colon = strchr(e->message, ':');
+  if (!colon || colon == e->message || strchr(" \n[", e->message[0])) return;
+  char *end;
+  long line = strtol(colon + 1, &end, 10);
+  if (end == colon + 1 || *end != ':' || line <= 0 || line > 1000000) return;
+  char *file = lp_xstrndup(e->message, (size_t)(colon - e->message));
+  if (!strchr(file, ' ')) lp_error_at(e, file, (int)line);
+  free(file);
+}
+
+/* Stores a new error (code, msg) in *err when that is empty, with its position. */
+static void set_script_error(lp_error **err, const char *code, const char *msg, const lp_error *parts) {
+  if (!err || *err) return;
+  *err = lp_error_new(code, "%s", msg);
+  lp_error_inherit(*err, parts);
+  if (!(*err)->file) place_from_lua(*err);
+}
+
 /* Splits "message\nstack traceback:\n..." into its two parts. */
 static void split_traceback(const char *full, lp_error **err, const char *code, char **traceback) {
   const char *tb = strstr(full, "\nstack traceback:");
   size_t msg_len = tb ? (size_t)(tb - full) : strlen(full);
   char *msg = lp_xstrndup(full, msg_len);
-  lp_error_set(err, code, "%s", msg);
+  set_script_error(err, code, msg, NULL);
   free(msg);
   if (traceback) *traceback = tb ? lp_xstrdup(tb + 1) : NULL;
 }
@@ -106,13 +127,31 @@ typedef struct coroutine_error {
   lua_State *co;
   char *message;
   char *traceback;
+  lp_error *parts; /* the structured fields of a table error, or NULL */
 } coroutine_error;
+
+/* The fields of an error table {reason | api_code, action, request_id, object, hint} at index idx. */
+static lp_error *table_parts(lua_State *L, int idx) {
+  static const struct {
+    const char *key;
+    lp_error_part part;
+  } keys[] = {{"api_code", LP_ERROR_REASON},       {"reason", LP_ERROR_REASON}, {"action", LP_ERROR_ACTION},
+              {"request_id", LP_ERROR_REQUEST_ID}, {"object", LP_ERROR_OBJECT}, {"hint", LP_ERROR_HINT}};
+  lp_error *parts = lp_error_new(NULL, "%s", "");
+  for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+    if (lua_getfield(L, idx, keys[i].key) == LUA_TSTRING && lua_rawlen(L, -1) > 0)
+      lp_error_with(parts, keys[i].part, lua_tostring(L, -1));
+    lua_pop(L, 1);
+  }
+  return parts;
+}
 
 /* Reads a dead coroutine's error value and its traceback on the main thread. [-1, +0, e] */
 static int describe_coroutine_error(lua_State *L) {
   coroutine_error *ce = lua_touserdata(L, 1);
   lua_xmove(ce->co, L, 1);
   const char *msg;
+  if (lua_type(L, -1) == LUA_TTABLE) ce->parts = table_parts(L, lua_gettop(L));
   if (lua_type(L, -1) == LUA_TTABLE && lua_getfield(L, -1, "message") == LUA_TSTRING) {
     msg = lua_tostring(L, -1);
   } else {
@@ -137,16 +176,18 @@ int lp_script_resume(lua_State *L, lua_State *co, int nargs, int *nresults, lp_e
     return -1;
   }
   const char *code = status_code(co, status);
-  coroutine_error ce = {co, NULL, NULL};
+  coroutine_error ce = {co, NULL, NULL, NULL};
   lp_error *describe_err = NULL;
   if (lp_script_cpcall(L, describe_coroutine_error, &ce, &describe_err) != 0) {
     lp_error_set(err, code, "script failed and its error could not be described: %s", describe_err->message);
     lp_error_free(describe_err);
+    lp_error_free(ce.parts);
     free(ce.message);
     free(ce.traceback);
     return -1;
   }
-  lp_error_set(err, code, "%s", ce.message);
+  set_script_error(err, code, ce.message, ce.parts);
+  lp_error_free(ce.parts);
   free(ce.message);
   if (traceback)
     *traceback = ce.traceback;

@@ -427,7 +427,7 @@ static void store_result(const lp_task_result *r, void *ud) {
   lp_task_result *copy = lp_xcalloc(1, sizeof *copy);
   *copy = *r;
   copy->json = r->json ? lp_xstrndup(r->json, r->json_len) : NULL;
-  copy->error = r->error ? lp_error_new(r->error->code, "%s", r->error->message) : NULL;
+  copy->error = lp_error_copy(r->error);
   copy->traceback = r->traceback ? lp_xstrdup(r->traceback) : NULL;
   copy->module = copy->function = NULL;
   *out = copy;

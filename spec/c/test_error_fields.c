@@ -1,0 +1,147 @@
+/* lp_error's structured fields: set, copied, filled from a mapping's error table and from a Lua
+ * error's position, and written to log lines under stable keys. */
+#include <lauxlib.h>
+#include <lualib.h>
+#include <string.h>
+
+#include "check.h"
+#include "contract/error_table.h"
+#include "core/error_log.h"
+#include "script/call.h"
+
+static lp_error *full_error(void) {
+  lp_error *e = lp_error_new("CreateError", "launching NodeClaim nc-a failed");
+  lp_error_with(e, LP_ERROR_REASON, "QuotaExceed.ElasticQuota");
+  lp_error_with(e, LP_ERROR_ACTION, "RunInstances");
+  lp_error_with(e, LP_ERROR_REQUEST_ID, "REQ-1");
+  lp_error_with(e, LP_ERROR_OBJECT, "nc-a");
+  lp_error_with(e, LP_ERROR_HINT, "raise the quota");
+  return lp_error_at(e, "launch.lua", 42);
+}
+
+static void test_copy_keeps_every_field(void) {
+  lp_error *e = full_error();
+  lp_error *c = lp_error_copy(e);
+  lp_error_free(e);
+  CHECK_STR(c->code, "CreateError");
+  CHECK_STR(c->message, "launching NodeClaim nc-a failed");
+  CHECK_STR(c->reason, "QuotaExceed.ElasticQuota");
+  CHECK_STR(c->action, "RunInstances");
+  CHECK_STR(c->request_id, "REQ-1");
+  CHECK_STR(c->object, "nc-a");
+  CHECK_STR(c->file, "launch.lua");
+  CHECK_INT(c->line, 42);
+  CHECK_STR(c->hint, "raise the quota");
+  lp_error *plain = lp_error_new("NotFound", "gone");
+  CHECK(!plain->reason && !plain->action && !plain->request_id && !plain->object && !plain->file &&
+        !plain->hint);
+  CHECK_INT(plain->line, 0);
+  lp_error_inherit(plain, c); /* a wrapper keeps what it wraps knew, not its code or message */
+  CHECK_STR(plain->code, "NotFound");
+  CHECK_STR(plain->reason, "QuotaExceed.ElasticQuota");
+  CHECK_INT(plain->line, 42);
+  lp_error_free(plain);
+  lp_error_free(c);
+}
+
+static void test_from_table(void) {
+  json_t *t =
+      json_pack("{s:s, s:s, s:s, s:s, s:s}", "code", "QuotaExceeded", "api_code", "QuotaExceed.ElasticQuota",
+                "action", "RunInstances", "request_id", "REQ-2", "message", "no quota");
+  lp_error *e = lp_error_from_table(t);
+  CHECK_STR(e->code, "QuotaExceeded");
+  CHECK_STR(e->message, "no quota");
+  CHECK_STR(e->reason, "QuotaExceed.ElasticQuota");
+  CHECK_STR(e->action, "RunInstances");
+  CHECK_STR(e->request_id, "REQ-2");
+  CHECK(!e->object && !e->hint);
+  char *d = lp_error_describe(e);
+  CHECK_STR(d, "no quota (action RunInstances, request ID REQ-2)");
+  free(d);
+  lp_error_free(e);
+  json_decref(t);
+  json_t *s = json_string("plain text");
+  e = lp_error_from_table(s);
+  CHECK_STR(e->code, "Error");
+  CHECK(!e->reason && !e->action);
+  d = lp_error_describe(e);
+  CHECK_STR(d, "plain text");
+  free(d);
+  lp_error_free(e);
+  json_decref(s);
+}
+
+static lua_State *new_state(void) {
+  lua_State *L = luaL_newstate();
+  *(void **)lua_getextraspace(L) = NULL; /* no engine thread context */
+  luaL_openlibs(L);
+  return L;
+}
+
+static void test_lua_position(void) {
+  lua_State *L = new_state();
+  const char *src = "local x = 1\nerror('is_drifted returned a table')\n";
+  CHECK(luaL_loadbuffer(L, src, strlen(src), "=drift.lua") == LUA_OK);
+  lp_error *err = NULL;
+  CHECK_INT(lp_script_pcall(L, 0, 0, &err, NULL), -1);
+  CHECK_STR(err->message, "drift.lua:2: is_drifted returned a table");
+  CHECK_STR(err->file, "drift.lua");
+  CHECK_INT(err->line, 2);
+  lp_error_free(err);
+  err = NULL; /* a message without a position has none */
+  src = "error('no place', 0)";
+  CHECK(luaL_loadbuffer(L, src, strlen(src), "=drift.lua") == LUA_OK);
+  CHECK_INT(lp_script_pcall(L, 0, 0, &err, NULL), -1);
+  CHECK(!err->file);
+  CHECK_INT(err->line, 0);
+  lp_error_free(err);
+  lua_close(L);
+}
+
+static void test_lua_table_error(void) {
+  lua_State *L = new_state();
+  lua_State *co = lua_newthread(L);
+  const char *src = "error({code = 'Throttled', api_code = 'Throttling.User', action = 'DescribeInstances',"
+                    " request_id = 'REQ-3', object = 'i-1', hint = 'slow down', message = 'too many calls'})";
+  CHECK(luaL_loadbuffer(co, src, strlen(src), "=client.lua") == LUA_OK);
+  lp_error *err = NULL;
+  int n = 0;
+  CHECK_INT(lp_script_resume(L, co, 0, &n, &err, NULL), -1);
+  CHECK_STR(err->message, "too many calls");
+  CHECK_STR(err->reason, "Throttling.User");
+  CHECK_STR(err->action, "DescribeInstances");
+  CHECK_STR(err->request_id, "REQ-3");
+  CHECK_STR(err->object, "i-1");
+  CHECK_STR(err->hint, "slow down");
+  lp_error_free(err);
+  lua_close(L);
+}
+
+static void test_log_fields(void) {
+  lp_error *e = full_error();
+  lp_field f[] = {LPF_STR("nodeclaim", "nc-a"), LPF_ERROR(e)};
+  char *line = lp_log_render(LP_LOG_FORMAT_JSON, 0, LP_LOG_WARN, "x", "m", f, sizeof f / sizeof f[0]);
+  CHECK_STR(line,
+            "{\"ts\":\"1970-01-01T00:00:00.000Z\",\"level\":\"warn\",\"logger\":\"x\",\"msg\":\"m\","
+            "\"nodeclaim\":\"nc-a\",\"error\":\"launching NodeClaim nc-a failed\",\"code\":\"CreateError\","
+            "\"reason\":\"QuotaExceed.ElasticQuota\",\"action\":\"RunInstances\",\"request_id\":\"REQ-1\","
+            "\"object\":\"nc-a\",\"file\":\"launch.lua\",\"line\":42,\"hint\":\"raise the quota\"}\n");
+  free(line);
+  lp_error_free(e);
+  e = lp_error_new("Timeout", "slow"); /* unknown fields are left out, not null */
+  lp_field g[] = {LPF_ERROR(e)};
+  line = lp_log_render(LP_LOG_FORMAT_JSON, 0, LP_LOG_WARN, "x", "m", g, sizeof g / sizeof g[0]);
+  CHECK_STR(line, "{\"ts\":\"1970-01-01T00:00:00.000Z\",\"level\":\"warn\",\"logger\":\"x\",\"msg\":\"m\","
+                  "\"error\":\"slow\",\"code\":\"Timeout\"}\n");
+  free(line);
+  lp_error_free(e);
+}
+
+int main(void) {
+  RUN(test_copy_keeps_every_field);
+  RUN(test_from_table);
+  RUN(test_lua_position);
+  RUN(test_lua_table_error);
+  RUN(test_log_fields);
+  return check_summary();
+}
