@@ -265,6 +265,8 @@ static void test_create_error(void) {
   json_t *c = claim("nc-d");
   CHECK_CONTAINS(json_string_value(json_object_get(lp_condition_get(c, "Launched"), "message")),
                  "QuotaExceed.ElasticQuota");
+  CHECK_CONTAINS(json_string_value(json_object_get(lp_condition_get(c, "Launched"), "message")),
+                 "(action RunInstances, request ID ");
   CHECK_STR(json_string_value(json_object_get(lp_condition_get(c, "Ready"), "reason")),
             "QuotaExceedElasticQuota");
   CHECK(!lp_obj_deleting(c));
@@ -275,6 +277,21 @@ static void test_create_error(void) {
   json_decref(ctrl_admin(&f, "alibaba", "DELETE", "/_sim/faults", NULL));
   WAIT_CONDITION("nc-d", "Launched", "True", NULL);
   CHECK_INT(instances(), before + 1);
+}
+
+/* The condition reason is the cloud's own code from the error's reason field, not the word after
+ * "failed: " in its message: Forbidden.RAM is the mapping's class "Auth" there. */
+static void test_create_error_reason_field(void) {
+  json_decref(ctrl_admin(&f, "alibaba", "POST", "/_sim/faults",
+                         "{\"action\":\"RunInstances\",\"code\":\"Forbidden.RAM\"}"));
+  post_claim(new_claim("nc-r", "default"));
+  WAIT_CONDITION("nc-r", "Launched", "Unknown", "ForbiddenRAM");
+  json_t *c = claim("nc-r");
+  CHECK_CONTAINS(json_string_value(json_object_get(lp_condition_get(c, "Launched"), "message")),
+                 "failed: Auth: ");
+  json_decref(c);
+  json_decref(ctrl_admin(&f, "alibaba", "DELETE", "/_sim/faults", NULL));
+  WAIT_CONDITION("nc-r", "Launched", "True", NULL);
 }
 
 /* A NodeClass that is not Ready, or missing: the NodeClaim is deleted. Unmanaged ones are ignored. */
@@ -375,6 +392,7 @@ int main(void) {
   RUN(test_launch_register_initialize);
   RUN(test_lost_status_write);
   RUN(test_create_error);
+  RUN(test_create_error_reason_field);
   RUN(test_nodeclass_not_ready);
   RUN(test_simulated_kubelet);
   RUN(test_insufficient_capacity); /* last: the provider remembers the sold-out offerings */
