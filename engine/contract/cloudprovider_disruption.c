@@ -17,6 +17,7 @@
 
 #include "contract/cloudprovider_internal.h"
 #include "contract/contracts.h"
+#include "core/error_log.h"
 #include "core/log.h"
 
 #define MODULE   "policies.disruption"
@@ -52,8 +53,7 @@ static void answered(op *o, const char *result, const char *why, const lp_error 
   const char *method = ((ask *)o->ud)->method;
   if (err)
     lp_debug(LOGGER, "disruption policy answered", LPF_STR("nodeclaim", claim), LPF_STR("method", method),
-             LPF_STR("result", result), LPF_STR("code", err->code), LPF_STR("error", err->message),
-             LPF_INT("generation", (long long)o->generation));
+             LPF_STR("result", result), LPF_ERROR(err), LPF_INT("generation", (long long)o->generation));
   else
     lp_debug(LOGGER, "disruption policy answered", LPF_STR("nodeclaim", claim), LPF_STR("method", method),
              LPF_STR("result", result), LPF_STR("why", why), LPF_INT("generation", (long long)o->generation));

@@ -13,6 +13,7 @@
 #include "contract/cloudprovider_internal.h"
 #include "contract/contracts.h"
 #include "contract/shapes.h"
+#include "core/error_log.h"
 #include "core/log.h"
 
 void cp_drift_init(lp_cloudprovider *cp) {
@@ -29,8 +30,8 @@ static void drift_answered(op *o, const char *result, const char *reason, const 
   const char *claim = json_string_value(json_object_get(json_object_get(o->nodeclaim, "metadata"), "name"));
   if (err)
     lp_debug(LOGGER, "drift policy answered", LPF_STR("provider_id", o->provider_id),
-             LPF_STR("nodeclaim", claim), LPF_STR("result", result), LPF_STR("code", err->code),
-             LPF_STR("error", err->message), LPF_INT("generation", (long long)o->generation));
+             LPF_STR("nodeclaim", claim), LPF_STR("result", result), LPF_ERROR(err),
+             LPF_INT("generation", (long long)o->generation));
   else
     lp_debug(LOGGER, "drift policy answered", LPF_STR("provider_id", o->provider_id),
              LPF_STR("nodeclaim", claim), LPF_STR("result", result), LPF_STR("reason", reason),

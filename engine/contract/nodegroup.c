@@ -7,6 +7,7 @@
 #include "contract/error_table.h"
 #include "contract/nodegroup_internal.h"
 #include "core/clock.h"
+#include "core/error_log.h"
 #include "core/log.h"
 #include "core/metrics.h"
 #include "script/call.h"
@@ -184,14 +185,13 @@ static void refresh_done(void *ud, json_t *values, lp_error *err, const json_t *
     int usable = ng->snapshot && lp_clock_monotonic() - ng->snapshot->taken_at <= ng->max_stale_s;
     if (usable && strcmp(err->code, "Cancelled") != 0) {
       result = "stale";
-      lp_warn(NG_LOGGER, "refresh failed; the last snapshot keeps serving", LPF_STR("code", err->code),
-              LPF_STR("error", err->message),
+      lp_warn(NG_LOGGER, "refresh failed; the last snapshot keeps serving", LPF_ERROR(err),
               LPF_NUM("snapshot_age_s", lp_clock_monotonic() - ng->snapshot->taken_at));
     } else {
       result = "error";
       out = lp_error_new(err->code, "refresh failed%s: %s",
                          ng->snapshot ? " and the last snapshot is too old" : "", err->message);
-      lp_errorlog(NG_LOGGER, "refresh failed", LPF_STR("code", err->code), LPF_STR("error", err->message));
+      lp_errorlog(NG_LOGGER, "refresh failed", LPF_ERROR(err));
     }
     lp_error_free(err);
   } else {

@@ -4,6 +4,7 @@
 
 #include "controller/controller_internal.h"
 #include "core/error.h"
+#include "core/error_log.h"
 #include "core/log.h"
 
 struct lp_controller {
@@ -51,8 +52,7 @@ void lp_controller_done(lp_controller *c, const char *key, lp_error *err, double
     /* a conflict only means the cache was behind: expected, and retried like any error */
     int expected = strcmp(err->code, "Conflict") == 0;
     lp_log(expected ? LP_LOG_DEBUG : LP_LOG_ERROR, c->logger, "reconcile failed, will retry",
-           LPF_STR("controller", c->def->name), LPF_STR("key", key), LPF_STR("code", err->code),
-           LPF_STR("error", err->message),
+           LPF_STR("controller", c->def->name), LPF_STR("key", key), LPF_ERROR(err),
            LPF_INT("retries", (long long)lp_workqueue_num_requeues(c->queue, key)));
     lp_error_free(err);
   } else if (requeue_after_s > 0) {

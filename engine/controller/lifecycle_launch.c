@@ -86,8 +86,6 @@ static void launch_failed(lc_run *r, lp_error *err) {
   }
   char reason[64];
   char *message;
-  lp_warn(lp_controller_logger(r->c), "failed launching nodeclaim",
-          LPF_STR("nodeclaim", lp_obj_name(r->claim)), LPF_ERROR(err));
   char *described = lp_error_describe(err);
   if (strcmp(err->code, "CreateError") == 0) {
     create_error_reason(err, reason);
