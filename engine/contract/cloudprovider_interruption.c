@@ -28,7 +28,7 @@ void lp_cp_mark_unavailable(lp_cloudprovider *cp, const char *type, const char *
 /* ---- registered ---------------------------------------------------------------------------- */
 
 static void registered_done(op *o, json_t *values, lp_error *err) {
-  if (err && strcmp(err->code, "Contract") == 0 && strstr(err->message, "does not export")) {
+  if (err && err->reason && strcmp(err->reason, LP_ERR_NOT_EXPORTED) == 0) {
     lp_error_free(err); /* the hook is optional: nothing to do */
     cp_finish(o, json_false(), NULL);
     return;

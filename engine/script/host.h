@@ -61,6 +61,10 @@ lp_script_host *lp_script_host_new(const lp_script_host_config *cfg, lp_problems
  * logged and, if problems is not NULL, returned). trigger names the cause in logs. */
 int lp_script_host_reload(lp_script_host *h, const char *trigger, int force, lp_problems *problems);
 
+/* The reason (lp_error.reason) of the Contract error a call gets when its module does not export
+ * the function: an optional export that is absent, told without reading the message. */
+#define LP_ERR_NOT_EXPORTED "NotExported"
+
 /* Starts function of module with args (a JSON array; the reference is stolen; NULL = no arguments).
  * Returns the task (for lp_task_cancel) or NULL if done will report an immediate failure. */
 lp_task *lp_script_host_call(lp_script_host *h, const char *module, const char *function, json_t *args,

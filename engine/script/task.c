@@ -320,6 +320,7 @@ typedef struct start_args {
   int nargs;
   const char *problem; /* NotFound / Contract message, set instead of raising */
   const char *problem_code;
+  const char *problem_reason; /* LP_ERR_NOT_EXPORTED for a missing function, else NULL */
 } start_args;
 
 /* Creates the coroutine and puts the function and its arguments on it. */
@@ -336,6 +337,7 @@ static int start_coroutine(lua_State *L) {
   if (lua_rawget(L, -2) != LUA_TFUNCTION) {
     a->problem_code = "Contract";
     a->problem = "module does not export this function";
+    a->problem_reason = LP_ERR_NOT_EXPORTED;
     return 0;
   }
   size_t nargs = a->args ? json_array_size(a->args) : 0;
@@ -388,12 +390,15 @@ lp_task *lp_script_host_call(lp_script_host *h, const char *module, const char *
   lp_gauge_set(h->tasks_gauge, LP_NO_LABELS, (double)h->ntasks);
 
   lua_State *L = lp_generation_state(t->generation);
-  start_args a = {t, args, 0, NULL, NULL};
+  start_args a = {t, args, 0, NULL, NULL, NULL};
   lp_error *err = NULL;
   int rc = lp_script_cpcall(L, start_coroutine, &a, &err);
   json_decref(args);
   if (rc != 0 || a.problem) {
-    if (a.problem) err = lp_error_new(a.problem_code, "%s.%s: %s", module, function, a.problem);
+    if (a.problem) {
+      err = lp_error_new(a.problem_code, "%s.%s: %s", module, function, a.problem);
+      lp_error_with(err, LP_ERROR_REASON, a.problem_reason); /* callers tell an absent export by it */
+    }
     lp_task_finish(t, err, NULL);
     return NULL;
   }

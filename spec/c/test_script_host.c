@@ -224,6 +224,7 @@ static void test_memory_and_patterns(void) {
   lp_task_result_free(r);
   r = call(h, "missing_function", NULL);
   CHECK(r->error && strcmp(r->error->code, "Contract") == 0);
+  CHECK_STR(r->error->reason, LP_ERR_NOT_EXPORTED); /* kept by the copy a synchronous call makes */
   lp_task_result_free(r);
   close_host(h);
 }
