@@ -11,9 +11,10 @@
  * is evaluated again after settings.nodeclass_resync_s (default 300 s, Karpenter's 5 min).
  *
  * A drift replacement drifted for the reason it was made for, under the same node class and scripts
- * (lp_drift_unresolvable), also gets DriftUnresolvable=True with that reason, in the same write: the
- * disruption controller then replaces no node of its NodePool for that reason. It goes when the drift
- * clears, its reason changes, or the node class or the scripts change (a hot reload): replacing resumes.
+ * and NodePool template (lp_drift_unresolvable), also gets DriftUnresolvable=True with that reason, in the
+ * same write: the disruption controller then replaces no node of its NodePool for that reason. It goes when
+ * the drift clears, its reason changes, or the node class, the template or the scripts change (a hot reload):
+ * replacing resumes.
  *
  * What enqueues a NodeClaim besides its own changes: a change of its NodePool's spec or annotations
  * (every NodeClaim labelled with the pool), and any change of its node class (by
@@ -264,9 +265,10 @@ void drift_verdict(drift_run *r, drift_outcome outcome, const char *reason, cons
   int changed = outcome == DRIFT_FOUND
                     ? lp_condition_set(want, DRIFT_CONDITION, "True", reason, message, r->now)
                     : lp_condition_clear(want, DRIFT_CONDITION);
-  char *stuck = outcome == DRIFT_FOUND && lp_drift_unresolvable(r->env, r->claim, r->nodeclass, reason)
-                    ? unresolvable_message(r, reason)
-                    : NULL;
+  char *stuck =
+      outcome == DRIFT_FOUND && lp_drift_unresolvable(r->env, r->claim, r->nodeclass, r->nodepool, reason)
+          ? unresolvable_message(r, reason)
+          : NULL;
   int was_stuck = lp_condition_is(r->claim, LP_DRIFT_UNRESOLVABLE, "True");
   int stuck_changed = stuck ? lp_condition_set(want, LP_DRIFT_UNRESOLVABLE, "True", reason, stuck, r->now)
                             : lp_condition_clear(want, LP_DRIFT_UNRESOLVABLE);

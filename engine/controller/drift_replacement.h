@@ -5,11 +5,11 @@
  *
  * A drift replacement carries luaprov.io/replaced-for (the Drifted reason of the node it replaces) and
  * luaprov.io/replaced-under (the inputs that decide drift when it was made: its node class's
- * resourceVersion and the scripts' content digest). Found drifted for the same reason under the same
- * inputs, it shows that replacing cannot resolve that reason: the drift controller sets its
- * DriftUnresolvable condition, and the disruption controller replaces no node of its NodePool for that
- * reason while the condition holds. Everything is on the objects, nothing in memory: a restart or a new
- * leader finds the same. */
+ * resourceVersion, the scripts' content digest and a digest of its NodePool's spec.template). Found drifted
+ * for the same reason under the same inputs, it shows that replacing cannot resolve that reason: the drift
+ * controller sets its DriftUnresolvable condition, and the disruption controller replaces no node of its
+ * NodePool for that reason while the condition holds. Everything is on the objects, nothing in memory: a
+ * restart or a new leader finds the same. */
 #ifndef LUAPROV_CONTROLLER_DRIFT_REPLACEMENT_H
 #define LUAPROV_CONTROLLER_DRIFT_REPLACEMENT_H
 
@@ -21,12 +21,14 @@
 #define LP_REPLACED_UNDER_ANNOTATION "luaprov.io/replaced-under"
 #define LP_DRIFT_UNRESOLVABLE        "DriftUnresolvable" /* the NodeClaim condition */
 
-/* Stamps replacement (the drift replacement of candidate, both borrowed) with the two annotations: the
- * candidate's Drifted reason, and the inputs of the replacement's node class now. */
-void lp_drift_stamp_replacement(lp_ctrl_env *env, json_t *replacement, const json_t *candidate);
+/* Stamps replacement (the drift replacement of candidate in nodepool, all borrowed) with the two
+ * annotations: the candidate's Drifted reason, and the inputs now. */
+void lp_drift_stamp_replacement(lp_ctrl_env *env, json_t *replacement, const json_t *candidate,
+                                const json_t *nodepool);
 
 /* Non-zero when claim (borrowed), drifted for reason with its node class nodeclass (borrowed, NULL when
- * not cached), is a drift replacement made for that reason under the inputs that still hold. */
-int lp_drift_unresolvable(lp_ctrl_env *env, const json_t *claim, const json_t *nodeclass, const char *reason);
+ * not cached) in nodepool, is a drift replacement made for that reason under the inputs that still hold. */
+int lp_drift_unresolvable(lp_ctrl_env *env, const json_t *claim, const json_t *nodeclass,
+                          const json_t *nodepool, const char *reason);
 
 #endif
