@@ -1,6 +1,6 @@
 /* What a drift replacement records about why it was made, shared by the disruption controller (which
  * stamps it, disruption_replace.c) and the drift controller (which reads it, drift.c): a drift rule no
- * replacement can satisfy (every image older than 30 days, say) would otherwise replace nodes in a
+ * replacement can satisfy (one every new node fails too, say) would otherwise replace nodes in a
  * loop (docs/controllers.md#when-replacing-cannot-resolve-a-drift).
  *
  * A drift replacement carries luaprov.io/replaced-for (the Drifted reason of the node it replaces) and
