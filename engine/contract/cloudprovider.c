@@ -268,6 +268,10 @@ uint64_t lp_cloudprovider_script_generation(const lp_cloudprovider *cp) {
   return lp_script_host_generation_id(cp->scripts);
 }
 
+uint64_t lp_cloudprovider_script_digest(const lp_cloudprovider *cp) {
+  return lp_generation_digest(lp_script_host_current(cp->scripts));
+}
+
 const char *lp_cloudprovider_name(lp_cloudprovider *cp) {
   free(cp->name); /* re-read: a reload may have changed it */
   cp->name = lp_script_host_module_string(cp->scripts, cp->mapping, "name");

@@ -57,6 +57,9 @@ void lp_cloudprovider_shutdown(lp_cloudprovider *cp);
 
 /* The script generation in service (it changes on every hot reload): what answers are cached against. */
 uint64_t lp_cloudprovider_script_generation(const lp_cloudprovider *cp);
+/* The content digest of the script generation in service (lp_generation_digest): unlike the
+ * generation, the same for the same files after a restart, so it can be recorded on an object. */
+uint64_t lp_cloudprovider_script_digest(const lp_cloudprovider *cp);
 
 /* The mapping's `name` (the provider name Karpenter reports), valid while the provider lives. */
 const char *lp_cloudprovider_name(lp_cloudprovider *cp);

@@ -67,6 +67,7 @@
 #include "controller/defs.h"
 #include "controller/disruption_internal.h"
 #include "controller/disruption_simulate.h"
+#include "controller/drift_replacement.h"
 #include "core/clock.h"
 #include "core/log.h"
 
@@ -128,6 +129,7 @@ static void on_change(lp_controller *c, lp_kind kind, const json_t *old_obj, con
   if (kind == LP_KIND_NODECLAIM) {
     wake = !old_obj || !new_obj || differs(old_obj, new_obj, DZ_REASON) ||
            differs(old_obj, new_obj, DZ_CONSOLIDATABLE) || differs(old_obj, new_obj, "Initialized") ||
+           differs(old_obj, new_obj, LP_DRIFT_UNRESOLVABLE) ||
            lp_obj_deleting(old_obj) != lp_obj_deleting(new_obj);
   } else if (kind == LP_KIND_NODEPOOL) {
     wake = !old_obj || !new_obj ||
@@ -219,10 +221,11 @@ static dz_action *add_action(dz_pass *p, dz_kind kind, json_t *claim, json_t *re
 
 typedef struct scan {
   dz_pass *p;
-  json_t *replacing;  /* candidate name -> its replacement (borrowed), from luaprov.io/replaces */
-  json_t *total;      /* NodePool -> initialized NodeClaims */
-  json_t *disrupting; /* NodePool -> NodeClaims being disrupted */
-  json_t *candidates; /* initialized NodeClaims not in progress (borrowed) */
+  json_t *replacing;    /* candidate name -> its replacement (borrowed), from luaprov.io/replaces */
+  json_t *total;        /* NodePool -> initialized NodeClaims */
+  json_t *disrupting;   /* NodePool -> NodeClaims being disrupted */
+  json_t *candidates;   /* initialized NodeClaims not in progress (borrowed) */
+  json_t *unresolvable; /* NodePool -> {drift reason -> a NodeClaim DriftUnresolvable for it} */
 } scan;
 
 static void bump(json_t *counts, const char *pool) {
@@ -270,10 +273,22 @@ static void follow_up(scan *s, json_t *claim, const char *replacement_name) {
   if (why) add_action(p, DZ_ABANDON, claim, replacement)->why = why;
 }
 
+/* A NodeClaim DriftUnresolvable (the drift controller's, drift_replacement.h) holds its reason back in
+ * its pool while it is not being deleted. */
+static void note_unresolvable(scan *s, const char *pool, const json_t *claim) {
+  const char *reason =
+      json_string_value(json_object_get(lp_condition_get(claim, LP_DRIFT_UNRESOLVABLE), "reason"));
+  if (!reason || lp_obj_deleting(claim) || !lp_condition_is(claim, LP_DRIFT_UNRESOLVABLE, "True")) return;
+  json_t *reasons = json_object_get(s->unresolvable, pool);
+  if (!reasons) json_object_set_new(s->unresolvable, pool, reasons = json_object());
+  json_object_set_new(reasons, reason, json_string(lp_obj_name(claim)));
+}
+
 static void scan_claim(const char *key, json_t *claim, void *ud) {
   scan *s = ud;
   const char *pool = lp_obj_label(claim, DZ_LABEL_POOL);
   if (!pool) return;
+  note_unresolvable(s, pool, claim);
   if (lp_condition_is(claim, "Initialized", "True")) bump(s->total, pool);
   const char *mark = lp_obj_annotation(claim, DZ_ANNOTATION_REPLACED_BY);
   json_t *replacement = json_object_get(s->replacing, key);
@@ -361,8 +376,13 @@ static void cands_build(scan *s, cands *cs) {
     /* no NodePool: no template to build a replacement from, no budget */
     json_t *nodepool = lp_env_get(p->env, LP_KIND_NODEPOOL, lp_obj_label(claim, DZ_LABEL_POOL));
     if (!nodepool || json_object_get(p->st->failed, lp_obj_name(claim))) continue;
-    dz_candidate_fill(p->env, pdbs, &cs->v[cs->n], claim, nodepool, p->now);
-    cs->by[cs->n] = &cs->v[cs->n];
+    dz_candidate *cd = &cs->v[cs->n];
+    dz_candidate_fill(p->env, pdbs, cd, claim, nodepool, p->now);
+    const char *reason = json_string_value(json_object_get(lp_condition_get(claim, DZ_REASON), "reason"));
+    if (cd->drifted && reason)
+      cd->unresolved_by =
+          json_string_value(json_object_get(json_object_get(s->unresolvable, cd->pool), reason));
+    cs->by[cs->n] = cd;
     cs->n++;
   }
   dz_pdbs_free(pdbs);
@@ -388,7 +408,7 @@ static void count_eligible(dz_pass *p, const cands *cs) {
     if (cd->blocked) continue;
     empty += dz_is_empty_candidate(cd);
     underutilized += dz_is_underutilized_candidate(cd) && cd->pods > 0;
-    drifted += cd->drifted;
+    drifted += cd->drifted && !cd->unresolved_by;
   }
   lp_gauge_set(p->st->eligible, LP_LABELS("empty"), empty);
   lp_gauge_set(p->st->eligible, LP_LABELS("underutilized"), underutilized);
@@ -728,7 +748,13 @@ static int drift(dz_pass *p, cands *cs, json_t *left) {
     dz_candidate *cd = cs->by[i];
     json_t *n = json_object_get(left, cd->pool);
     if (!cd->drifted) continue;
-    if (cd->blocked) {
+    if (cd->unresolved_by) {
+      const json_t *cond = lp_condition_get(cd->claim, DZ_REASON);
+      lp_env_event(p->env, cd->claim, "Normal", "DisruptionBlocked",
+                   "Drift reason %s cannot be resolved by replacement in NodePool %s (NodeClaim %s is %s)",
+                   json_string_value(json_object_get(cond, "reason")), cd->pool, cd->unresolved_by,
+                   LP_DRIFT_UNRESOLVABLE);
+    } else if (cd->blocked) {
       held_back(cd, cd->blocked, p);
     } else if (json_integer_value(n) <= 0) {
       lp_env_event(p->env, cd->claim, "Normal", "DisruptionBlocked",
@@ -776,7 +802,7 @@ static void reconcile(lp_controller *c, const char *key) {
   p->mono = lp_env_monotonic(p->env);
   dz_forget_arrived(p);
   forget_older(p->st->tainted, p->mono, DZ_CHECK_AFTER_S);
-  scan s = {p, json_object(), json_object(), json_object(), json_array()};
+  scan s = {p, json_object(), json_object(), json_object(), json_array(), json_object()};
   lp_env_each(p->env, LP_KIND_NODECLAIM, note_replacement, s.replacing);
   lp_env_each(p->env, LP_KIND_NODECLAIM, scan_claim, &s);
   choose(&s);
@@ -784,6 +810,7 @@ static void reconcile(lp_controller *c, const char *key) {
   json_decref(s.total);
   json_decref(s.disrupting);
   json_decref(s.candidates);
+  json_decref(s.unresolvable);
   if (!p->waiting) launch_more(p);
 }
 

@@ -53,6 +53,9 @@ typedef struct dz_candidate {
   int consolidatable; /* Consolidatable=True */
   dz_policy policy;   /* its NodePool's */
   char *blocked;      /* why it may not be disrupted (do-not-disrupt), malloc'd, or NULL */
+  const char
+      *unresolved_by; /* drifted for a reason a NodeClaim of its pool shows replacing cannot resolve
+                         (DriftUnresolvable): that NodeClaim's name, borrowed for the pass; else NULL */
 } dz_candidate;
 
 /* The controller's state (state_new). */

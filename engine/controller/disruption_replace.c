@@ -39,6 +39,7 @@
 
 #include "contract/requirements.h"
 #include "controller/disruption_internal.h"
+#include "controller/drift_replacement.h"
 #include "controller/nodepool.h"
 #include "core/log.h"
 
@@ -317,6 +318,8 @@ static void replace(dz_action *a) {
                         json_pack("{s:s, s:f, s:b}", "replacement", name, "at", a->p->mono, "unanswered", 0));
   }
   a->replacement = dz_replacement_for(a->claim, a->nodepool, name, a->shape, a->reason, replaces);
+  if (!a->shape)
+    lp_drift_stamp_replacement(a->p->env, a->replacement, a->claim, a->nodepool); /* drift's: what for */
   free(replaces);
   free(name);
   post_replacement(a);

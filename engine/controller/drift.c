@@ -10,6 +10,12 @@
  * cannot tell yet (DriftUnknown). The status is written only when it changes; every launched NodeClaim
  * is evaluated again after settings.nodeclass_resync_s (default 300 s, Karpenter's 5 min).
  *
+ * A drift replacement drifted for the reason it was made for, under the same node class and scripts
+ * and NodePool template (lp_drift_unresolvable), also gets DriftUnresolvable=True with that reason, in the
+ * same write: the disruption controller then replaces no node of its NodePool for that reason. It goes when
+ * the drift clears, its reason changes, or the node class, the template or the scripts change (a hot reload):
+ * replacing resumes.
+ *
  * What enqueues a NodeClaim besides its own changes: a change of its NodePool's spec or annotations
  * (every NodeClaim labelled with the pool), and any change of its node class (by
  * LP_INDEX_NODECLAIM_BY_NODECLASS), so a class edit or a template edit is seen at once.
@@ -20,16 +26,21 @@
  *   luaprov_drift_marked_total{reason}        counter, Drifted set to True (or to another reason)
  *   luaprov_nodeclaims_drifted{nodepool}      gauge, cached NodeClaims with Drifted=True, kept from
  *                                             the cache's changes (whoever wrote them)
+ *   luaprov_drift_unresolvable_total{reason}  counter, DriftUnresolvable set to True
  *   luaprov_cache_*{cache="drift_policy"}     the IsDrifted answers kept per NodeClaim
  * Logs (logger controller.nodeclaim.drift, debug): "marking drifted" (nodeclaim, nodepool, reason,
  * message), "removing drifted status condition, not drifted" (nodeclaim, nodepool), "drift not known
- * yet" (nodeclaim, code, error). Failures are the framework's "reconcile failed, will retry". */
+ * yet" (nodeclaim, code, error); warn "drift cannot be resolved by replacement, not replacing for this
+ * reason" (nodeclaim, nodepool, reason, replaces), info "drift no longer unresolvable, replacing resumes"
+ * (nodeclaim, nodepool). Events: Warning DriftUnresolvable on the NodeClaim and on its NodePool, when
+ * the condition is set. Failures are the framework's "reconcile failed, will retry". */
 #include <stdlib.h>
 #include <string.h>
 
 #include "controller/conditions.h"
 #include "controller/defs.h"
 #include "controller/drift_internal.h"
+#include "controller/drift_replacement.h"
 #include "core/log.h"
 
 #define POLICY_CACHE_ENTRIES 100000
@@ -78,6 +89,10 @@ static void *state_new(lp_controller *c) {
                                   "NodeClaims marked Drifted=True, by drift reason.", LP_LABELS("reason"));
   st->gauge = lp_metrics_gauge(m, "luaprov_nodeclaims_drifted", "NodeClaims with Drifted=True, by NodePool.",
                                LP_LABELS("nodepool"));
+  st->unresolvable = lp_metrics_counter(m, "luaprov_drift_unresolvable_total",
+                                        "Drift replacements found drifted for the reason they were made for "
+                                        "(DriftUnresolvable set), by drift reason.",
+                                        LP_LABELS("reason"));
   st->c = c;
   st->generation = lp_cloudprovider_script_generation(lp_env_cloud(env));
   st->reload_watch = lp_xmalloc(sizeof *st->reload_watch);
@@ -161,6 +176,8 @@ typedef struct drift_write {
   char *reason;  /* NULL when the condition is being removed */
   char *message; /* what the condition says */
   int newly;     /* the write marks it drifted (or with another reason): counted once stored */
+  char *stuck;   /* the write sets DriftUnresolvable=True (its message), else NULL: announced once stored */
+  int unstuck;   /* the write removes DriftUnresolvable */
 } drift_write;
 
 static void run_end(drift_run *r, lp_error *err, double requeue_s) {
@@ -176,6 +193,25 @@ static double requeue_of(const drift_run *r) {
   return lp_condition_is(r->claim, "Launched", "True") ? r->st->resync_s : 0;
 }
 
+/* DriftUnresolvable stored: set, a warning (log, and an event on the NodeClaim and on its NodePool, once:
+ * the condition is written only when it changes); removed, replacing resumes. */
+static void announce_unresolvable(const drift_write *w) {
+  drift_run *r = w->r;
+  const char *log = lp_controller_logger(r->c), *pool = lp_obj_label(r->claim, DRIFT_LABEL_POOL);
+  if (w->stuck) {
+    const char *replaces = lp_obj_annotation(r->claim, DRIFT_ANNOTATION_REPLACES);
+    lp_warn(log, "drift cannot be resolved by replacement, not replacing for this reason",
+            LPF_STR("nodeclaim", r->key), LPF_STR("nodepool", pool), LPF_STR("reason", w->reason),
+            LPF_STR("replaces", replaces ? replaces : ""));
+    lp_env_event(r->env, r->claim, "Warning", LP_DRIFT_UNRESOLVABLE, "%s", w->stuck);
+    lp_env_event(r->env, r->nodepool, "Warning", LP_DRIFT_UNRESOLVABLE, "NodeClaim %s: %s", r->key, w->stuck);
+    lp_counter_inc(r->st->unresolvable, LP_LABELS(w->reason));
+  } else if (w->unstuck) {
+    lp_info(log, "drift no longer unresolvable, replacing resumes", LPF_STR("nodeclaim", r->key),
+            LPF_STR("nodepool", pool));
+  }
+}
+
 static void condition_written(const lp_kube_reply *reply, void *ud) {
   drift_write *w = ud;
   drift_run *r = w->r;
@@ -187,22 +223,35 @@ static void condition_written(const lp_kube_reply *reply, void *ud) {
   } else if (reply->error) {
     err = lp_error_new(reply->error->code, "drift: updating the Drifted condition of nodeclaim %s: %s",
                        r->key, reply->error->message);
-  } else if (w->reason) {
-    lp_debug(log, "marking drifted", LPF_STR("nodeclaim", r->key), LPF_STR("nodepool", pool),
-             LPF_STR("reason", w->reason), LPF_STR("message", w->message));
-    if (w->newly) lp_counter_inc(r->st->marked, LP_LABELS(w->reason));
   } else {
-    lp_debug(log, "removing drifted status condition, not drifted", LPF_STR("nodeclaim", r->key),
-             LPF_STR("nodepool", pool));
+    if (w->reason) {
+      lp_debug(log, "marking drifted", LPF_STR("nodeclaim", r->key), LPF_STR("nodepool", pool),
+               LPF_STR("reason", w->reason), LPF_STR("message", w->message));
+      if (w->newly) lp_counter_inc(r->st->marked, LP_LABELS(w->reason));
+    } else {
+      lp_debug(log, "removing drifted status condition, not drifted", LPF_STR("nodeclaim", r->key),
+               LPF_STR("nodepool", pool));
+    }
+    announce_unresolvable(w);
   }
   free(w->reason);
   free(w->message);
+  free(w->stuck);
   free(w);
   run_end(r, err, requeue);
 }
 
 static const char *const result_of[] = {
     [DRIFT_CLEAN] = "not_drifted", [DRIFT_FOUND] = "drifted", [DRIFT_UNKNOWN] = "unknown"};
+
+/* What DriftUnresolvable says (malloc'd): which node the replacement replaced, why replacing stops. */
+static char *unresolvable_message(const drift_run *r, const char *reason) {
+  const char *replaces = lp_obj_annotation(r->claim, DRIFT_ANNOTATION_REPLACES);
+  const char *pool = lp_obj_label(r->claim, DRIFT_LABEL_POOL);
+  return lp_xasprintf("replacement of %s drifted for the same reason (%s): replacing would loop, so no node "
+                      "of NodePool %s is replaced for %s; fix the drift policy or the node class",
+                      replaces ? replaces : "?", reason, pool ? pool : "?", reason);
+}
 
 void drift_verdict(drift_run *r, drift_outcome outcome, const char *reason, const char *message,
                    lp_error *err) {
@@ -216,13 +265,26 @@ void drift_verdict(drift_run *r, drift_outcome outcome, const char *reason, cons
   int changed = outcome == DRIFT_FOUND
                     ? lp_condition_set(want, DRIFT_CONDITION, "True", reason, message, r->now)
                     : lp_condition_clear(want, DRIFT_CONDITION);
-  if (!changed) {
+  char *stuck =
+      outcome == DRIFT_FOUND && lp_drift_unresolvable(r->env, r->claim, r->nodeclass, r->nodepool, reason)
+          ? unresolvable_message(r, reason)
+          : NULL;
+  int was_stuck = lp_condition_is(r->claim, LP_DRIFT_UNRESOLVABLE, "True");
+  int stuck_changed = stuck ? lp_condition_set(want, LP_DRIFT_UNRESOLVABLE, "True", reason, stuck, r->now)
+                            : lp_condition_clear(want, LP_DRIFT_UNRESOLVABLE);
+  if (!changed && !stuck_changed) {
+    free(stuck);
     json_decref(want);
     run_end(r, NULL, requeue_of(r));
     return;
   }
   drift_write *w = lp_xcalloc(1, sizeof *w);
   w->r = r;
+  if (stuck && !was_stuck)
+    w->stuck = stuck; /* the reason cannot change while it holds: it is made_for */
+  else
+    free(stuck);
+  w->unstuck = !stuck && was_stuck;
   if (outcome == DRIFT_FOUND) {
     const json_t *old = lp_condition_get(r->claim, DRIFT_CONDITION);
     const char *old_reason = json_string_value(json_object_get(old, "reason"));

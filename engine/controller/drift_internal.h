@@ -14,8 +14,9 @@
 #include "core/cache.h"
 #include "core/metrics.h"
 
-#define DRIFT_CONDITION  "Drifted"
-#define DRIFT_LABEL_POOL "karpenter.sh/nodepool"
+#define DRIFT_CONDITION           "Drifted"
+#define DRIFT_LABEL_POOL          "karpenter.sh/nodepool"
+#define DRIFT_ANNOTATION_REPLACES "luaprov.io/replaces" /* on a replacement: the NodeClaim it replaces */
 /* Karpenter's drift timings are 5 min (re-evaluation, IsDrifted cache), 30 min (instance types) and
  * 1 h (minimum age for InstanceTypeNotFound); here they scale with settings.nodeclass_resync_s
  * (default 300 s = 5 min), the period at which a node class, the main cause of drift, is resolved
@@ -37,6 +38,7 @@ typedef struct drift_state {
   lp_metric *evaluations;   /* luaprov_drift_evaluations_total{result} */
   lp_metric *marked;        /* luaprov_drift_marked_total{reason} */
   lp_metric *gauge;         /* luaprov_nodeclaims_drifted{nodepool} */
+  lp_metric *unresolvable;  /* luaprov_drift_unresolvable_total{reason} */
   double resync_s;          /* settings.nodeclass_resync_s */
   lp_controller *c;
   uv_timer_t *reload_watch; /* notices a new script generation: every NodeClaim is evaluated again */

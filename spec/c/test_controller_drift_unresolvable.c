@@ -1,0 +1,222 @@
+/* A drift rule no replacement can satisfy (engine/controller/drift_replacement.h, docs/controllers.md
+ * "When replacing cannot resolve a drift"): the operator's policies/drift.lua drifts every node for
+ * ImageDrift, replacements included. With the drift, disruption, lifecycle and termination controllers
+ * running through the real manager, both simulators and the Alibaba mapping, exactly one node is
+ * replaced: its replacement drifts for the same reason, gets DriftUnresolvable, a Warning event on it
+ * and on its NodePool, and no node of the pool is replaced for ImageDrift after that, whatever the
+ * budget allows and however long one waits. A hot reload of a rule the replacements satisfy lets
+ * replacing resume.
+ *
+ * The controllers' wall clock is the test's (ctrl_use_wall_clock): it stands still, and moves an hour
+ * at once where the test says so, past the 10 minutes within which the same event is not repeated, so
+ * "one event" is the condition's doing and not the deduplication's. Simulated time runs 20 times
+ * faster than the wall clock, so instances boot in under a second. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "controller/drift_replacement.h"
+#include "disruption_test_support.h"
+
+static ctrl_fixture f;
+static char tree[] = "/tmp/luaprov-drift-unresolvable-XXXXXX";
+static double now; /* the controllers' wall clock */
+
+static const lp_controller_def *const no_controllers[] = {NULL};
+static const lp_controller_def *const controllers[] = {
+    &lp_nodeclass_controller, &lp_nodeclaim_lifecycle_controller, &lp_termination_controller,
+    &lp_drift_controller,     &lp_disruption_controller,          NULL};
+
+/* Every node drifted, as "every image older than 30 days" is once the newest image is that old. */
+static const char *const policy_always =
+    "-- test policy: every node is drifted for ImageDrift, replacements too\n"
+    "local M = {}\n"
+    "function M.is_drifted(_nodeclaim, _nodeclass, _instance, _ctx)\n"
+    "  return 'ImageDrift'\n"
+    "end\n"
+    "return M\n";
+
+/* The rule fixed: the nodes made before the fix drift, the replacements made after it conform. */
+static const char *const policy_fixed =
+    "-- test policy, reloaded: only nodes that are not replacements are drifted\n"
+    "local M = {}\n"
+    "function M.is_drifted(nodeclaim, _nodeclass, _instance, _ctx)\n"
+    "  local annotations = nodeclaim.metadata and nodeclaim.metadata.annotations or {}\n"
+    "  if annotations['luaprov.io/replaces'] then return '' end\n"
+    "  return 'ImageDrift'\n"
+    "end\n"
+    "return M\n";
+
+/* ---- the cluster -------------------------------------------------------------------------------- */
+
+/* The fixture, with its script host and CloudProvider replaced by ones over the operator's tree
+ * (watched) before the controllers start. */
+static void start(void) {
+  sim_tree_make(tree);
+  sim_tree_write_policy(tree, "drift", policy_always);
+  ctrl_fixture_start(&f, no_controllers, NULL);
+  ctrl_stop_manager(&f, f.manager);
+  lp_cloudprovider_free(f.cloud);
+  lp_script_host_close(f.scripts, NULL, NULL);
+  f.scripts = sim_tree_scripts(&f.loop, f.http, tree);
+  f.cloud = lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &f.loop,
+                                                            .scripts = f.scripts,
+                                                            .cluster_id = "luaprov-sim",
+                                                            .endpoint = lp_sim_url(f.sim, "alibaba"),
+                                                            .refresh_interval_s = -1});
+  lp_controllers_config cfg = ctrl_manager_config(&f, controllers);
+  cfg.settings = (lp_ctrl_settings){.drain_requeue_s = 0.3, .terminate_requeue_s = 0.3};
+  lp_error *err = NULL;
+  f.manager = lp_controllers_start(&cfg, &err);
+  if (!f.manager) abort();
+  now = lp_clock_wall();
+  ctrl_use_wall_clock(&f, &now);
+  json_decref(ctrl_admin(&f, "alibaba", "POST", "/_sim/clock", "{\"speed\": 20}"));
+  ctrl_fixture_apply_defaults(&f);
+  if (!ctrl_wait_for(&f, 10, ctrl_nodeclass_has_ready, "default")) abort();
+  dt_nodepool(&f, "1");
+}
+
+static void stop(void) {
+  ctrl_fixture_stop(&f);
+  CHECK(sim_tree_remove(tree) == 0);
+}
+
+/* Events with reason about the object named name. */
+static int events(const char *name, const char *reason) {
+  json_t *list = ctrl_get(&f, "/api/v1/namespaces/default/events");
+  int n = 0;
+  size_t i;
+  json_t *ev;
+  json_array_foreach(json_object_get(list, "items"), i, ev) {
+    const char *who = lp_obj_str(ev, "involvedObject.name");
+    const char *why = json_string_value(json_object_get(ev, "reason"));
+    n += who && why && strcmp(who, name) == 0 && strcmp(why, reason) == 0;
+  }
+  json_decref(list);
+  return n;
+}
+
+static double launched(void) {
+  return ctrl_metric(&f, "luaprov_disruption_replacements_total", LP_LABELS("launched"));
+}
+
+/* The name (strdup'd) of the pool's NodeClaim with condition type True, or NULL. */
+static char *claim_with(const char *type) {
+  json_t *items = dt_pool_claims(&f);
+  char *name = NULL;
+  size_t i;
+  json_t *c;
+  json_array_foreach(items, i, c) {
+    if (!name && lp_condition_is(c, type, "True")) name = strdup(lp_obj_name(c));
+  }
+  json_decref(items);
+  return name;
+}
+
+static int has_unresolvable(ctrl_fixture *fx, const void *ud) {
+  (void)fx;
+  (void)ud;
+  char *name = claim_with(LP_DRIFT_UNRESOLVABLE);
+  free(name);
+  return name != NULL;
+}
+
+/* A ctrl_wait_for condition: the NodeClaim named name (a const char *) is gone. */
+static int claim_gone(ctrl_fixture *fx, const void *name) {
+  (void)fx;
+  json_t *c = dt_claim(&f, name);
+  json_decref(c);
+  return c == NULL;
+}
+
+/* A ctrl_wait_for condition: the pool is *(const int *)ud NodeClaims, all Initialized and none Drifted
+ * or DriftUnresolvable. */
+static int settled_clean(ctrl_fixture *fx, const void *ud) {
+  if (!dt_pool_initialized(fx, ud)) return 0;
+  json_t *items = dt_pool_claims(&f);
+  size_t i, dirty = 0;
+  json_t *c;
+  json_array_foreach(items, i, c) {
+    dirty += lp_condition_get(c, "Drifted") != NULL || lp_condition_get(c, LP_DRIFT_UNRESOLVABLE) != NULL;
+  }
+  json_decref(items);
+  return dirty == 0;
+}
+
+static int reloaded(ctrl_fixture *fx, const void *ud) {
+  (void)ud;
+  return lp_script_host_generation_id(fx->scripts) == 2;
+}
+
+/* ---- the case ----------------------------------------------------------------------------------- */
+
+static void test_unsatisfiable_rule(void) {
+  dt_post_claim(&f, "web-a");
+  CHECK(ctrl_wait_for(&f, 30, dt_pool_initialized, &(int){1}));
+  dt_post_claim(&f, "web-b");
+
+  /* one of them is replaced; its replacement drifts for ImageDrift again and says so */
+  CHECK(ctrl_wait_for(&f, 60, has_unresolvable, NULL));
+  char *stuck = claim_with(LP_DRIFT_UNRESOLVABLE);
+  CHECK(stuck != NULL);
+  json_t *c = dt_claim(&f, stuck);
+  const char *replaced = dt_annotation(c, DZ_ANNOTATION_REPLACES);
+  CHECK(replaced != NULL);
+  char *old = strdup(replaced ? replaced : "?");
+  const char *other = strcmp(old, "web-a") == 0 ? "web-b" : "web-a";
+  CHECK_STR(dt_annotation(c, LP_REPLACED_FOR_ANNOTATION), "ImageDrift");
+  CHECK(dt_annotation(c, LP_REPLACED_UNDER_ANNOTATION) != NULL);
+  CHECK(ctrl_claim_condition(&f, stuck, "Drifted", "True", "ImageDrift"));
+  CHECK(ctrl_claim_condition(&f, stuck, LP_DRIFT_UNRESOLVABLE, "True", "ImageDrift"));
+  char want[256];
+  snprintf(want, sizeof want,
+           "replacement of %s drifted for the same reason (ImageDrift): replacing would loop, so no node of "
+           "NodePool " DT_POOL " is replaced for ImageDrift; fix the drift policy or the node class",
+           old);
+  CHECK_STR(lp_obj_str(lp_condition_get(c, LP_DRIFT_UNRESOLVABLE), "message"), want);
+  json_decref(c);
+  CHECK(ctrl_wait_for(&f, 30, claim_gone, old));
+  CHECK(ctrl_has_event_message(&f, stuck, LP_DRIFT_UNRESOLVABLE, want));
+  CHECK(ctrl_has_event_message(&f, DT_POOL, LP_DRIFT_UNRESOLVABLE, want));
+
+  /* a budget that lets every node go, an hour later: nothing more is replaced, the event is not repeated */
+  dt_set_budgets(&f, "[{\"nodes\":\"100%\"}]");
+  ctrl_run_for(&f, 3);
+  now += 3600;
+  dt_set_budgets(&f, "[{\"nodes\":\"90%\"}]"); /* a pass, and every NodeClaim of the pool evaluated again */
+  ctrl_run_for(&f, 3);
+  CHECK_INT(launched(), 1);
+  CHECK_INT(ctrl_metric(&f, "luaprov_drift_unresolvable_total", LP_LABELS("ImageDrift")), 1);
+  CHECK_INT(events(stuck, LP_DRIFT_UNRESOLVABLE), 1);
+  CHECK_INT(events(DT_POOL, LP_DRIFT_UNRESOLVABLE), 1);
+  json_t *items = dt_pool_claims(&f);
+  CHECK_INT(json_array_size(items), 2);
+  json_decref(items);
+  c = dt_claim(&f, other);
+  CHECK(c && !lp_obj_deleting(c) && !dt_annotation(c, DZ_ANNOTATION_REPLACED_BY));
+  CHECK(lp_condition_is(c, "Drifted", "True"));
+  CHECK(!lp_condition_is(c, LP_DRIFT_UNRESOLVABLE, "True")); /* not a replacement: only held back */
+  json_decref(c);
+  CHECK(ctrl_has_event_message(&f, other, "DisruptionBlocked", "cannot be resolved by replacement"));
+
+  /* the rule fixed and reloaded: the replacement is no longer drifted, the other node is replaced (the
+   * clock back with the API server's, whose creationTimestamps a replacement's registration timeout is
+   * measured from) */
+  now = lp_clock_wall();
+  sim_tree_write_policy(tree, "drift", policy_fixed);
+  CHECK(ctrl_wait_for(&f, 10, reloaded, NULL));
+  CHECK(ctrl_wait_for(&f, 60, settled_clean, &(int){2}));
+  CHECK(claim_gone(&f, other));
+  CHECK_INT(launched(), 2);
+  free(old);
+  free(stuck);
+}
+
+int main(void) {
+  start();
+  RUN(test_unsatisfiable_rule);
+  stop();
+  return check_summary();
+}
