@@ -91,12 +91,11 @@ static void static_drift_done(op *o, json_t *values, lp_error *err) {
     return;
   }
   json_decref(values);
-  if (err && strcmp(err->code, "Contract") != 0) { /* a policy without static_drift is fine */
+  if (err) {
     drift_answered(o, "error", NULL, err);
     cp_finish(o, NULL, err);
     return;
   }
-  lp_error_free(err);
   cp_call(o, o->cp->mapping, "parse_provider_id", json_pack("[s]", o->provider_id), drift_parsed);
 }
 
@@ -113,6 +112,16 @@ void lp_cp_is_drifted(lp_cloudprovider *cp, const json_t *nodeclaim, const json_
     return;
   }
   o->provider_id = lp_xstrdup(pid);
+  /* static_drift is optional: a policy without it is not called for it (no error, no count) */
+  uint64_t generation = lp_script_host_generation_id(cp->scripts);
+  if (cp->static_drift_generation != generation) {
+    cp->static_drift_generation = generation;
+    cp->has_static_drift = lp_script_host_module_has_function(cp->scripts, "policies.drift", "static_drift");
+  }
+  if (!cp->has_static_drift) {
+    static_drift_done(o, NULL, NULL);
+    return;
+  }
   cp_call(o, "policies.drift", "static_drift", json_pack("[OO]", o->nodeclaim, o->nodeclass),
           static_drift_done);
 }

@@ -233,6 +233,16 @@ char *lp_script_host_module_string(lp_script_host *h, const char *module, const 
   return out;
 }
 
+static void is_function(lua_State *L, void *out) {
+  *(int *)out = lua_type(L, -1) == LUA_TFUNCTION;
+}
+
+int lp_script_host_module_has_function(lp_script_host *h, const char *module, const char *field) {
+  int out = 0;
+  module_field(h->current, module, field, is_function, &out);
+  return out;
+}
+
 static void strings_of(lua_State *L, void *out) {
   if (!lua_istable(L, -1)) return;
   int list = lua_gettop(L);

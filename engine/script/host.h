@@ -94,6 +94,9 @@ json_t *lp_script_host_module_strings(lp_script_host *h, const char *module, con
  * JSON (the encoding of bindings/json.h), new reference; NULL when the module or the field is absent
  * or cannot be encoded (a function, a sparse array). */
 json_t *lp_script_host_module_json(lp_script_host *h, const char *module, const char *field);
+/* 1 when an entry module of the generation in service exports a function under field (an optional
+ * export such as the drift policy's `static_drift`), 0 when the module or the function is absent. */
+int lp_script_host_module_has_function(lp_script_host *h, const char *module, const char *field);
 /* The same for any loaded generation (`luaprov run --help` reads the tree without a host). */
 json_t *lp_generation_module_json(lp_generation *g, const char *module, const char *field);
 
