@@ -35,6 +35,10 @@ typedef struct lp_script_host_config {
   unsigned debounce_ms;    /* quiet time after the last file event before reloading; 0 = 20 ms */
   double (*now)(void *ud); /* luaprov.time.now; NULL = system clock */
   void *now_ud;
+  /* NULL for the engine's own scripts: the start logs "scripts loaded" with the operator's tree
+   * ("scripts") and the default one. Another host (the simulators) names itself here and logs
+   * "<purpose> scripts loaded" with its "tree", so the start-up log names the engine's tree once. */
+  const char *purpose;
 } lp_script_host_config;
 
 typedef struct lp_task_result {
