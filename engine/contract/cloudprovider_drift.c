@@ -50,17 +50,18 @@ static void drift_done(op *o, json_t *values, lp_error *err) {
     return;
   }
   json_t *reason = json_array_get(values, 0);
-  const char *r = json_is_null(reason) || !reason ? "" : json_string_value(reason);
-  /* the same rule `luaprov eval` applies: "" or CamelCase, and not one typo from a built-in reason */
-  char *problem = r ? lp_drift_reason_problem(r, o->cp->drift_reasons)
-                    : lp_xstrdup("is_drifted returned a value that is not a string");
+  /* the check and the words `luaprov eval` uses: "" or CamelCase, not one typo from a known reason */
+  char *problem = lp_drift_answer_problem(reason, o->cp->drift_reasons);
   if (problem) {
     json_decref(values);
     drift_answered(o, "error", NULL, NULL);
-    cp_finish(o, NULL,
-              cp_contract_error(o, "policies.drift", "is_drifted", problem, "docs/contracts.md#policies"));
+    lp_error *e = lp_policy_answer_error(lp_script_host_current(o->cp->scripts), "policies.drift",
+                                         "is_drifted", problem);
+    free(problem);
+    cp_finish(o, NULL, e);
     return;
   }
+  const char *r = json_is_null(reason) || !reason ? "" : json_string_value(reason);
   drift_answered(o, *r ? "drifted" : "not_drifted", r, NULL);
   json_t *out = json_string(r);
   json_decref(values);

@@ -443,6 +443,45 @@ static void test_drift_without_static_drift(void) {
   operator_scripts_free(h, dir);
 }
 
+/* The engine refuses a drift answer that is not a string with the words and place `luaprov eval` gives:
+ * the policy's file:line and a hint. */
+static void test_drift_answer_not_a_string(void) {
+  char dir[32];
+  lp_script_host *h = operator_tree_new(dir, "policies", "drift.lua",
+                                        "local M = {}\n"
+                                        "function M.is_drifted() return { reason = 'ImageDrift' } end\n"
+                                        "return M\n");
+  if (!h) return;
+  lp_cloudprovider *table_answer = operator_cloudprovider(h, 0);
+  const char *code;
+  json_t *claim = nodeclaim("default-t1", "uid-t1", ON_DEMAND_REQ, "{}");
+  lp_cp_outcome o = {0};
+  lp_cp_create(table_answer, claim, nodeclass, lp_cp_outcome_store, &o);
+  json_t *created = wait_outcome(&o, &code);
+  CHECK(created != NULL);
+  if (created) {
+    lp_cp_outcome d = {0};
+    lp_cp_is_drifted(table_answer, created, nodeclass, lp_cp_outcome_store, &d);
+    json_decref(wait_outcome(&d, &code));
+    CHECK(d.error != NULL);
+    if (d.error) {
+      char want[512];
+      snprintf(
+          want, sizeof want,
+          "%s/policies/drift.lua:2: is_drifted returned a table {\"reason\":\"ImageDrift\"}, not a string; "
+          "return a drift reason such as \"NodeClassDrift\", or \"\" when the node has not drifted",
+          dir);
+      CHECK_STR(d.error->code, "Contract");
+      CHECK_STR(d.error->message, want);
+    }
+    lp_error_free(d.error);
+  }
+  json_decref(created);
+  json_decref(claim);
+  lp_cloudprovider_free(table_answer);
+  operator_scripts_free(h, dir);
+}
+
 /* ---- the create contract (docs/contracts.md#create) through a recording mapping ------------- */
 
 /* The default mapping with a create that records what the engine handed it (seen(name) answers the
@@ -779,6 +818,7 @@ int main(void) {
   RUN(test_drift_and_repair);
   RUN(test_contract_violation);
   RUN(test_drift_without_static_drift);
+  RUN(test_drift_answer_not_a_string);
   char recording_dir[32];
   recording_scripts = operator_scripts_new(recording_dir, RECORDING_MAPPING);
   if (recording_scripts) {
