@@ -303,15 +303,8 @@ static json_t *call_policy(lp_script_host *h, const char *module, const char *fu
  * return is gone by the time the value is back in C. */
 static void policy_error(lp_script_host *h, const char *module, const char *function, const char *problem,
                          lp_error **err) {
-  char *file = NULL;
-  int line = lp_contract_function_line(lp_script_host_current(h), module, function, &file);
-  if (file && line)
-    lp_error_set(err, "Contract", "%s:%d: %s", file, line, problem);
-  else if (file)
-    lp_error_set(err, "Contract", "%s: %s", file, problem);
-  else
-    lp_error_set(err, "Contract", "%s", problem);
-  free(file);
+  if (!err || *err) return; /* the first error stays, as lp_error_set keeps it */
+  *err = lp_policy_answer_error(lp_script_host_current(h), module, function, problem);
 }
 
 static json_t *eval_drift(lp_script_host *h, json_t *ctx, json_t **objects, lp_error **err) {
@@ -330,22 +323,10 @@ static json_t *eval_drift(lp_script_host *h, json_t *ctx, json_t **objects, lp_e
     *err = call_err;
     return NULL;
   }
+  json_t *reasons = lp_script_host_module_json(h, LUAPROV_CLOUDPROVIDER_MAPPING, "drift_reasons");
+  char *problem = lp_drift_answer_problem(reason, reasons);
+  json_decref(reasons);
   const char *r = json_is_null(reason) ? "" : json_string_value(reason);
-  char *problem = NULL;
-  if (!r) {
-    char *shown = json_dumps(reason, JSON_COMPACT | JSON_ENCODE_ANY);
-    problem = lp_xasprintf("is_drifted returned %s %s, not a string; return a drift reason such as "
-                           "\"NodeClassDrift\", or \"\" when the node has not drifted",
-                           json_is_object(reason) || json_is_array(reason) ? "a table"
-                           : json_is_boolean(reason)                       ? "a boolean"
-                                                                           : "a number",
-                           shown ? shown : "?");
-    free(shown);
-  } else {
-    json_t *reasons = lp_script_host_module_json(h, LUAPROV_CLOUDPROVIDER_MAPPING, "drift_reasons");
-    problem = lp_drift_reason_problem(r, reasons);
-    json_decref(reasons);
-  }
   if (problem) {
     policy_error(h, "policies.drift", "is_drifted", problem, err);
     free(problem);

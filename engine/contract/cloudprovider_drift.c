@@ -50,17 +50,18 @@ static void drift_done(op *o, json_t *values, lp_error *err) {
     return;
   }
   json_t *reason = json_array_get(values, 0);
-  const char *r = json_is_null(reason) || !reason ? "" : json_string_value(reason);
-  /* the same rule `luaprov eval` applies: "" or CamelCase, and not one typo from a built-in reason */
-  char *problem = r ? lp_drift_reason_problem(r, o->cp->drift_reasons)
-                    : lp_xstrdup("is_drifted returned a value that is not a string");
+  /* the check and the words `luaprov eval` uses: "" or CamelCase, not one typo from a known reason */
+  char *problem = lp_drift_answer_problem(reason, o->cp->drift_reasons);
   if (problem) {
     json_decref(values);
     drift_answered(o, "error", NULL, NULL);
-    cp_finish(o, NULL,
-              cp_contract_error(o, "policies.drift", "is_drifted", problem, "docs/contracts.md#policies"));
+    lp_error *e = lp_policy_answer_error(lp_script_host_current(o->cp->scripts), "policies.drift",
+                                         "is_drifted", problem);
+    free(problem);
+    cp_finish(o, NULL, e);
     return;
   }
+  const char *r = json_is_null(reason) || !reason ? "" : json_string_value(reason);
   drift_answered(o, *r ? "drifted" : "not_drifted", r, NULL);
   json_t *out = json_string(r);
   json_decref(values);
@@ -91,12 +92,11 @@ static void static_drift_done(op *o, json_t *values, lp_error *err) {
     return;
   }
   json_decref(values);
-  if (err && strcmp(err->code, "Contract") != 0) { /* a policy without static_drift is fine */
+  if (err) {
     drift_answered(o, "error", NULL, err);
     cp_finish(o, NULL, err);
     return;
   }
-  lp_error_free(err);
   cp_call(o, o->cp->mapping, "parse_provider_id", json_pack("[s]", o->provider_id), drift_parsed);
 }
 
@@ -113,6 +113,16 @@ void lp_cp_is_drifted(lp_cloudprovider *cp, const json_t *nodeclaim, const json_
     return;
   }
   o->provider_id = lp_xstrdup(pid);
+  /* static_drift is optional: a policy without it is not called for it (no error, no count) */
+  uint64_t generation = lp_script_host_generation_id(cp->scripts);
+  if (cp->static_drift_generation != generation) {
+    cp->static_drift_generation = generation;
+    cp->has_static_drift = lp_script_host_module_has_function(cp->scripts, "policies.drift", "static_drift");
+  }
+  if (!cp->has_static_drift) {
+    static_drift_done(o, NULL, NULL);
+    return;
+  }
   cp_call(o, "policies.drift", "static_drift", json_pack("[OO]", o->nodeclaim, o->nodeclass),
           static_drift_done);
 }

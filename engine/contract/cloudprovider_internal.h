@@ -17,7 +17,10 @@ struct lp_cloudprovider {
   json_t *ctx;            /* {cluster_id, endpoint, <the mapping's settings>} passed to every mapping call */
   json_t *nodeclass_json; /* the mapping's `nodeclass` table, pinned (nodeclass_desc.h) */
   lp_nodeclass_desc desc; /* pointers into nodeclass_json (its alias list allocated) */
-  json_t *drift_reasons;  /* the mapping's `drift_reasons`: an array of strings */
+  /* whether the drift policy exports the optional static_drift, looked up once per generation */
+  uint64_t static_drift_generation;
+  int has_static_drift;
+  json_t *drift_reasons; /* the mapping's `drift_reasons`: an array of strings */
   lp_cache *unavailable;
   unsigned max_launch_attempts;
   lp_metric *launches;

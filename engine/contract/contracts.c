@@ -75,6 +75,17 @@ int lp_contract_function_line(lp_generation *g, const char *module, const char *
   return line;
 }
 
+lp_error *lp_policy_answer_error(lp_generation *g, const char *module, const char *function,
+                                 const char *problem) {
+  char *file = NULL;
+  int line = lp_contract_function_line(g, module, function, &file);
+  lp_error *e = file && line ? lp_error_new("Contract", "%s:%d: %s", file, line, problem)
+                : file       ? lp_error_new("Contract", "%s: %s", file, problem)
+                             : lp_error_new("Contract", "%s", problem);
+  free(file);
+  return e;
+}
+
 #define MAX_DRIFT_REASONS 32
 
 char *lp_drift_reason_problem(const char *reason, const json_t *mapping_reasons) {
@@ -444,3 +455,17 @@ const lp_module_spec lp_contract_modules[] = {
     {"providers.bizfly", "NodeGroup mapping", 0, validate_nodegroup},
     {NULL, NULL, 0, NULL},
 };
+
+char *lp_drift_answer_problem(const json_t *reason, const json_t *mapping_reasons) {
+  const char *r = !reason || json_is_null(reason) ? "" : json_string_value(reason);
+  if (r) return lp_drift_reason_problem(r, mapping_reasons);
+  char *shown = json_dumps(reason, JSON_COMPACT | JSON_ENCODE_ANY);
+  char *problem = lp_xasprintf("is_drifted returned %s %s, not a string; return a drift reason such as "
+                               "\"NodeClassDrift\", or \"\" when the node has not drifted",
+                               json_is_object(reason) || json_is_array(reason) ? "a table"
+                               : json_is_boolean(reason)                       ? "a boolean"
+                                                                               : "a number",
+                               shown ? shown : "?");
+  free(shown);
+  return problem;
+}

@@ -33,4 +33,15 @@ int lp_contract_function_line(lp_generation *g, const char *module, const char *
  * `drift_reasons`, an array of strings, borrowed; NULL = none), e.g. "ImagDrift". */
 char *lp_drift_reason_problem(const char *reason, const json_t *mapping_reasons);
 
+/* The same for any answer of is_drifted (its first value, borrowed; NULL or null = ""): a value that
+ * is not a string gets "is_drifted returned a table {...}, not a string; return a drift reason such
+ * as ...". The engine and `luaprov eval` both check the answer with this. */
+char *lp_drift_answer_problem(const json_t *reason, const json_t *mapping_reasons);
+
+/* A Contract error for a policy's answer that breaks its contract: "<file>:<line>: <problem>", the
+ * file and first line of module.function in generation g (lp_contract_function_line), so the engine
+ * and `luaprov eval` say the same. Loop thread only. */
+lp_error *lp_policy_answer_error(lp_generation *g, const char *module, const char *function,
+                                 const char *problem);
+
 #endif

@@ -1,6 +1,7 @@
 /* The script host: the generation in service, reload (validate then swap), and file watching. */
 #include "script/host.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -191,8 +192,15 @@ lp_script_host *lp_script_host_new(const lp_script_host_config *cfg, lp_problems
   h->debounce.data = h;
   h->open_handles = 2;
   if (h->watch) start_watching(h);
-  lp_info("engine.script", "scripts loaded", LPF_INT("generation", (long long)lp_generation_id(h->current)),
-          LPF_STR("scripts", h->layers[0]), LPF_STR("defaults", h->layers[h->nlayers - 1]));
+  if (cfg->purpose) {
+    char msg[96];
+    snprintf(msg, sizeof msg, "%s scripts loaded", cfg->purpose);
+    lp_info("engine.script", msg, LPF_INT("generation", (long long)lp_generation_id(h->current)),
+            LPF_STR("tree", h->layers[0]));
+  } else {
+    lp_info("engine.script", "scripts loaded", LPF_INT("generation", (long long)lp_generation_id(h->current)),
+            LPF_STR("scripts", h->layers[0]), LPF_STR("defaults", h->layers[h->nlayers - 1]));
+  }
   return h;
 }
 
@@ -230,6 +238,16 @@ static void string_of(lua_State *L, void *out) {
 char *lp_script_host_module_string(lp_script_host *h, const char *module, const char *field) {
   char *out = NULL;
   module_field(h->current, module, field, string_of, &out);
+  return out;
+}
+
+static void is_function(lua_State *L, void *out) {
+  *(int *)out = lua_type(L, -1) == LUA_TFUNCTION;
+}
+
+int lp_script_host_module_has_function(lp_script_host *h, const char *module, const char *field) {
+  int out = 0;
+  module_field(h->current, module, field, is_function, &out);
   return out;
 }
 

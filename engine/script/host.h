@@ -35,6 +35,10 @@ typedef struct lp_script_host_config {
   unsigned debounce_ms;    /* quiet time after the last file event before reloading; 0 = 20 ms */
   double (*now)(void *ud); /* luaprov.time.now; NULL = system clock */
   void *now_ud;
+  /* NULL for the engine's own scripts: the start logs "scripts loaded" with the operator's tree
+   * ("scripts") and the default one. Another host (the simulators) names itself here and logs
+   * "<purpose> scripts loaded" with its "tree", so the start-up log names the engine's tree once. */
+  const char *purpose;
 } lp_script_host_config;
 
 typedef struct lp_task_result {
@@ -94,6 +98,9 @@ json_t *lp_script_host_module_strings(lp_script_host *h, const char *module, con
  * JSON (the encoding of bindings/json.h), new reference; NULL when the module or the field is absent
  * or cannot be encoded (a function, a sparse array). */
 json_t *lp_script_host_module_json(lp_script_host *h, const char *module, const char *field);
+/* 1 when an entry module of the generation in service exports a function under field (an optional
+ * export such as the drift policy's `static_drift`), 0 when the module or the function is absent. */
+int lp_script_host_module_has_function(lp_script_host *h, const char *module, const char *field);
 /* The same for any loaded generation (`luaprov run --help` reads the tree without a host). */
 json_t *lp_generation_module_json(lp_generation *g, const char *module, const char *field);
 

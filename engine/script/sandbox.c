@@ -23,6 +23,85 @@ static const char *const copied_libraries[] = {"string", "table", "math", "utf8"
 
 static const char *const safe_os_functions[] = {"clock", "time", "date", NULL};
 
+/* What the sandbox removed, by the name a script would use: reading one gives a function that raises
+ * "<name> is not available in the sandbox (see docs/lua-api.md#the-sandbox)" at the caller's line,
+ * rather than "attempt to call a nil value". The removed libraries read as tables whose every field is
+ * such a function, so io.open(...) says "io.open is not available". Nothing is added to the
+ * environment itself: pairs(_G) and rawget(_G, "dofile") still see nothing. */
+static const char *const removed_functions[] = {"dofile", "loadfile", "collectgarbage", "warn", NULL};
+static const char *const removed_libraries[] = {"io", "debug", "package", NULL};
+static const char *const removed_os_functions[] = {"execute", "exit",    "getenv",    "remove",
+                                                   "rename",  "tmpname", "setlocale", NULL};
+
+static int listed(const char *const *names, const char *name) {
+  for (const char *const *n = names; *n; n++)
+    if (strcmp(*n, name) == 0) return 1;
+  return 0;
+}
+
+/* The stand-in for a removed function (upvalue 1: its name).                     [-0, +0, e]
+ * Located at the nearest script line: after a tail call (`return io.open(f)`) the calling frame is
+ * gone, and the line is that of the frame below it. */
+static int removed_function(lua_State *L) {
+  lua_Debug ar;
+  int level = 1;
+  while (lua_getstack(L, level, &ar) && lua_getinfo(L, "l", &ar) && ar.currentline <= 0) level++;
+  luaL_where(L, level);
+  lua_pushfstring(L, "%s is not available in the sandbox (see docs/lua-api.md#the-sandbox)",
+                  lua_tostring(L, lua_upvalueindex(1)));
+  lua_concat(L, 2);
+  return lua_error(L);
+}
+
+static void push_removed_function(lua_State *L, const char *prefix, const char *name) {
+  lua_pushfstring(L, "%s%s", prefix, name);
+  lua_pushcclosure(L, removed_function, 1);
+}
+
+/* __index of a removed library's stand-in table (upvalue 1: the library's name).  [-0, +1, -] */
+static int removed_library_index(lua_State *L) {
+  if (lua_type(L, 2) != LUA_TSTRING) return 0;
+  lua_pushfstring(L, "%s.", lua_tostring(L, lua_upvalueindex(1)));
+  push_removed_function(L, lua_tostring(L, -1), lua_tostring(L, 2));
+  return 1;
+}
+
+/* __index of a script's environment: the removed functions and libraries; nil otherwise. */
+static int removed_global_index(lua_State *L) {
+  if (lua_type(L, 2) != LUA_TSTRING) return 0;
+  const char *name = lua_tostring(L, 2);
+  if (listed(removed_functions, name)) {
+    push_removed_function(L, "", name);
+    return 1;
+  }
+  if (!listed(removed_libraries, name)) return 0;
+  lua_newtable(L);
+  lua_newtable(L);
+  lua_pushvalue(L, 2);
+  lua_pushcclosure(L, removed_library_index, 1);
+  lua_setfield(L, -2, "__index");
+  lua_pushliteral(L, "a removed library");
+  lua_setfield(L, -2, "__metatable");
+  lua_setmetatable(L, -2);
+  return 1;
+}
+
+/* __index of a script's os table: the removed os functions; nil otherwise. */
+static int removed_os_index(lua_State *L) {
+  if (lua_type(L, 2) != LUA_TSTRING || !listed(removed_os_functions, lua_tostring(L, 2))) return 0;
+  push_removed_function(L, "os.", lua_tostring(L, 2));
+  return 1;
+}
+
+/* Sets on the table at idx a metatable whose __index is fn. */
+static void set_index(lua_State *L, int idx, lua_CFunction fn) {
+  idx = lua_absindex(L, idx);
+  lua_newtable(L);
+  lua_pushcfunction(L, fn);
+  lua_setfield(L, -2, "__index");
+  lua_setmetatable(L, idx);
+}
+
 static void copy_table_shallow(lua_State *L, int src, const char *skip) {
   src = lua_absindex(L, src);
   lua_newtable(L);
@@ -251,6 +330,7 @@ void lp_sandbox_push_env(lua_State *L, const char *script_name, lua_CFunction re
     lua_getfield(L, -2, *name);
     lua_setfield(L, -2, *name);
   }
+  set_index(L, -1, removed_os_index);
   lua_setfield(L, env, LUA_OSLIBNAME);
   lua_pop(L, 1);
 
@@ -279,6 +359,7 @@ void lp_sandbox_push_env(lua_State *L, const char *script_name, lua_CFunction re
 
   lua_pushvalue(L, env);
   lua_setfield(L, env, "_G");
+  set_index(L, env, removed_global_index);
 
   lua_remove(L, libs);
 }

@@ -72,6 +72,7 @@ lp_sim *lp_sim_start(uv_loop_t *loop, const lp_sim_options *opts, lp_error **err
       .modules = sim->modules,
       /* simulators keep every object of a run in memory: give them room */
       .limits = {.memory_bytes = 512u << 20},
+      .purpose = "simulator", /* not the engine's tree: `run --sim` logs that one as "scripts loaded" */
   };
   lp_problems problems = {0};
   sim->host = lp_script_host_new(&cfg, &problems);

@@ -329,18 +329,19 @@ static void test_drift_and_repair(void) {
   json_decref(claim);
 }
 
-/* An operator's script tree in a new temporary directory (dir, at least 32 bytes) whose
- * providers/alibaba/init.lua is init_lua, loaded over the default scripts; NULL on failure. */
-static lp_script_host *operator_scripts_new(char *dir, const char *init_lua) {
+/* An operator's script tree in a new temporary directory (dir, at least 32 bytes) holding one file,
+ * file (e.g. "providers/alibaba/init.lua", in a folder of that name) with text lua, loaded over the
+ * default scripts; NULL on failure. */
+static lp_script_host *operator_tree_new(char *dir, const char *folder, const char *file, const char *lua) {
   strcpy(dir, "/tmp/luaprov-cp-XXXXXX");
   if (!mkdtemp(dir)) return NULL;
   char path[256], cmd[512];
-  snprintf(cmd, sizeof cmd, "mkdir -p %s/providers/alibaba", dir);
+  snprintf(cmd, sizeof cmd, "mkdir -p %s/%s", dir, folder);
   CHECK(system(cmd) == 0);
-  snprintf(path, sizeof path, "%s/providers/alibaba/init.lua", dir);
+  snprintf(path, sizeof path, "%s/%s/%s", dir, folder, file);
   FILE *f = fopen(path, "w");
   if (!f) return NULL;
-  fputs(init_lua, f);
+  fputs(lua, f);
   fclose(f);
   lp_script_host_config cfg = {.loop = &loop,
                                .scripts_dir = dir,
@@ -352,6 +353,11 @@ static lp_script_host *operator_scripts_new(char *dir, const char *init_lua) {
   CHECK(h != NULL);
   lp_problems_free(&problems);
   return h;
+}
+
+/* An operator's tree whose providers/alibaba/init.lua is init_lua (operator_tree_new). */
+static lp_script_host *operator_scripts_new(char *dir, const char *init_lua) {
+  return operator_tree_new(dir, "providers/alibaba", "init.lua", init_lua);
 }
 
 static void operator_scripts_free(lp_script_host *h, const char *dir) {
@@ -398,6 +404,82 @@ static void test_contract_violation(void) {
   lp_error_free(o.error);
   lp_cloudprovider_free(broken);
   operator_scripts_free(operator_scripts, dir);
+}
+
+/* A drift policy without the optional static_drift is asked is_drifted only: static_drift is not called,
+ * so no error is logged or counted for it (luaprov_script_calls_total{result="error"}). */
+static void test_drift_without_static_drift(void) {
+  char dir[32];
+  lp_script_host *h = operator_tree_new(dir, "policies", "drift.lua",
+                                        "local M = {}\n"
+                                        "function M.is_drifted() return 'ImageDrift' end\n"
+                                        "return M\n");
+  if (!h) return;
+  lp_cloudprovider *only_full = operator_cloudprovider(h, 0);
+  const char *code;
+  json_t *claim = nodeclaim("default-s1", "uid-s1", ON_DEMAND_REQ, "{}");
+  lp_cp_outcome o = {0};
+  lp_cp_create(only_full, claim, nodeclass, lp_cp_outcome_store, &o);
+  json_t *created = wait_outcome(&o, &code);
+  lp_metric *calls = lp_metrics_counter(lp_metrics_default(), "luaprov_script_calls_total", "",
+                                        LP_LABELS("module", "function", "result"));
+  const char *const *errors = LP_LABELS("policies.drift", "static_drift", "error");
+  const char *const *full = LP_LABELS("policies.drift", "is_drifted", "ok");
+  double errors_before = lp_metric_value(calls, errors), full_before = lp_metric_value(calls, full);
+  for (int i = 0; created && i < 2; i++) { /* the second asks the same generation again */
+    lp_cp_outcome d = {0};
+    lp_cp_is_drifted(only_full, created, nodeclass, lp_cp_outcome_store, &d);
+    json_t *reason = wait_outcome(&d, &code);
+    CHECK(code == NULL);
+    CHECK_STR(json_string_value(reason), "ImageDrift");
+    json_decref(reason);
+  }
+  CHECK(created != NULL);
+  CHECK(lp_metric_value(calls, errors) == errors_before);
+  CHECK(lp_metric_value(calls, full) - full_before == 2);
+  json_decref(created);
+  json_decref(claim);
+  lp_cloudprovider_free(only_full);
+  operator_scripts_free(h, dir);
+}
+
+/* The engine refuses a drift answer that is not a string with the words and place `luaprov eval` gives:
+ * the policy's file:line and a hint. */
+static void test_drift_answer_not_a_string(void) {
+  char dir[32];
+  lp_script_host *h = operator_tree_new(dir, "policies", "drift.lua",
+                                        "local M = {}\n"
+                                        "function M.is_drifted() return { reason = 'ImageDrift' } end\n"
+                                        "return M\n");
+  if (!h) return;
+  lp_cloudprovider *table_answer = operator_cloudprovider(h, 0);
+  const char *code;
+  json_t *claim = nodeclaim("default-t1", "uid-t1", ON_DEMAND_REQ, "{}");
+  lp_cp_outcome o = {0};
+  lp_cp_create(table_answer, claim, nodeclass, lp_cp_outcome_store, &o);
+  json_t *created = wait_outcome(&o, &code);
+  CHECK(created != NULL);
+  if (created) {
+    lp_cp_outcome d = {0};
+    lp_cp_is_drifted(table_answer, created, nodeclass, lp_cp_outcome_store, &d);
+    json_decref(wait_outcome(&d, &code));
+    CHECK(d.error != NULL);
+    if (d.error) {
+      char want[512];
+      snprintf(
+          want, sizeof want,
+          "%s/policies/drift.lua:2: is_drifted returned a table {\"reason\":\"ImageDrift\"}, not a string; "
+          "return a drift reason such as \"NodeClassDrift\", or \"\" when the node has not drifted",
+          dir);
+      CHECK_STR(d.error->code, "Contract");
+      CHECK_STR(d.error->message, want);
+    }
+    lp_error_free(d.error);
+  }
+  json_decref(created);
+  json_decref(claim);
+  lp_cloudprovider_free(table_answer);
+  operator_scripts_free(h, dir);
 }
 
 /* ---- the create contract (docs/contracts.md#create) through a recording mapping ------------- */
@@ -735,6 +817,8 @@ int main(void) {
   RUN(test_throttling_and_garbage);
   RUN(test_drift_and_repair);
   RUN(test_contract_violation);
+  RUN(test_drift_without_static_drift);
+  RUN(test_drift_answer_not_a_string);
   char recording_dir[32];
   recording_scripts = operator_scripts_new(recording_dir, RECORDING_MAPPING);
   if (recording_scripts) {
