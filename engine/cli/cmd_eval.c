@@ -9,6 +9,7 @@
 #include "cli/cli.h"
 #include "contract/cloudprovider.h"
 #include "contract/contracts.h"
+#include "contract/engine_tags.h"
 #include "contract/settings.h"
 #include "contract/shapes.h"
 #include "controller/controller.h"
@@ -388,11 +389,17 @@ static json_t *eval_tags(lp_script_host *h, json_t *ctx, json_t **objects, lp_er
     json_decref(tags);
     return NULL;
   }
-  if (json_is_array(tags)) { /* an empty Lua table */
-    json_decref(tags);
-    tags = json_object();
-  }
-  return tags;
+  if (!tags) return NULL; /* the call failed: *err says why */
+  /* what a launch carries: the engine's own tags go over the policy's (rule CP7) */
+  const char *cluster_id = json_string_value(json_object_get(ctx, "cluster_id"));
+  json_t *merged = lp_tags_with_engine(tags, objects[F_NODECLAIM], cluster_id);
+  json_decref(tags);
+  json_t *engine = lp_engine_tags(objects[F_NODECLAIM], cluster_id);
+  fputs("note: the engine's own tags, set after the policy (it cannot remove or override them):", stderr);
+  json_object_foreach(engine, key, value) fprintf(stderr, " %s", key);
+  fputc('\n', stderr);
+  json_decref(engine);
+  return merged;
 }
 
 /* The disruption's ctx from the flags: {reason, nodepool, now, method}; NULL with *err on a bad flag. */

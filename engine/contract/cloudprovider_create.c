@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "contract/cloudprovider_internal.h"
+#include "contract/engine_tags.h"
 #include "contract/requirements.h"
 #include "contract/shapes.h"
 #include "core/log.h"
@@ -398,7 +399,9 @@ static void tags_done(op *o, json_t *values, lp_error *err) {
         cp_contract_error(o, "policies.tags", "build_instance_tags", problem, "docs/contracts.md#policies"));
     return;
   }
-  o->tags = json_is_object(tags) ? json_incref(tags) : json_object();
+  /* the engine's own tags go over the policy's, whatever it returned (rule CP7) */
+  o->tags =
+      lp_tags_with_engine(tags, o->nodeclaim, json_string_value(json_object_get(o->cp->ctx, "cluster_id")));
   json_decref(values);
   launch_next(o);
 }

@@ -182,6 +182,16 @@ local function spot(spec, capacity_type)
 end
 
 -- The request of instances.run for one candidate, without the system disk category and token.
+-- The tags the instance carries: the engine's (launch.tags, the policy's with the engine's over them)
+-- and this mapping's own, which no tag policy can drop or override either (rule CP7).
+local function launch_tags(ctx, launch)
+  local tags = {}
+  for key, value in pairs(launch.tags or {}) do tags[key] = value end
+  tags["karpenter.k8s.alibabacloud/ecsnodeclass"] = class_name(launch.nodeclass)
+  tags["ecs:ecs-cluster-id"] = ctx.cluster_id
+  return tags
+end
+
 local function request(ctx, launch, c)
   local spec = launch.nodeclass.spec
   local offering = c.offering
@@ -195,7 +205,8 @@ local function request(ctx, launch, c)
   local metadata = spec.metadataOptions or {}
   return {
     instance_type = offering.instance_type, zone = offering.zone, capacity_type = offering.capacity_type,
-    vswitch_id = c.vswitch.id, image_id = c.image.id, security_group_ids = groups, tags = launch.tags,
+    vswitch_id = c.vswitch.id, image_id = c.image.id, security_group_ids = groups,
+    tags = launch_tags(ctx, launch),
     user_data = text, spot_strategy = strategy, spot_price_limit = limit, data_disks = data_disks(spec),
     key_pair_name = spec.keyPairName, password = spec.password,
     password_inherit = spec.passwordInherit == true or nil, resource_group_id = spec.resourceGroupId,

@@ -482,6 +482,45 @@ static void test_drift_answer_not_a_string(void) {
   operator_scripts_free(h, dir);
 }
 
+/* Rule CP7: the engine's and the mapping's own tags go over the tag policy's, whatever it returns: a
+ * policy answering {} and one overriding the cluster tag both launch instances that carry them all. */
+static void check_launch_keeps_own_tags(const char *policy, const char *name, const char *uid) {
+  char dir[32];
+  lp_script_host *h = operator_tree_new(dir, "policies", "tags.lua", policy);
+  if (!h) return;
+  lp_cloudprovider *tagged = operator_cloudprovider(h, 0);
+  json_t *claim = nodeclaim(name, uid, ON_DEMAND_REQ, "{\"cpu\":\"1\",\"memory\":\"2Gi\"}");
+  lp_cp_outcome o = {0};
+  const char *code;
+  lp_cp_create(tagged, claim, nodeclass, lp_cp_outcome_store, &o);
+  json_t *created = wait_outcome(&o, &code);
+  CHECK(code == NULL);
+  const char *pid = json_string_value(json_object_get(json_object_get(created, "status"), "providerID"));
+  json_t *instance = pid ? sim_instance(pid) : NULL;
+  json_t *tags = json_object_get(instance, "tags");
+  CHECK_STR(json_string_value(json_object_get(tags, "kubernetes.io/cluster/luaprov-sim")), "owned");
+  CHECK_STR(json_string_value(json_object_get(tags, "karpenter.sh/nodepool")), "default");
+  CHECK_STR(json_string_value(json_object_get(tags, "karpenter.sh/nodeclaim")), name);
+  CHECK_STR(json_string_value(json_object_get(tags, "karpenter.k8s.alibabacloud/ecsnodeclass")), "default");
+  CHECK_STR(json_string_value(json_object_get(tags, "ecs:ecs-cluster-id")), "luaprov-sim");
+  json_decref(instance);
+  json_decref(created);
+  json_decref(claim);
+  lp_error_free(o.error);
+  lp_cloudprovider_free(tagged);
+  operator_scripts_free(h, dir);
+}
+
+static void test_tag_policy_cannot_drop_engine_tags(void) {
+  check_launch_keeps_own_tags("return { build_instance_tags = function() return {} end }\n", "default-tag0",
+                              "uid-tag0");
+  check_launch_keeps_own_tags("return { build_instance_tags = function(_, _, ctx) return {\n"
+                              "  ['kubernetes.io/cluster/' .. ctx.cluster_id] = 'shared',\n"
+                              "  ['karpenter.sh/nodeclaim'] = 'other', ['ecs:ecs-cluster-id'] = 'x',\n"
+                              "  team = 'a' } end }\n",
+                              "default-tag1", "uid-tag1");
+}
+
 /* ---- the create contract (docs/contracts.md#create) through a recording mapping ------------- */
 
 /* The default mapping with a create that records what the engine handed it (seen(name) answers the
@@ -819,6 +858,7 @@ int main(void) {
   RUN(test_contract_violation);
   RUN(test_drift_without_static_drift);
   RUN(test_drift_answer_not_a_string);
+  RUN(test_tag_policy_cannot_drop_engine_tags);
   char recording_dir[32];
   recording_scripts = operator_scripts_new(recording_dir, RECORDING_MAPPING);
   if (recording_scripts) {
