@@ -5,7 +5,8 @@
 -- Public:
 --   resolve(ctx, nodeclass) -> status = {vSwitches = {{id, zone, zoneID, availableIPAddressCount}},
 --                                        securityGroups = {{id, name}},
---                                        images = {{id, name, architecture, requirements}},
+--                                        images = {{id, name, architecture, requirements,
+--                                                   creationTime}},
 --                                        ramRole = the role's name (ramrole.lua) | nil,
 --                                        capacityReservations = {{id, zoneID, instanceType, available,
 --                                                                 matchCriteria}} (reservations.lua),
@@ -215,6 +216,9 @@ local function resolve_images(c, region, terms)
           name = image.ImageName,
           architecture = arch,
           requirements = array { { key = ARCH_LABEL, operator = "In", values = array { arch } } },
+          -- a luaprov extension (docs/alibaba.md): DescribeImages' CreationTime as the cloud returns it,
+          -- so a drift policy can tell an image's age from the class status
+          creationTime = type(image.CreationTime) == "string" and image.CreationTime or nil,
         }
       end
     end

@@ -107,10 +107,10 @@ describe("nodeclass.resolve (fake cloud)", function()
     local status = nodeclass.resolve(cloud.ctx, class(FULL_SPEC))
     assert.same({
       { id = "aliyun_3_arm64_20G_alibase_20240819.vhd", name = "aliyun_3_arm64_20G_alibase_20240819.vhd",
-        architecture = "arm64",
+        architecture = "arm64", creationTime = "2024-08-19T00:00:00Z",
         requirements = { { key = "kubernetes.io/arch", operator = "In", values = { "arm64" } } } },
       { id = "aliyun_3_x64_20G_alibase_20240819.vhd", name = "aliyun_3_x64_20G_alibase_20240819.vhd",
-        architecture = "amd64",
+        architecture = "amd64", creationTime = "2024-08-19T00:00:00Z",
         requirements = { { key = "kubernetes.io/arch", operator = "In", values = { "amd64" } } } },
     }, status.images)
   end)
@@ -388,6 +388,7 @@ describe("nodeclass.resolve against the Alibaba simulator", function()
   it("resolves images by id and by tags", function()
     local status = resolve { imageSelectorTerms = { { id = "m-bp1sim0custom00001" } } }
     assert.same({ { id = "m-bp1sim0custom00001", name = "luaprov-sim-node-2024", architecture = "amd64",
+      creationTime = "2024-09-02T10:00:00Z", -- the simulator's DescribeImages CreationTime, unchanged
       requirements = { { key = "kubernetes.io/arch", operator = "In", values = { "amd64" } } } } }, status.images)
     assert.same({ "m-bp1sim0custom00001" }, ids(resolve({ imageSelectorTerms = { { tags = DISCOVERY } } }).images))
   end)
