@@ -11,6 +11,7 @@ int lp_cmd_run(int argc, char **argv);
 int lp_cmd_sim(int argc, char **argv);
 int lp_cmd_eval(int argc, char **argv);
 int lp_cmd_demo(int argc, char **argv);
+int lp_cmd_instance(int argc, char **argv);
 
 /* Configures logging from LUAPROV_LOG_LEVEL / LUAPROV_LOG_FORMAT, then from --log-level /
  * --log-format if given (NULL = not given). Returns 0, or -1 after printing what was wrong. */

@@ -19,6 +19,7 @@ static const char usage[] =
     "  demo     the scripted story (provisioning, drift, repair, hot reload, Bizfly scaling) against the\n"
     "           simulators; exits 0 when every step checked out\n"
     "  check    load every script of a tree in the sandbox and validate its contracts\n"
+    "  instance print the instance document of a NodeClaim, as a drift policy receives it\n"
     "  version  print the version\n"
     "\n"
     "Run 'luaprov <command> --help' for the options of a command.\n"
@@ -74,8 +75,9 @@ bad:
 static const struct {
   const char *name;
   int (*run)(int, char **);
-} commands[] = {{"run", lp_cmd_run},   {"sim", lp_cmd_sim},     {"eval", lp_cmd_eval},
-                {"demo", lp_cmd_demo}, {"check", lp_cmd_check}, {"version", lp_cmd_version}};
+} commands[] = {{"run", lp_cmd_run},          {"sim", lp_cmd_sim},     {"eval", lp_cmd_eval},
+                {"demo", lp_cmd_demo},        {"check", lp_cmd_check}, {"version", lp_cmd_version},
+                {"instance", lp_cmd_instance}};
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
 int main(int argc, char **argv) {

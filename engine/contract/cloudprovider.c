@@ -479,6 +479,27 @@ void lp_cp_get(lp_cloudprovider *cp, const char *provider_id, lp_cp_done_fn done
   cp_call(o, cp->mapping, "parse_provider_id", json_pack("[s]", provider_id), get_parsed);
 }
 
+static void instance_done(op *o, json_t *values, lp_error *err) {
+  json_t *instance = cp_got_instance(o, values, err);
+  if (!instance) return;
+  json_incref(instance);
+  json_decref(values);
+  cp_finish(o, instance, NULL);
+}
+
+static void instance_with_id(op *o, const char *id) {
+  cp_call(o, o->cp->mapping, "get", json_pack("[Os]", o->cp->ctx, id), instance_done);
+}
+static void instance_parsed(op *o, json_t *values, lp_error *err) {
+  cp_parsed_for(o, values, err, instance_with_id);
+}
+
+void lp_cp_get_instance(lp_cloudprovider *cp, const char *provider_id, lp_cp_done_fn done, void *ud) {
+  op *o = cp_op_new(cp, done, ud);
+  o->provider_id = lp_xstrdup(provider_id);
+  cp_call(o, cp->mapping, "parse_provider_id", json_pack("[s]", provider_id), instance_parsed);
+}
+
 /* Listing builds a NodeClaim per instance; the provider IDs come from the mapping's provider_id,
  * called for all instances at once (each is a short task; none awaits anything). */
 typedef struct list_item {

@@ -85,6 +85,9 @@ void lp_cp_create(lp_cloudprovider *cp, const json_t *nodeclaim, const json_t *n
 void lp_cp_delete(lp_cloudprovider *cp, const json_t *nodeclaim, lp_cp_done_fn done, void *ud);
 /* Value: a NodeClaim describing the instance of provider_id. */
 void lp_cp_get(lp_cloudprovider *cp, const char *provider_id, lp_cp_done_fn done, void *ud);
+/* Value: the instance of provider_id in the instance shape, checked, exactly what the drift policy
+ * receives as `instance` (`luaprov instance`). */
+void lp_cp_get_instance(lp_cloudprovider *cp, const char *provider_id, lp_cp_done_fn done, void *ud);
 /* Value: an array of NodeClaims, one per instance this cluster owns. */
 void lp_cp_list(lp_cloudprovider *cp, lp_cp_done_fn done, void *ud);
 /* Value: the validated instance types (the shape `luaprov eval instance-types` prints), offerings
