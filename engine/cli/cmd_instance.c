@@ -7,6 +7,7 @@
 #include <string.h>
 #include <uv.h>
 
+#include "cli/args.h"
 #include "cli/cli.h"
 #include "contract/cloudprovider.h"
 #include "contract/contracts.h"
@@ -26,26 +27,6 @@ static const char usage[] =
 typedef struct instance_args {
   const char *nodeclaim, *provider_id, *endpoint, *scripts, *cluster_id;
 } instance_args;
-
-static int parse_args(int argc, char **argv, instance_args *a) {
-  for (int i = 1; i < argc; i += 2) {
-    const char *value = i + 1 < argc ? argv[i + 1] : NULL;
-    if (!value) return -1;
-    if (strcmp(argv[i], "--nodeclaim") == 0)
-      a->nodeclaim = value;
-    else if (strcmp(argv[i], "--provider-id") == 0)
-      a->provider_id = value;
-    else if (strcmp(argv[i], "--endpoint") == 0)
-      a->endpoint = value;
-    else if (strcmp(argv[i], "--scripts") == 0)
-      a->scripts = value;
-    else if (strcmp(argv[i], "--cluster-id") == 0)
-      a->cluster_id = value;
-    else
-      return -1;
-  }
-  return (a->nodeclaim != NULL) == (a->provider_id != NULL) ? -1 : 0;
-}
 
 /* The provider ID to fetch: --provider-id, or the NodeClaim file's status.providerID (a new string). */
 static char *provider_id_of(const instance_args *a, lp_error **err) {
@@ -91,19 +72,22 @@ static json_t *fetch(uv_loop_t *loop, lp_http_client *http, const instance_args 
 }
 
 int lp_cmd_instance(int argc, char **argv) {
-  if (lp_cli_wants_help(argc, argv)) {
+  instance_args a = {0};
+  const lp_cli_opt opts[] = {{"--nodeclaim", &a.nodeclaim, NULL},   {"--provider-id", &a.provider_id, NULL},
+                             {"--endpoint", &a.endpoint, NULL},     {"--scripts", &a.scripts, NULL},
+                             {"--cluster-id", &a.cluster_id, NULL}, {NULL, NULL, NULL}};
+  lp_cli_args args = {.cmd = "instance", .opts = opts};
+  int parsed = lp_cli_parse(&args, argc, argv);
+  if (parsed == LP_CLI_HELP) {
     fputs(usage, stdout);
     return 0;
   }
-  instance_args a = {0};
-  if (parse_args(argc, argv, &a) != 0) {
-    fprintf(stderr, "luaprov instance: bad arguments\n\n%s", usage);
-    return 2;
-  }
-  if (!getenv("LUAPROV_LOG_LEVEL"))
-    lp_cli_configure_logging("warn", NULL); /* stdout is the answer */
-  else
-    lp_cli_configure_logging(NULL, NULL);
+  if (parsed != LP_CLI_OK) return 2;
+  if ((a.nodeclaim != NULL) == (a.provider_id != NULL))
+    return lp_cli_usage_error("instance", "give one of --nodeclaim FILE and --provider-id ID");
+  const char *level = args.log_level;
+  if (!level && !getenv("LUAPROV_LOG_LEVEL")) level = "warn"; /* stdout is the answer */
+  if (lp_cli_configure_logging(level, args.log_format) != 0) return 2;
   uv_loop_t loop;
   uv_loop_init(&loop);
   lp_error *err = NULL;

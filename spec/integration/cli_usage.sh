@@ -18,7 +18,7 @@ usage_error() { # usage_error EXPECTED_FIRST_LINE ARGS...: exit 2, that line, th
   [[ ! -s "$WORK/out" ]] || fail "luaprov $*: printed on stdout: $(cat "$WORK/out")"
 }
 
-for cmd in check run sim eval demo version; do
+for cmd in check run sim eval demo version instance; do
   args=("$cmd")
   [[ "$cmd" == eval ]] && args+=(drift)
   usage_error "luaprov $cmd: unknown option '--bogus'" "${args[@]}" --bogus
@@ -29,11 +29,12 @@ usage_error "luaprov eval: option '--nodeclaim' needs a value" eval drift --node
 usage_error "luaprov sim: option '--addr' needs a value" sim --addr
 usage_error "luaprov eval: unknown subcommand 'bogus' (one of drift, repair, tags, disruption, instance-types, user-data)" \
   eval bogus
-usage_error "luaprov: unknown command 'bogus' (one of run, sim, eval, demo, check, version)" bogus
+usage_error "luaprov: unknown command 'bogus' (one of run, sim, eval, demo, check, version, instance)" bogus
 usage_error "luaprov version: unexpected argument 'x'" version x
+usage_error "luaprov instance: give one of --nodeclaim FILE and --provider-id ID" instance
 
 # --help: the full help on stdout, exit 0
-for cmd in check run sim eval demo version; do
+for cmd in check run sim eval demo version instance; do
   "$LUAPROV" "$cmd" --help >"$WORK/out" 2>"$WORK/err" || fail "luaprov $cmd --help exited $?"
   grep -q "^usage: luaprov $cmd" "$WORK/out" || fail "luaprov $cmd --help: no usage: $(cat "$WORK/out")"
 done
