@@ -656,6 +656,7 @@ int lp_cmd_eval(int argc, char **argv) {
         .http = http,
         .now = a.now ? fixed_now : NULL,
         .now_ud = &a.now_t,
+        .no_policy_calls = 1, /* eval calls the policy on the given objects, with its own messages */
     };
     lp_problems problems = {0};
     h = lp_script_host_new(&cfg, &problems);

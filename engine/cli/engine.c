@@ -106,6 +106,13 @@ static void sim_closed(void *ud) {
   lp_http_client_close(e->http, http_client_closed, e);
 }
 
+/* The scripts did not load: nothing but the simulators and the HTTP client was started. */
+static void unstarted_sim_closed(void *ud) {
+  engine *e = ud;
+  e->sim = NULL;
+  lp_http_client_close(e->http, NULL, NULL);
+}
+
 /* The simulators and the HTTP client go last: the controllers' requests need them until they stop. */
 static void close_simulators(engine *e) {
   if (e->sim)
@@ -372,7 +379,10 @@ int lp_engine_run(const lp_engine_options *opts) {
       lp_errorlog(LOGGER, "scripts failed to load", LPF_STR("file", problems.items[i].file),
                   LPF_INT("line", problems.items[i].line), LPF_STR("error", problems.items[i].message));
     lp_problems_free(&problems);
-    lp_http_client_close(e.http, NULL, NULL);
+    if (e.sim) /* its servers would keep the loop running */
+      lp_sim_close(e.sim, unstarted_sim_closed, &e);
+    else
+      lp_http_client_close(e.http, NULL, NULL);
     uv_run(&e.loop, UV_RUN_DEFAULT);
     uv_loop_close(&e.loop);
     return 1;

@@ -232,6 +232,62 @@ static int check_fields(lua_State *L, int idx, const char *file, lp_problems *pr
   return ok;
 }
 
+static json_t *field_json(lua_State *L, int idx, const char *name, int *present);
+
+/* The drift_reasons of the CloudProvider mapping, loaded before the policies; NULL without. */
+static json_t *mapping_drift_reasons(lua_State *L) {
+  lua_getfield(L, LUA_REGISTRYINDEX, LP_GENERATION_LOADED_KEY);
+  lua_getfield(L, -1, LUAPROV_CLOUDPROVIDER_MAPPING);
+  json_t *reasons = lua_istable(L, -1) ? field_json(L, lua_gettop(L), "drift_reasons", NULL) : NULL;
+  lua_pop(L, 2);
+  return reasons;
+}
+
+/* Pushes a fresh default object of the test kit: kit.<builder>(). [-0, +1, e] */
+static void push_kit_default(lua_State *L, const char *builder) {
+  lua_getfield(L, LUA_REGISTRYINDEX, LP_GENERATION_KIT_KEY);
+  lua_getfield(L, -1, builder);
+  lua_remove(L, -2);
+  lua_call(L, 0, 1);
+}
+
+/* Calls drift function FN of the module at idx once on the kit's defaults and checks its answer as
+ * the engine does (cloudprovider_drift.c): a reason string or nil, or nil plus a message ("cannot tell
+ * yet"). A raise, including a budget or memory error, propagates to the caller's problem list. */
+static void call_drift_function(lua_State *L, int idx, const char *file, lp_problems *problems,
+                                const char *fn) {
+  if (lua_getfield(L, idx, fn) != LUA_TFUNCTION) {
+    lua_pop(L, 1);
+    return;
+  }
+  if (lua_getfield(L, LUA_REGISTRYINDEX, LP_GENERATION_KIT_KEY) != LUA_TTABLE) { /* no_policy_calls */
+    lua_pop(L, 2);
+    return;
+  }
+  lua_pop(L, 1);
+  int line = function_line(L, lua_gettop(L));
+  push_kit_default(L, "nodeclaim");
+  push_kit_default(L, "nodeclass");
+  int nargs = 2;
+  if (strcmp(fn, "is_drifted") == 0) {
+    push_kit_default(L, "instance");
+    push_kit_default(L, "ctx");
+    nargs = 4;
+  }
+  lua_call(L, nargs, 2);
+  char *problem = NULL;
+  if (lua_type(L, -2) == LUA_TSTRING) {
+    json_t *reasons = mapping_drift_reasons(L);
+    problem = lp_drift_reason_problem(lua_tostring(L, -2), reasons);
+    json_decref(reasons);
+  } else if (!lua_isnil(L, -2))
+    problem = lp_xasprintf("%s returned a value that is not a string", fn);
+  if (problem)
+    lp_problems_add(problems, file, line, "%s, called on the test kit's default objects: %s", fn, problem);
+  free(problem);
+  lua_pop(L, 2);
+}
+
 static void validate_drift(lua_State *L, int idx, const char *file, lp_problems *problems) {
   /* static_drift(nodeclaim, nodeclass) is optional: when present the engine asks it first, and only
    * fetches the instance for is_drifted when it finds nothing (NodeClassDrift needs no API call). */
@@ -239,7 +295,9 @@ static void validate_drift(lua_State *L, int idx, const char *file, lp_problems 
       {"is_drifted", LUA_TFUNCTION, 1, "(nodeclaim, nodeclass, instance, ctx)"},
       {"static_drift", LUA_TFUNCTION, 0, "(nodeclaim, nodeclass)"},
       {NULL, 0, 0, NULL}};
-  check_fields(L, idx, file, problems, "drift policy", rules);
+  if (!check_fields(L, idx, file, problems, "drift policy", rules)) return;
+  call_drift_function(L, idx, file, problems, "static_drift");
+  call_drift_function(L, idx, file, problems, "is_drifted");
 }
 
 static void validate_tags(lua_State *L, int idx, const char *file, lp_problems *problems) {
@@ -447,11 +505,12 @@ static void validate_nodegroup(lua_State *L, int idx, const char *file, lp_probl
 }
 
 const lp_module_spec lp_contract_modules[] = {
+    {LUAPROV_CLOUDPROVIDER_MAPPING, "CloudProvider mapping", 0,
+     validate_cloudprovider}, /* first: the drift validator reads its drift_reasons */
     {"policies.drift", "drift policy", 0, validate_drift},
     {"policies.repair", "repair policy", 0, validate_repair},
     {"policies.tags", "tags policy", 0, validate_tags},
     {"policies.disruption", "disruption policy", 0, validate_disruption},
-    {LUAPROV_CLOUDPROVIDER_MAPPING, "CloudProvider mapping", 0, validate_cloudprovider},
     {"providers.bizfly", "NodeGroup mapping", 0, validate_nodegroup},
     {NULL, NULL, 0, NULL},
 };

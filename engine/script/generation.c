@@ -16,10 +16,10 @@
 #include "script/sandbox.h"
 #include "script/tree.h"
 
-#define LOADED_KEY      "luaprov.loaded" /* module name -> value (or LOADING sentinel) */
-#define FILES_KEY       "luaprov.files"  /* module name -> file it came from */
-#define BINDINGS_KEY    "luaprov.module" /* the luaprov table */
-#define DEFAULTS_PREFIX "defaults."      /* require "defaults.policies.drift": the shipped version */
+#define LOADED_KEY      LP_GENERATION_LOADED_KEY /* module name -> value (or LOADING sentinel) */
+#define FILES_KEY       "luaprov.files"          /* module name -> file it came from */
+#define BINDINGS_KEY    "luaprov.module"         /* the luaprov table */
+#define DEFAULTS_PREFIX "defaults."              /* require "defaults.policies.drift": the shipped version */
 
 typedef struct entry_module {
   char *name;
@@ -308,6 +308,56 @@ static int sandbox_require(lua_State *L) {
   return 1;
 }
 
+/* ---- the test kit's defaults --------------------------------------------------------------- */
+
+/* Runs one file of the test kit (DIR/testkit/luaprov/testkit/FILE) in the sandbox as module NAME and
+ * records it as loaded, so the kit's own require finds it. [-0, +1, e] */
+static void run_kit_file(lua_State *L, lp_generation *g, const char *dir, const char *file,
+                         const char *name) {
+  char *path = lp_xasprintf("%s/testkit/luaprov/testkit/%s", dir, file);
+  size_t len = 0;
+  char *source = read_file(path, &len);
+  if (!source) {
+    lua_pushfstring(L, "cannot read the test kit's %s (validation calls the policies on its defaults)", path);
+    free(path);
+    lua_error(L);
+  }
+  char *chunkname = chunk_name(path);
+  free(path);
+  int status = luaL_loadbufferx(L, source, len, chunkname, "t");
+  free(source);
+  free(chunkname);
+  if (status != LUA_OK) lua_error(L);
+  lp_sandbox_push_env(L, name, sandbox_require, g);
+  lua_setupvalue(L, -2, 1);
+  lua_pushstring(L, name);
+  lua_call(L, 1, 1);
+  lua_getfield(L, LUA_REGISTRYINDEX, LOADED_KEY);
+  lua_pushvalue(L, -2);
+  lua_setfield(L, -2, name);
+  lua_pop(L, 1);
+}
+
+typedef struct kit_args {
+  lp_generation *g;
+  const char *dir;
+} kit_args;
+
+/* The kit's builders (testkit/luaprov/testkit/builders.lua) under LP_GENERATION_KIT_KEY, for the
+ * validators; the policies cannot require them. */
+static int load_kit(lua_State *L) {
+  kit_args *a = lua_touserdata(L, 1);
+  run_kit_file(L, a->g, a->dir, "merge.lua", "luaprov.testkit.merge");
+  run_kit_file(L, a->g, a->dir, "builders.lua", "luaprov.testkit.builders");
+  lua_setfield(L, LUA_REGISTRYINDEX, LP_GENERATION_KIT_KEY);
+  lua_getfield(L, LUA_REGISTRYINDEX, LOADED_KEY);
+  lua_pushnil(L);
+  lua_setfield(L, -2, "luaprov.testkit.merge");
+  lua_pushnil(L);
+  lua_setfield(L, -2, "luaprov.testkit.builders");
+  return 0;
+}
+
 /* ---- loading ------------------------------------------------------------------------------- */
 
 typedef struct prepare_args {
@@ -461,6 +511,11 @@ lp_generation *lp_generation_load(const lp_generation_config *cfg, lp_problems *
     lp_problems_add(problems, NULL, 0, "cannot prepare the sandbox: %s", err->message);
     lp_error_free(err);
   } else {
+    kit_args ka = {g, lp_default_scripts_dir()}; /* the kit ships with the binary, beside the default tree */
+    if (!cfg->no_policy_calls && lp_script_cpcall(g->L, load_kit, &ka, &err) != 0) {
+      lp_problems_add(problems, NULL, 0, "%s", err->message);
+      lp_error_free(err);
+    }
     load_entries(g, cfg->modules, problems);
     if (cfg->load_all) load_every_file(g, problems);
   }

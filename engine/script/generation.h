@@ -66,6 +66,12 @@ typedef struct lp_module_spec {
   lp_module_validate_fn validate; /* may be NULL */
 } lp_module_spec;
 
+/* Registry field holding the test kit's builders while the entry modules are validated: validators
+ * call each policy once on the kit's default objects (docs/hot-reload.md). */
+#define LP_GENERATION_KIT_KEY "luaprov.kit"
+/* Registry table: module name -> the value it returned (entry modules load in lp_contract_modules order). */
+#define LP_GENERATION_LOADED_KEY "luaprov.loaded"
+
 typedef struct lp_generation_config {
   const char *const *layers;     /* NULL-terminated directories, searched in order */
   const lp_module_spec *modules; /* entry modules, terminated by {NULL} */
@@ -73,6 +79,7 @@ typedef struct lp_generation_config {
   const lp_lua_host *host; /* registered for the bindings; may be NULL (synchronous bindings) */
   uint64_t id;             /* generation number shown in logs and metrics */
   int load_all;            /* also load every other *.lua under policies/ and providers/ (check) */
+  int no_policy_calls;     /* do not load the test kit, so validators check shapes only */
 } lp_generation_config;
 
 /* Loads and validates a generation. Returns it with one reference held by the caller, or NULL with

@@ -38,6 +38,7 @@ static lp_generation *load_generation(lp_script_host *h, lp_problems *problems) 
       .limits = &h->limits,
       .host = &h->lua_host,
       .id = h->next_id,
+      .no_policy_calls = h->no_policy_calls,
   };
   lp_generation *g = lp_generation_load(&cfg, problems);
   if (g) h->next_id++;
@@ -165,6 +166,7 @@ lp_script_host *lp_script_host_new(const lp_script_host_config *cfg, lp_problems
     h->layers[h->nlayers++] = lp_xstrdup(cfg->scripts_dir);
   h->layers[h->nlayers++] = lp_xstrdup(cfg->defaults_dir);
   h->modules = cfg->modules;
+  h->no_policy_calls = cfg->no_policy_calls;
   h->limits = cfg->limits;
   lp_script_limits_resolve(&h->limits);
   h->http = cfg->http;

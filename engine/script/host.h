@@ -39,6 +39,7 @@ typedef struct lp_script_host_config {
    * ("scripts") and the default one. Another host (the simulators) names itself here and logs
    * "<purpose> scripts loaded" with its "tree", so the start-up log names the engine's tree once. */
   const char *purpose;
+  int no_policy_calls; /* validate shapes only (eval, which calls the policy itself); see generation.h */
 } lp_script_host_config;
 
 typedef struct lp_task_result {

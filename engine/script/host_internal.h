@@ -34,6 +34,7 @@ struct lp_script_host {
   char *layers[3];
   size_t nlayers;
   const lp_module_spec *modules;
+  int no_policy_calls;
   lp_script_limits limits;
   lp_http_client *http;
   lp_lua_host lua_host;

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Validation calls each policy once on the test kit's defaults (docs/hot-reload.md "Validate, then
+# swap"): `luaprov check` and a hot reload reject a drift policy whose call loops, exhausts memory,
+# returns a table or a reason one typo from a known one; "cannot tell yet" (nil, message) passes.
+source "$(dirname "$0")/lib.sh"
+cd "$WORK"
+
+# drift_tree DIR BODY: DIR/policies/drift.lua whose is_drifted (line 2) runs BODY (line 3).
+drift_tree() {
+  mkdir -p "$1/policies"
+  printf 'local M = {}\nfunction M.is_drifted(nodeclaim, nodeclass, instance, ctx)\n  %s\nend\nreturn M\n' "$2" \
+    > "$1/policies/drift.lua"
+}
+LOOP='while true do end'
+ALLOC='local t = {} while true do t[#t + 1] = string.rep("x", 4096) .. #t end'
+TABLE='return { reason = "ImageDrift" }'
+TYPO='return "ImageDrfit"'
+KIT="is_drifted, called on the test kit's default objects"
+WANT_LOOP="policies/drift.lua:3: instruction budget of 20000000 exceeded"
+WANT_ALLOC="policies/drift.lua: memory limit of 65536 KiB for the script generation exceeded"
+WANT_TABLE="policies/drift.lua:2: $KIT: is_drifted returned a value that is not a string"
+WANT_TYPO="policies/drift.lua:2: $KIT: is_drifted returned \"ImageDrfit\", which is not a drift reason; did you mean \
+\"ImageDrift\"? (the known reasons are NodeClassDrift, ImageDrift, SecurityGroupDrift, VSwitchDrift; a reason of \
+your own must not be one typo away from them)"
+
+check_says() { # check_says BODY EXPECTED_LINE (after the tree's path)
+  local got status=0
+  rm -rf t && drift_tree t "$1"
+  got="$("$LUAPROV" check t 2>/dev/null)" || status=$?
+  [[ "$status" == 1 ]] || fail "check of '$1': expected exit 1, got $status ($got)"
+  [[ "$got" == "t/$2"$'\n'"t: 1 problem" ]] || fail "check of '$1': expected 't/$2', got '$got'"
+}
+check_says "$LOOP" "$WANT_LOOP"
+check_says "$ALLOC" "$WANT_ALLOC"
+check_says "$TABLE" "$WANT_TABLE"
+check_says "$TYPO" "$WANT_TYPO"
+drift_tree t 'return nil, "instance not ready yet"'
+"$LUAPROV" check t >/dev/null || fail "check rejects a policy that cannot tell yet (nil, message)"
+
+# A running engine: each bad tree is rejected and generation 1 keeps serving.
+drift_tree live 'return ""'
+start_engine --scripts "$WORK/live"
+rejected=0
+reload_rejects() { # reload_rejects BODY EXPECTED_ERROR
+  drift_tree live "$1"
+  rejected=$((rejected + 1))
+  wait_for "reload of '$1' rejected" metric_is 'luaprov_script_reload_total{result="error"}' "$rejected"
+  local line file
+  line="$(grep '"msg":"script reload rejected, previous generation stays in service"' "$ENGINE_LOG" | tail -1)"
+  file="$(jq -r .file <<<"$line")"
+  [[ "${file#"$WORK/"}:$(jq -r .line <<<"$line"): $(jq -r .error <<<"$line")" == "$2" ]] \
+    || fail "reload of '$1': expected '$2' in $line"
+  [[ "$(metric luaprov_script_generation)" == "1" ]] || fail "generation 1 serves after rejecting '$1'"
+}
+command -v jq >/dev/null || fail "jq missing: tools/install-deps.sh test installs it"
+reload_rejects "$LOOP" "live/$WANT_LOOP"
+reload_rejects "$ALLOC" "live/${WANT_ALLOC/drift.lua:/drift.lua:0:}" # no line: the allocator raised
+reload_rejects "$TABLE" "live/$WANT_TABLE"
+reload_rejects "$TYPO" "live/$WANT_TYPO"
+[[ "$(curl -sf "http://$ADDR/readyz")" == "ok" ]] || fail "still ready with generation 1"
+kill -TERM "$ENGINE_PID"
+wait "$ENGINE_PID" || fail "exit status $? after SIGTERM"
