@@ -57,16 +57,16 @@ start_sim_engine
 RAM_RULE="$(curl -sf -X POST "$ALI/_sim/faults" -d '{"action":"DescribeClusterAttachScripts","code":"Forbidden.RAM"}' \
   | jq -r '.added[0].id')" || fail "Forbidden.RAM fault"
 pending_pod_claim
-until_ok "$CLAIM refused for Forbidden.RAM" 15 launch_refused "$CLAIM" Auth "Forbidden.RAM" "ACK cluster luaprov-sim" "HTTP 403"
-grep -q '"msg":"reconcile failed, will retry".*"code":"CreateError".*DescribeClusterAttachScripts: Auth (Forbidden.RAM).*RequestId' \
-  "$ENGINE_LOG" || fail "the refusal logged with the action, code and request ID"
+until_ok "$CLAIM refused for Forbidden.RAM" 15 launch_refused "$CLAIM" ForbiddenRAM "Forbidden.RAM" "ACK cluster luaprov-sim" "HTTP 403"
+grep -q '"msg":"reconcile failed, will retry".*DescribeClusterAttachScripts: Auth (Forbidden.RAM).*"code":"CreateError","reason":"Forbidden.RAM","action":"DescribeClusterAttachScripts","request_id":"[0-9A-F-]\{36\}"' \
+  "$ENGINE_LOG" || fail "the refusal logged with the action, the cloud's code and the request ID as fields"
 
 # the throttle rule goes in behind the Forbidden.RAM one (the oldest rule fires), which then goes:
 # no call finds the Container Service answering in between
 curl -sf -X POST "$ALI/_sim/faults" -d '{"action":"DescribeClusterAttachScripts","kind":"throttle"}' >/dev/null \
   || fail "throttle fault"
 curl -sf -X DELETE "$ALI/_sim/faults/$RAM_RULE" >/dev/null || fail "remove the Forbidden.RAM rule"
-until_ok "$CLAIM refused for throttling" 40 launch_refused "$CLAIM" Throttled "Throttling.User"
+until_ok "$CLAIM refused for throttling" 40 launch_refused "$CLAIM" ThrottlingUser "Throttling.User"
 [[ "$(calls RunInstances)" == 0 && "$(instances)" == 0 ]] || fail "nothing launched while the attach script fails"
 one_claim || fail "the provisioner waits for its NodeClaim: $(claims) NodeClaims"
 ! grep -q '"msg":"offering marked unavailable"' "$ENGINE_LOG" || fail "an attach-script failure marked an offering unavailable"
