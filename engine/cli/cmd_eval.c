@@ -325,7 +325,7 @@ static json_t *eval_drift(lp_script_host *h, json_t *ctx, json_t **objects, lp_e
     return NULL;
   }
   json_t *reasons = lp_script_host_module_json(h, LUAPROV_CLOUDPROVIDER_MAPPING, "drift_reasons");
-  char *problem = lp_drift_answer_problem(reason, reasons);
+  char *problem = lp_drift_answer_problem("is_drifted", reason, reasons);
   json_decref(reasons);
   const char *r = json_is_null(reason) ? "" : json_string_value(reason);
   if (problem) {

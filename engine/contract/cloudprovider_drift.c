@@ -51,7 +51,7 @@ static void drift_done(op *o, json_t *values, lp_error *err) {
   }
   json_t *reason = json_array_get(values, 0);
   /* the check and the words `luaprov eval` uses: "" or CamelCase, not one typo from a known reason */
-  char *problem = lp_drift_answer_problem(reason, o->cp->drift_reasons);
+  char *problem = lp_drift_answer_problem("is_drifted", reason, o->cp->drift_reasons);
   if (problem) {
     json_decref(values);
     drift_answered(o, "error", NULL, NULL);

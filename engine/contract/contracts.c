@@ -251,6 +251,18 @@ static void push_kit_default(lua_State *L, const char *builder) {
   lua_call(L, 0, 1);
 }
 
+/* The Lua value at idx as JSON (new reference), NULL when it cannot be encoded. */
+static json_t *value_json(lua_State *L, int idx) {
+  json_t *out = NULL;
+  lp_buf buf = {0};
+  lp_error *err = NULL;
+  if (lp_json_encode(L, idx, &buf, &err) == 0)
+    out = json_loadb(buf.data ? buf.data : "", buf.len, JSON_DECODE_ANY, NULL);
+  lp_error_free(err);
+  lp_buf_free(&buf);
+  return out;
+}
+
 /* Calls drift function FN of the module at idx once on the kit's defaults and checks its answer as
  * the engine does (cloudprovider_drift.c): a reason string or nil, or nil plus a message ("cannot tell
  * yet"). A raise, including a budget or memory error, propagates to the caller's problem list. */
@@ -275,13 +287,12 @@ static void call_drift_function(lua_State *L, int idx, const char *file, lp_prob
     nargs = 4;
   }
   lua_call(L, nargs, 2);
-  char *problem = NULL;
-  if (lua_type(L, -2) == LUA_TSTRING) {
-    json_t *reasons = mapping_drift_reasons(L);
-    problem = lp_drift_reason_problem(lua_tostring(L, -2), reasons);
-    json_decref(reasons);
-  } else if (!lua_isnil(L, -2))
-    problem = lp_xasprintf("%s returned a value that is not a string", fn);
+  json_t *reasons = mapping_drift_reasons(L), *answer = value_json(L, -2);
+  char *problem = !answer && !lua_isnil(L, -2) /* a function, a userdata: not plain data */
+                      ? lp_xasprintf("%s returned a %s, not a string", fn, luaL_typename(L, -2))
+                      : lp_drift_answer_problem(fn, answer, reasons);
+  json_decref(answer);
+  json_decref(reasons);
   if (problem)
     lp_problems_add(problems, file, line, "%s, called on the test kit's default objects: %s", fn, problem);
   free(problem);
@@ -417,17 +428,9 @@ static int assignment_line(const char *file, const char *name) {
 /* The module's field as JSON (new reference), NULL when absent or not encodable (*present says
  * which, when not NULL). */
 static json_t *field_json(lua_State *L, int idx, const char *name, int *present) {
-  json_t *out = NULL;
   int t = lua_getfield(L, idx, name);
   if (present) *present = t != LUA_TNIL;
-  if (t != LUA_TNIL) {
-    lp_buf buf = {0};
-    lp_error *err = NULL;
-    if (lp_json_encode(L, -1, &buf, &err) == 0)
-      out = json_loadb(buf.data ? buf.data : "", buf.len, JSON_DECODE_ANY, NULL);
-    lp_error_free(err);
-    lp_buf_free(&buf);
-  }
+  json_t *out = t != LUA_TNIL ? value_json(L, -1) : NULL;
   lua_pop(L, 1);
   return out;
 }
@@ -515,12 +518,13 @@ const lp_module_spec lp_contract_modules[] = {
     {NULL, NULL, 0, NULL},
 };
 
-char *lp_drift_answer_problem(const json_t *reason, const json_t *mapping_reasons) {
+char *lp_drift_answer_problem(const char *function, const json_t *reason, const json_t *mapping_reasons) {
   const char *r = !reason || json_is_null(reason) ? "" : json_string_value(reason);
   if (r) return lp_drift_reason_problem(r, mapping_reasons);
   char *shown = json_dumps(reason, JSON_COMPACT | JSON_ENCODE_ANY);
-  char *problem = lp_xasprintf("is_drifted returned %s %s, not a string; return a drift reason such as "
+  char *problem = lp_xasprintf("%s returned %s %s, not a string; return a drift reason such as "
                                "\"NodeClassDrift\", or \"\" when the node has not drifted",
+                               function,
                                json_is_object(reason) || json_is_array(reason) ? "a table"
                                : json_is_boolean(reason)                       ? "a boolean"
                                                                                : "a number",

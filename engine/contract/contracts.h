@@ -33,10 +33,11 @@ int lp_contract_function_line(lp_generation *g, const char *module, const char *
  * `drift_reasons`, an array of strings, borrowed; NULL = none), e.g. "ImagDrift". */
 char *lp_drift_reason_problem(const char *reason, const json_t *mapping_reasons);
 
-/* The same for any answer of is_drifted (its first value, borrowed; NULL or null = ""): a value that
- * is not a string gets "is_drifted returned a table {...}, not a string; return a drift reason such
- * as ...". The engine and `luaprov eval` both check the answer with this. */
-char *lp_drift_answer_problem(const json_t *reason, const json_t *mapping_reasons);
+/* The same for any answer of is_drifted or static_drift (function; the first value, borrowed; NULL or
+ * null = ""): a value that is not a string gets "is_drifted returned a table {...}, not a string;
+ * return a drift reason such as ...". The engine, `luaprov eval` and load-time validation all check
+ * the answer with this. */
+char *lp_drift_answer_problem(const char *function, const json_t *reason, const json_t *mapping_reasons);
 
 /* A Contract error for a policy's answer that breaks its contract: "<file>:<line>: <problem>", the
  * file and first line of module.function in generation g (lp_contract_function_line), so the engine

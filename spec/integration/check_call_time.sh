@@ -18,7 +18,8 @@ TYPO='return "ImageDrfit"'
 KIT="is_drifted, called on the test kit's default objects"
 WANT_LOOP="policies/drift.lua:3: instruction budget of 20000000 exceeded"
 WANT_ALLOC="policies/drift.lua: memory limit of 65536 KiB for the script generation exceeded"
-WANT_TABLE="policies/drift.lua:2: $KIT: is_drifted returned a value that is not a string"
+WANT_TABLE="policies/drift.lua:2: $KIT: is_drifted returned a table {\"reason\":\"ImageDrift\"}, not a string; \
+return a drift reason such as \"NodeClassDrift\", or \"\" when the node has not drifted"
 WANT_TYPO="policies/drift.lua:2: $KIT: is_drifted returned \"ImageDrfit\", which is not a drift reason; did you mean \
 \"ImageDrift\"? (the known reasons are NodeClassDrift, ImageDrift, SecurityGroupDrift, VSwitchDrift; a reason of \
 your own must not be one typo away from them)"
