@@ -111,11 +111,7 @@ static void can_disrupt_done(op *o, json_t *values, lp_error *err) {
     cp_finish(o, out, NULL);
     return;
   }
-  char *shown = first ? json_dumps(first, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-  char *what = lp_xasprintf("returned %s, which is neither true nor false; return true to allow the "
-                            "disruption, or false and why to veto it (docs/contracts.md#policies)",
-                            shown ? shown : "nothing");
-  free(shown);
+  char *what = lp_can_disrupt_answer_problem(first);
   json_decref(values);
   lp_error *e = policy_error(o, "Contract", what);
   free(what);

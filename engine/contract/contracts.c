@@ -11,6 +11,7 @@
 
 #include "contract/nodeclass_desc.h"
 #include "contract/settings.h"
+#include "contract/shapes.h"
 #include "core/buf.h"
 #include "core/error.h"
 #include "json.h"
@@ -263,11 +264,17 @@ static json_t *value_json(lua_State *L, int idx) {
   return out;
 }
 
-/* Calls drift function FN of the module at idx once on the kit's defaults and checks its answer as
- * the engine does (cloudprovider_drift.c): a reason string or nil, or nil plus a message ("cannot tell
- * yet"). A raise, including a budget or memory error, propagates to the caller's problem list. */
-static void call_drift_function(lua_State *L, int idx, const char *file, lp_problems *problems,
-                                const char *fn) {
+/* What a policy function answered, checked as the engine checks it at run time: NULL when fine, else a
+ * malloc'd problem. `answer` is the first value as JSON (NULL when it is a function or userdata, which
+ * `type_name` then names); the second value stays on the stack at -1 for checks that read it. */
+typedef char *(*answer_check)(const char *fn, const json_t *answer, const char *type_name, lua_State *L);
+
+/* Calls FN of the module at idx once, on the test kit's default objects (builders, in order), and
+ * reports what check finds wrong with its answer. A raise, including a budget or memory error,
+ * propagates to the caller's problem list. Nothing happens when the module lacks FN or the generation
+ * skips policy calls (no kit loaded). */
+static void call_once(lua_State *L, int idx, const char *file, lp_problems *problems, const char *fn,
+                      const char *const *builders, answer_check check) {
   if (lua_getfield(L, idx, fn) != LUA_TFUNCTION) {
     lua_pop(L, 1);
     return;
@@ -278,25 +285,47 @@ static void call_drift_function(lua_State *L, int idx, const char *file, lp_prob
   }
   lua_pop(L, 1);
   int line = function_line(L, lua_gettop(L));
-  push_kit_default(L, "nodeclaim");
-  push_kit_default(L, "nodeclass");
-  int nargs = 2;
-  if (strcmp(fn, "is_drifted") == 0) {
-    push_kit_default(L, "instance");
-    push_kit_default(L, "ctx");
-    nargs = 4;
+  int nargs = 0;
+  for (; builders[nargs]; nargs++) {
+    if (strcmp(builders[nargs], "pods") == 0) { /* a list of one default pod */
+      lua_createtable(L, 1, 0);
+      push_kit_default(L, "pod");
+      lua_rawseti(L, -2, 1);
+    } else {
+      push_kit_default(L, builders[nargs]);
+    }
   }
   lua_call(L, nargs, 2);
-  json_t *reasons = mapping_drift_reasons(L), *answer = value_json(L, -2);
-  char *problem = !answer && !lua_isnil(L, -2) /* a function, a userdata: not plain data */
-                      ? lp_xasprintf("%s returned a %s, not a string", fn, luaL_typename(L, -2))
-                      : lp_drift_answer_problem(fn, answer, reasons);
+  json_t *answer = value_json(L, -2);
+  char *problem = check(fn, answer, answer || lua_isnil(L, -2) ? NULL : luaL_typename(L, -2), L);
   json_decref(answer);
-  json_decref(reasons);
   if (problem)
     lp_problems_add(problems, file, line, "%s, called on the test kit's default objects: %s", fn, problem);
   free(problem);
   lua_pop(L, 2);
+}
+
+/* A reason string or nil (cloudprovider_drift.c), or nil plus a message ("cannot tell yet"). */
+static char *drift_answer(const char *fn, const json_t *answer, const char *type_name, lua_State *L) {
+  if (type_name) return lp_xasprintf("%s returned a %s, not a string", fn, type_name);
+  json_t *reasons = mapping_drift_reasons(L);
+  char *problem = lp_drift_answer_problem(fn, answer, reasons);
+  json_decref(reasons);
+  return problem;
+}
+
+/* A map of tag key to string value (cloudprovider_create.c). */
+static char *tags_answer(const char *fn, const json_t *answer, const char *type_name, lua_State *L) {
+  (void)fn, (void)L;
+  return type_name ? lp_xasprintf("the tags are a %s, not a map of strings", type_name)
+                   : lp_check_tags(answer);
+}
+
+/* true, or false and why (cloudprovider_disruption.c). */
+static char *disruption_answer(const char *fn, const json_t *answer, const char *type_name, lua_State *L) {
+  (void)fn, (void)L;
+  if (type_name) return lp_xasprintf("returned a %s, which is neither true nor false", type_name);
+  return lp_can_disrupt_answer_problem(answer);
 }
 
 static void validate_drift(lua_State *L, int idx, const char *file, lp_problems *problems) {
@@ -307,20 +336,26 @@ static void validate_drift(lua_State *L, int idx, const char *file, lp_problems 
       {"static_drift", LUA_TFUNCTION, 0, "(nodeclaim, nodeclass)"},
       {NULL, 0, 0, NULL}};
   if (!check_fields(L, idx, file, problems, "drift policy", rules)) return;
-  call_drift_function(L, idx, file, problems, "static_drift");
-  call_drift_function(L, idx, file, problems, "is_drifted");
+  static const char *const static_args[] = {"nodeclaim", "nodeclass", NULL};
+  static const char *const drift_args[] = {"nodeclaim", "nodeclass", "instance", "ctx", NULL};
+  call_once(L, idx, file, problems, "static_drift", static_args, drift_answer);
+  call_once(L, idx, file, problems, "is_drifted", drift_args, drift_answer);
 }
 
 static void validate_tags(lua_State *L, int idx, const char *file, lp_problems *problems) {
   static const field_rule rules[] = {{"build_instance_tags", LUA_TFUNCTION, 1, "(nodeclaim, nodeclass, ctx)"},
                                      {NULL, 0, 0, NULL}};
-  check_fields(L, idx, file, problems, "tags policy", rules);
+  static const char *const args[] = {"nodeclaim", "nodeclass", "ctx", NULL};
+  if (check_fields(L, idx, file, problems, "tags policy", rules))
+    call_once(L, idx, file, problems, "build_instance_tags", args, tags_answer);
 }
 
 static void validate_disruption(lua_State *L, int idx, const char *file, lp_problems *problems) {
   static const field_rule rules[] = {{"can_disrupt", LUA_TFUNCTION, 1, "(nodeclaim, node, pods, ctx)"},
                                      {NULL, 0, 0, NULL}};
-  check_fields(L, idx, file, problems, "disruption policy", rules);
+  static const char *const args[] = {"nodeclaim", "node", "pods", "disruption_ctx", NULL};
+  if (check_fields(L, idx, file, problems, "disruption policy", rules))
+    call_once(L, idx, file, problems, "can_disrupt", args, disruption_answer);
 }
 
 static int valid_condition_status(const char *s) {
@@ -517,6 +552,16 @@ const lp_module_spec lp_contract_modules[] = {
     {"providers.bizfly", "NodeGroup mapping", 0, validate_nodegroup},
     {NULL, NULL, 0, NULL},
 };
+
+char *lp_can_disrupt_answer_problem(const json_t *answer) {
+  if (json_is_boolean(answer)) return NULL;
+  char *shown = answer ? json_dumps(answer, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+  char *problem = lp_xasprintf("returned %s, which is neither true nor false; return true to allow the "
+                               "disruption, or false and why to veto it (docs/contracts.md#policies)",
+                               shown && !json_is_null(answer) ? shown : "nothing");
+  free(shown);
+  return problem;
+}
 
 char *lp_drift_answer_problem(const char *function, const json_t *reason, const json_t *mapping_reasons) {
   const char *r = !reason || json_is_null(reason) ? "" : json_string_value(reason);

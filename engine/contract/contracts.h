@@ -39,6 +39,11 @@ char *lp_drift_reason_problem(const char *reason, const json_t *mapping_reasons)
  * the answer with this. */
 char *lp_drift_answer_problem(const char *function, const json_t *reason, const json_t *mapping_reasons);
 
+/* NULL when answer (the first value of can_disrupt, borrowed; NULL = nothing) is true or false;
+ * otherwise a malloc'd "returned X, which is neither true nor false; return true to allow ..." The
+ * engine and load-time validation both check the answer with this. */
+char *lp_can_disrupt_answer_problem(const json_t *answer);
+
 /* A Contract error for a policy's answer that breaks its contract: "<file>:<line>: <problem>", the
  * file and first line of module.function in generation g (lp_contract_function_line), so the engine
  * and `luaprov eval` say the same. Loop thread only. */

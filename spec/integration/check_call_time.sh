@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Validation calls each policy once on the test kit's defaults (docs/hot-reload.md "Validate, then
 # swap"): `luaprov check` and a hot reload reject a drift policy whose call loops, exhausts memory,
-# returns a table or a reason one typo from a known one; "cannot tell yet" (nil, message) passes.
+# returns a table or a reason one typo from a known one; "cannot tell yet" (nil, message) passes. A tags
+# policy with a value that is not a string, a disruption policy that raises or answers "yes" are
+# rejected by check as well.
 source "$(dirname "$0")/lib.sh"
 cd "$WORK"
 
@@ -37,6 +39,21 @@ check_says "$TABLE" "$WANT_TABLE"
 check_says "$TYPO" "$WANT_TYPO"
 drift_tree t 'return nil, "instance not ready yet"'
 "$LUAPROV" check t >/dev/null || fail "check rejects a policy that cannot tell yet (nil, message)"
+
+# The tags and disruption policies are called too, and held to the answers the engine accepts.
+policy_says() { # policy_says FILE SOURCE EXPECTED_LINE
+  local got status=0
+  rm -rf t && mkdir -p t/policies && printf '%s\n' "$2" >"t/policies/$1"
+  got="$("$LUAPROV" check t 2>/dev/null)" || status=$?
+  [[ "$status" == 1 && "$got" == "t/$3"$'\n'"t: 1 problem" ]] || fail "check of $1: expected 't/$3', got '$got' ($status)"
+}
+policy_says tags.lua $'local M = {}\nfunction M.build_instance_tags()\n  return { team = 7 }\nend\nreturn M' \
+  "policies/tags.lua:2: build_instance_tags, called on the test kit's default objects: tag team: the value is not a string"
+policy_says disruption.lua $'local M = {}\nfunction M.can_disrupt(nodeclaim, node, pods)\n  return pods[1].x.y\nend\nreturn M' \
+  "policies/disruption.lua:3: attempt to index a nil value (field 'x')"
+policy_says disruption.lua $'local M = {}\nfunction M.can_disrupt()\n  return "yes"\nend\nreturn M' \
+  "policies/disruption.lua:2: can_disrupt, called on the test kit's default objects: returned \"yes\", which is \
+neither true nor false; return true to allow the disruption, or false and why to veto it (docs/contracts.md#policies)"
 
 # A running engine: each bad tree is rejected and generation 1 keeps serving.
 drift_tree live 'return ""'
