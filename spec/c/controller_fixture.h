@@ -196,10 +196,9 @@ static inline int ctrl_claim_condition(ctrl_fixture *f, const char *name, const 
   return ok;
 }
 
-/* Non-zero when an Event in namespace default with reason is about the object named name and, unless
- * part is NULL, its message contains part. */
-static inline int ctrl_has_event_message(ctrl_fixture *f, const char *name, const char *reason,
-                                         const char *part) {
+/* How many Events in namespace default with reason are about the object named name and, unless part
+ * is NULL, have a message that contains part. */
+static inline int ctrl_count_events(ctrl_fixture *f, const char *name, const char *reason, const char *part) {
   json_t *list = ctrl_get(f, "/api/v1/namespaces/default/events");
   int found = 0;
   size_t i;
@@ -208,11 +207,18 @@ static inline int ctrl_has_event_message(ctrl_fixture *f, const char *name, cons
     const char *who = lp_obj_str(ev, "involvedObject.name");
     const char *why = json_string_value(json_object_get(ev, "reason"));
     const char *msg = json_string_value(json_object_get(ev, "message"));
-    found |= who && why && strcmp(who, name) == 0 && strcmp(why, reason) == 0 &&
+    found += who && why && strcmp(who, name) == 0 && strcmp(why, reason) == 0 &&
              (!part || (msg && strstr(msg, part)));
   }
   json_decref(list);
   return found;
+}
+
+/* Non-zero when an Event in namespace default with reason is about the object named name and, unless
+ * part is NULL, its message contains part. */
+static inline int ctrl_has_event_message(ctrl_fixture *f, const char *name, const char *reason,
+                                         const char *part) {
+  return ctrl_count_events(f, name, reason, part) > 0;
 }
 
 /* Non-zero when an Event in namespace default with reason is about the object named name. */

@@ -407,6 +407,14 @@ static void test_contract_violation(void) {
   operator_scripts_free(operator_scripts, dir);
 }
 
+/* The NodeClaim provider's Create answers for claim (new reference), NULL when it failed. */
+static json_t *created_on(lp_cloudprovider *provider, const json_t *claim) {
+  const char *code;
+  lp_cp_outcome o = {0};
+  lp_cp_create(provider, claim, nodeclass, lp_cp_outcome_store, &o);
+  return wait_outcome(&o, &code);
+}
+
 /* A drift policy without the optional static_drift is asked is_drifted only: static_drift is not called,
  * so no error is logged or counted for it (luaprov_script_calls_total{result="error"}). */
 static void test_drift_without_static_drift(void) {
@@ -419,9 +427,7 @@ static void test_drift_without_static_drift(void) {
   lp_cloudprovider *only_full = operator_cloudprovider(h, 0);
   const char *code;
   json_t *claim = nodeclaim("default-s1", "uid-s1", ON_DEMAND_REQ, "{}");
-  lp_cp_outcome o = {0};
-  lp_cp_create(only_full, claim, nodeclass, lp_cp_outcome_store, &o);
-  json_t *created = wait_outcome(&o, &code);
+  json_t *created = created_on(only_full, claim);
   lp_metric *calls = lp_metrics_counter(lp_metrics_default(), "luaprov_script_calls_total", "",
                                         LP_LABELS("module", "function", "result"));
   const char *const *errors = LP_LABELS("policies.drift", "static_drift", "error");
@@ -456,9 +462,7 @@ static void test_drift_answer_not_a_string(void) {
   lp_cloudprovider *table_answer = operator_cloudprovider(h, 0);
   const char *code;
   json_t *claim = nodeclaim("default-t1", "uid-t1", ON_DEMAND_REQ, "{}");
-  lp_cp_outcome o = {0};
-  lp_cp_create(table_answer, claim, nodeclass, lp_cp_outcome_store, &o);
-  json_t *created = wait_outcome(&o, &code);
+  json_t *created = created_on(table_answer, claim);
   CHECK(created != NULL);
   if (created) {
     lp_cp_outcome d = {0};

@@ -83,21 +83,6 @@ static void stop(void) {
   CHECK(sim_tree_remove(tree) == 0);
 }
 
-/* Events with reason about the object named name. */
-static int events(const char *name, const char *reason) {
-  json_t *list = ctrl_get(&f, "/api/v1/namespaces/default/events");
-  int n = 0;
-  size_t i;
-  json_t *ev;
-  json_array_foreach(json_object_get(list, "items"), i, ev) {
-    const char *who = lp_obj_str(ev, "involvedObject.name");
-    const char *why = json_string_value(json_object_get(ev, "reason"));
-    n += who && why && strcmp(who, name) == 0 && strcmp(why, reason) == 0;
-  }
-  json_decref(list);
-  return n;
-}
-
 static double launched(void) {
   return ctrl_metric(&f, "luaprov_disruption_replacements_total", LP_LABELS("launched"));
 }
@@ -189,8 +174,8 @@ static void test_unsatisfiable_rule(void) {
   ctrl_run_for(&f, 3);
   CHECK_INT(launched(), 1);
   CHECK_INT(ctrl_metric(&f, "luaprov_drift_unresolvable_total", LP_LABELS("ImageDrift")), 1);
-  CHECK_INT(events(stuck, LP_DRIFT_UNRESOLVABLE), 1);
-  CHECK_INT(events(DT_POOL, LP_DRIFT_UNRESOLVABLE), 1);
+  CHECK_INT(ctrl_count_events(&f, stuck, LP_DRIFT_UNRESOLVABLE, NULL), 1);
+  CHECK_INT(ctrl_count_events(&f, DT_POOL, LP_DRIFT_UNRESOLVABLE, NULL), 1);
   json_t *items = dt_pool_claims(&f);
   CHECK_INT(json_array_size(items), 2);
   json_decref(items);
