@@ -360,29 +360,7 @@ static json_t *eval_repair(lp_script_host *h, json_t *ctx, lp_error **err) {
 static json_t *eval_tags(lp_script_host *h, json_t *ctx, json_t **objects, lp_error **err) {
   json_t *tags = call_policy(h, "policies.tags", "build_instance_tags",
                              json_pack("[OOO]", objects[F_NODECLAIM], objects[F_NODECLASS], ctx), err);
-  char *problem = NULL;
-  const char *key;
-  json_t *value;
-  if (json_is_object(tags)) {
-    json_object_foreach(tags, key, value) {
-      if (json_is_string(value) || problem) continue;
-      char *shown = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
-      problem = lp_xasprintf("build_instance_tags returned tag '%s' = %s, a %s; tag values must be strings "
-                             "(wrap it in tostring())",
-                             key, shown ? shown : "?",
-                             json_is_number(value)    ? "number"
-                             : json_is_boolean(value) ? "boolean"
-                                                      : "table");
-      free(shown);
-    }
-  }
-  if (!problem && tags) {
-    char *shape = lp_check_tags(tags);
-    if (shape)
-      problem =
-          lp_xasprintf("tags policy: %s; build_instance_tags returns a map of tag key to string", shape);
-    free(shape);
-  }
+  char *problem = tags ? lp_tags_answer_problem(tags) : NULL;
   if (problem) {
     policy_error(h, "policies.tags", "build_instance_tags", problem, err);
     free(problem);
@@ -396,6 +374,8 @@ static json_t *eval_tags(lp_script_host *h, json_t *ctx, json_t **objects, lp_er
   json_decref(tags);
   json_t *engine = lp_engine_tags(objects[F_NODECLAIM], cluster_id);
   fputs("note: the engine's own tags, set after the policy (it cannot remove or override them):", stderr);
+  const char *key;
+  json_t *value;
   json_object_foreach(engine, key, value) fprintf(stderr, " %s", key);
   fputc('\n', stderr);
   json_decref(engine);

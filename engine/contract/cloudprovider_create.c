@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "contract/cloudprovider_internal.h"
+#include "contract/contracts.h"
 #include "contract/engine_tags.h"
 #include "contract/requirements.h"
 #include "contract/shapes.h"
@@ -391,12 +392,13 @@ static void tags_done(op *o, json_t *values, lp_error *err) {
     return;
   }
   json_t *tags = json_array_get(values, 0);
-  char *problem = lp_check_tags(tags);
+  char *problem = lp_tags_answer_problem(tags);
   if (problem) {
     json_decref(values);
-    cp_finish(
-        o, NULL,
-        cp_contract_error(o, "policies.tags", "build_instance_tags", problem, "docs/contracts.md#policies"));
+    lp_error *e = lp_policy_answer_error(lp_script_host_current(o->cp->scripts), "policies.tags",
+                                         "build_instance_tags", problem);
+    free(problem);
+    cp_finish(o, NULL, e);
     return;
   }
   /* the engine's own tags go over the policy's, whatever it returned (rule CP7) */

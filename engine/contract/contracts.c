@@ -317,8 +317,9 @@ static char *drift_answer(const char *fn, const json_t *answer, const char *type
 /* A map of tag key to string value (cloudprovider_create.c). */
 static char *tags_answer(const char *fn, const json_t *answer, const char *type_name, lua_State *L) {
   (void)fn, (void)L;
-  return type_name ? lp_xasprintf("the tags are a %s, not a map of strings", type_name)
-                   : lp_check_tags(answer);
+  return type_name
+             ? lp_xasprintf("build_instance_tags returned a %s, not a map of tag key to string", type_name)
+             : lp_tags_answer_problem(answer);
 }
 
 /* true, or false and why (cloudprovider_disruption.c). */
@@ -552,6 +553,31 @@ const lp_module_spec lp_contract_modules[] = {
     {"providers.bizfly", "NodeGroup mapping", 0, validate_nodegroup},
     {NULL, NULL, 0, NULL},
 };
+
+char *lp_tags_answer_problem(const json_t *tags) {
+  const char *key;
+  json_t *value;
+  if (json_is_object(tags)) {
+    json_object_foreach((json_t *)tags, key, value) {
+      if (json_is_string(value)) continue;
+      char *shown = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
+      char *problem = lp_xasprintf("build_instance_tags returned tag '%s' = %s, a %s; tag values must be "
+                                   "strings (wrap it in tostring())",
+                                   key, shown ? shown : "?",
+                                   json_is_number(value)    ? "number"
+                                   : json_is_boolean(value) ? "boolean"
+                                                            : "table");
+      free(shown);
+      return problem;
+    }
+  }
+  char *shape = lp_check_tags(tags);
+  char *problem =
+      shape ? lp_xasprintf("tags policy: %s; build_instance_tags returns a map of tag key to string", shape)
+            : NULL;
+  free(shape);
+  return problem;
+}
 
 char *lp_can_disrupt_answer_problem(const json_t *answer) {
   if (json_is_boolean(answer)) return NULL;

@@ -39,6 +39,12 @@ char *lp_drift_reason_problem(const char *reason, const json_t *mapping_reasons)
  * the answer with this. */
 char *lp_drift_answer_problem(const char *function, const json_t *reason, const json_t *mapping_reasons);
 
+/* NULL when tags (the first value of build_instance_tags, borrowed) is a map of tag key to string;
+ * otherwise a malloc'd sentence with the hint ("build_instance_tags returned tag 'cost' = 42, a
+ * number; tag values must be strings (wrap it in tostring())"). The engine, `luaprov eval` and
+ * load-time validation all check the answer with this. */
+char *lp_tags_answer_problem(const json_t *tags);
+
 /* NULL when answer (the first value of can_disrupt, borrowed; NULL = nothing) is true or false;
  * otherwise a malloc'd "returned X, which is neither true nor false; return true to allow ..." The
  * engine and load-time validation both check the answer with this. */

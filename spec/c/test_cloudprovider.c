@@ -526,6 +526,36 @@ static void test_tag_policy_cannot_drop_engine_tags(void) {
                               "default-tag1", "uid-tag1");
 }
 
+/* The engine refuses a tag value that is not a string with the words and place `luaprov eval` gives. */
+static void test_tag_answer_not_a_string(void) {
+  char dir[32];
+  lp_script_host *h = operator_tree_new(dir, "policies", "tags.lua",
+                                        "local M = {}\n"
+                                        "function M.build_instance_tags() return { team = 7 } end\n"
+                                        "return M\n");
+  if (!h) return;
+  lp_cloudprovider *numeric_tags = operator_cloudprovider(h, 0);
+  json_t *claim = nodeclaim("default-tn", "uid-tn", ON_DEMAND_REQ, "{}");
+  const char *code;
+  lp_cp_outcome o = {0};
+  lp_cp_create(numeric_tags, claim, nodeclass, lp_cp_outcome_store, &o);
+  json_decref(wait_outcome(&o, &code));
+  CHECK(o.error != NULL);
+  if (o.error) {
+    char want[512];
+    snprintf(want, sizeof want,
+             "%s/policies/tags.lua:2: build_instance_tags returned tag 'team' = 7, a number; tag values must "
+             "be strings (wrap it in tostring())",
+             dir);
+    CHECK_STR(o.error->code, "Contract");
+    CHECK_STR(o.error->message, want);
+  }
+  lp_error_free(o.error);
+  json_decref(claim);
+  lp_cloudprovider_free(numeric_tags);
+  operator_scripts_free(h, dir);
+}
+
 /* ---- the create contract (docs/contracts.md#create) through a recording mapping ------------- */
 
 /* The default mapping with a create that records what the engine handed it (seen(name) answers the
@@ -864,6 +894,7 @@ int main(void) {
   RUN(test_drift_without_static_drift);
   RUN(test_drift_answer_not_a_string);
   RUN(test_tag_policy_cannot_drop_engine_tags);
+  RUN(test_tag_answer_not_a_string);
   char recording_dir[32];
   recording_scripts = operator_scripts_new(recording_dir, RECORDING_MAPPING);
   if (recording_scripts) {

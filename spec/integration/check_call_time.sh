@@ -48,7 +48,8 @@ policy_says() { # policy_says FILE SOURCE EXPECTED_LINE
   [[ "$status" == 1 && "$got" == "t/$3"$'\n'"t: 1 problem" ]] || fail "check of $1: expected 't/$3', got '$got' ($status)"
 }
 policy_says tags.lua $'local M = {}\nfunction M.build_instance_tags()\n  return { team = 7 }\nend\nreturn M' \
-  "policies/tags.lua:2: build_instance_tags, called on the test kit's default objects: tag team: the value is not a string"
+  "policies/tags.lua:2: build_instance_tags, called on the test kit's default objects: build_instance_tags returned \
+tag 'team' = 7, a number; tag values must be strings (wrap it in tostring())"
 policy_says disruption.lua $'local M = {}\nfunction M.can_disrupt(nodeclaim, node, pods)\n  return pods[1].x.y\nend\nreturn M' \
   "policies/disruption.lua:3: attempt to index a nil value (field 'x')"
 policy_says disruption.lua $'local M = {}\nfunction M.can_disrupt()\n  return "yes"\nend\nreturn M' \
