@@ -32,8 +32,13 @@ static int count_header(lp_http_conn *c, size_t n) {
   return -1;
 }
 
+static void arm_idle(lp_http_conn *c);
+
 static int on_message_begin(http_parser *p) {
   lp_http_conn *c = p->data;
+  c->header_deadline = uv_now(c->server->loop) + c->server->opts.header_timeout_ms;
+  c->in_trailers = 0;
+  arm_idle(c);
   lp_buf_reset(&c->head);
   lp_buf_reset(&c->body);
   c->nhoff = 0;
@@ -52,9 +57,12 @@ static int on_url(http_parser *p, const char *at, size_t n) {
   return 0;
 }
 
+/* Trailer fields are counted against the header limit and dropped: the request already points into
+ * c->head, which appending could move, and no handler reads trailers. */
 static int on_header_field(http_parser *p, const char *at, size_t n) {
   lp_http_conn *c = p->data;
   if (count_header(c, n + (c->last_cb != CB_FIELD ? 4 : 0))) return -1;
+  if (c->in_trailers) return 0;
   if (c->last_cb != CB_FIELD) {
     lp_buf_putc(&c->head, '\0'); /* ends the target or the previous value */
     if (c->nhoff == c->hoff_cap) {
@@ -72,6 +80,7 @@ static int on_header_field(http_parser *p, const char *at, size_t n) {
 static int on_header_value(http_parser *p, const char *at, size_t n) {
   lp_http_conn *c = p->data;
   if (count_header(c, n)) return -1;
+  if (c->in_trailers) return 0;
   if (c->last_cb != CB_VALUE) {
     lp_buf_putc(&c->head, '\0');
     c->hoff[c->nhoff - 1].value = c->head.len;
@@ -114,6 +123,9 @@ static int on_headers_complete(http_parser *p) {
   lp_http_conn *c = p->data;
   if (count_header(c, 2)) return -1;
   build_request(c);
+  c->in_trailers = 1;
+  c->header_deadline = 0;
+  arm_idle(c);
   int has_length = (p->flags & F_CONTENTLENGTH) != 0;
   if (has_length && p->content_length > c->server->opts.max_body_bytes) {
     c->reject_status = 413;
@@ -175,6 +187,12 @@ static void conn_read_stop(lp_http_conn *c) {
 
 static void on_timer(uv_timer_t *t) {
   lp_http_conn *c = t->data;
+  if (c->header_deadline && uv_now(c->server->loop) >= c->header_deadline) {
+    lp_debug("engine.http", "request headers not complete in time", LPF_STR("remote", c->remote),
+             LPF_INT("header_timeout_ms", c->server->opts.header_timeout_ms));
+    lp_http__conn_close(c);
+    return;
+  }
   /* A client still reading what was sent is busy, not idle (the timer repeats); one that has read
    * nothing for a whole period is dropped, even while its last response waits to be flushed. */
   int busy = c->queued && c->wrote;
@@ -182,9 +200,16 @@ static void on_timer(uv_timer_t *t) {
   if (!busy) lp_http__conn_close(c);
 }
 
+/* Every byte received restarts the idle period, but not the header deadline: while a request's
+ * headers are arriving the timer fires at whichever comes first. */
 static void arm_idle(lp_http_conn *c) {
-  unsigned ms = c->server->opts.idle_timeout_ms;
-  uv_timer_start(&c->timer, on_timer, ms, ms);
+  uint64_t ms = c->server->opts.idle_timeout_ms;
+  if (c->header_deadline) {
+    uint64_t now = uv_now(c->server->loop);
+    uint64_t left = c->header_deadline > now ? c->header_deadline - now : 0;
+    if (left < ms) ms = left;
+  }
+  uv_timer_start(&c->timer, on_timer, ms, c->server->opts.idle_timeout_ms);
 }
 
 static int route_matches_path(const lp_http_route *r, const char *path) {
@@ -354,6 +379,7 @@ static void on_shutdown(uv_shutdown_t *req, int status) {
 void lp_http__conn_end(lp_http_conn *c) {
   if (c->state != LP_CONN_OPEN) return;
   c->state = LP_CONN_LINGER;
+  c->header_deadline = 0; /* a request cut short by the close is not waited for */
   arm_idle(c);
   c->shutdown.data = c;
   if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, on_shutdown) < 0) lp_http__conn_close(c);
@@ -433,6 +459,7 @@ lp_http_server *lp_http_server_new(uv_loop_t *loop, const lp_http_server_options
   if (!s->opts.max_header_bytes) s->opts.max_header_bytes = 64 * 1024;
   if (!s->opts.max_body_bytes) s->opts.max_body_bytes = 8 * 1024 * 1024;
   if (!s->opts.idle_timeout_ms) s->opts.idle_timeout_ms = 60 * 1000;
+  if (!s->opts.header_timeout_ms) s->opts.header_timeout_ms = 10 * 1000;
   if (!s->opts.max_connections) s->opts.max_connections = 1024;
   s->server_header = lp_xstrdup(s->opts.server_header ? s->opts.server_header : "luaprov");
   s->opts.server_header = s->server_header;

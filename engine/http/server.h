@@ -6,7 +6,9 @@
  * pipelined requests on one connection are answered in order, one at a time. Requests larger than
  * the configured limits are answered 413 (body) or 431 (headers) and the connection is closed;
  * malformed requests get 400 and the connection is closed; nothing a client sends can crash the
- * server. Idle keep-alive connections are closed after idle_timeout_ms.
+ * server. Idle keep-alive connections are closed after idle_timeout_ms, and a connection whose
+ * request headers are not complete header_timeout_ms after their first byte is closed, however
+ * steadily they trickle in. Trailer fields of chunked requests are read and dropped.
  * Loop thread only. */
 #ifndef LUAPROV_HTTP_SERVER_H
 #define LUAPROV_HTTP_SERVER_H
@@ -20,11 +22,12 @@ typedef struct lp_http_server lp_http_server;
 typedef struct lp_http_response lp_http_response;
 
 typedef struct lp_http_server_options {
-  size_t max_header_bytes;   /* total request line + headers; 0 = 64 KiB */
-  size_t max_body_bytes;     /* 0 = 8 MiB */
-  unsigned idle_timeout_ms;  /* keep-alive idle close; 0 = 60 s */
-  unsigned max_connections;  /* further connections are accepted and closed at once; 0 = 1024 */
-  const char *server_header; /* "Server:" value; NULL = "luaprov" */
+  size_t max_header_bytes;    /* total request line + headers; 0 = 64 KiB */
+  size_t max_body_bytes;      /* 0 = 8 MiB */
+  unsigned idle_timeout_ms;   /* keep-alive idle close; 0 = 60 s */
+  unsigned header_timeout_ms; /* from a request's first byte to its last header; 0 = 10 s */
+  unsigned max_connections;   /* further connections are accepted and closed at once; 0 = 1024 */
+  const char *server_header;  /* "Server:" value; NULL = "luaprov" */
 } lp_http_server_options;
 
 typedef struct lp_http_header_view {

@@ -5,6 +5,7 @@
 
 #include <http_parser.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <uv.h>
 
 #include "core/buf.h"
@@ -56,9 +57,11 @@ typedef struct lp_http_conn {
   lp_buf head;
   lp_http_header_offsets *hoff;
   size_t nhoff, hoff_cap;
-  int last_cb;         /* which data callback ran last, to know when a header name or value ends */
-  size_t header_bytes; /* request line and headers as counted against max_header_bytes */
-  int reject_status;   /* 413 or 431 when a parser callback refused the request */
+  int last_cb;              /* which data callback ran last, to know when a header name or value ends */
+  int in_trailers;          /* headers are complete: further fields are a chunked body's trailer */
+  uint64_t header_deadline; /* loop time by which the headers must be complete; 0 = not reading any */
+  size_t header_bytes;      /* request line and headers as counted against max_header_bytes */
+  int reject_status;        /* 413 or 431 when a parser callback refused the request */
   lp_buf body;
   lp_http_header_view *views;
   lp_http_request req;

@@ -377,6 +377,80 @@ static void test_server_close_ends_streams_and_waits(void) {
   CHECK_INT(fx.closes, 1);
 }
 
+/* Trailer fields of a chunked request arrive after the request was laid out: they must not be appended
+ * to the buffer its path and header views point into (the append may move it). Run under ASan this
+ * fails on the read of the moved path and headers. */
+static void test_trailers_leave_the_request_intact(void) {
+  fixture fx;
+  fixture_start(&fx, NULL);
+  char trailer[2100];
+  memset(trailer, 't', 2000);
+  trailer[2000] = '\0';
+  char req[3000];
+  snprintf(req, sizeof req,
+           "GET /hello?q=1 HTTP/1.1\r\nTransfer-Encoding: chunked\r\nX-Probe: head\r\n\r\n"
+           "5\r\nhello\r\n0\r\nX-Trailer: %s\r\nX-Probe: trailer\r\n\r\n",
+           trailer);
+  client cl;
+  CHECK_INT(client_open(&cl, fx.port), 0);
+  CHECK_INT(client_call(&cl, req), 200);
+  char seen[512];
+  LOCKED(&fx, snprintf(seen, sizeof seen, "%s", fx.seen));
+  CHECK_STR(seen, "GET /hello [q=1] /hello?q=1 head");
+  CHECK_INT(client_call(&cl, GET("/hello")), 200); /* the connection goes on serving */
+  client_close(&cl);
+  fixture_stop(&fx);
+}
+
+/* 1 when the server has ended the connection, without waiting for it. */
+static int ended_now(client *cl) {
+  char c;
+  ssize_t got = recv(cl->fd, &c, 1, MSG_DONTWAIT);
+  return got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/* Clients that send their headers a byte at a time keep resetting the idle timer; the header deadline
+ * ends them all the same, so they cannot hold every connection slot. The idle timeout (10 s) is far
+ * beyond the trickle, so only the deadline can end these connections. */
+static void test_header_deadline_ends_trickling_clients(void) {
+  enum { TRICKLERS = 3 };
+  fixture fx;
+  lp_http_server_options opts = default_opts;
+  opts.max_connections = TRICKLERS;
+  opts.header_timeout_ms = 300;
+  fixture_start(&fx, &opts);
+  client slow[TRICKLERS];
+  for (int i = 0; i < TRICKLERS; i++) {
+    CHECK_INT(client_open(&slow[i], fx.port), 0);
+    client_send(&slow[i], "GET /hello HTTP/1.1\r\nX-Slow: ");
+  }
+  client late;
+  CHECK_INT(client_open(&late, fx.port), 0); /* over the cap: closed at once */
+  CHECK(client_closed(&late));
+  client_close(&late);
+  int ended = 0;
+  for (int tick = 0; tick < 400 && ended < TRICKLERS; tick++) { /* 400 bytes each at most */
+    ended = 0;
+    for (int i = 0; i < TRICKLERS; i++) {
+      if (ended_now(&slow[i])) {
+        ended++;
+        continue;
+      }
+      client_send_n(&slow[i], "x", 1);
+    }
+    usleep(20000);
+  }
+  CHECK_INT(ended, TRICKLERS);
+  for (int i = 0; i < TRICKLERS; i++) client_close(&slow[i]);
+  CHECK_INT(client_open(&late, fx.port), 0); /* the slots are free again */
+  CHECK_INT(client_call(&late, GET("/hello")), 200);
+  /* A keep-alive connection waiting between requests is not under the deadline. */
+  usleep(400000);
+  CHECK_INT(client_call(&late, GET("/hello")), 200);
+  client_close(&late);
+  fixture_stop(&fx);
+}
+
 int main(void) {
   for (size_t i = 0; i < sizeof big_body; i++) big_body[i] = (char)('a' + i % 26);
   RUN(test_size_limits);
@@ -388,5 +462,7 @@ int main(void) {
   RUN(test_many_connections);
   RUN(test_idle_timeout_and_max_connections);
   RUN(test_server_close_ends_streams_and_waits);
+  RUN(test_trailers_leave_the_request_intact);
+  RUN(test_header_deadline_ends_trickling_clients);
   return check_summary();
 }
