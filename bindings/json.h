@@ -11,7 +11,8 @@
  * Details scripts can rely on:
  * - Object keys are written sorted bytewise (Go's order), so equal tables encode to equal bytes.
  * - Paths in messages index as a script would: 1-based ([2]), odd keys quoted (labels["a/b"]).
- * - Integral floats are written without a fraction (4/2 -> 2): Go refuses 2.0 for an int field.
+ * - Integral floats are written without a fraction (4/2 -> 2): Go refuses 2.0 for an int field;
+ *   -0.0 is written 0, as it compares equal to 0.
  *   Other floats use the shortest of 15..17 digits that reads back exactly.
  * - Strings are bytes; invalid UTF-8 is written as U+FFFD (base64 binary data first).
  * - array_mt is protected with itself as __metatable: getmetatable(arr) == array_mt holds, but

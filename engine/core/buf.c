@@ -134,7 +134,8 @@ void lp_buf_number(lp_buf *b, double v, const char *nan, const char *pinf, const
   } else if (isinf(v)) {
     lp_buf_puts(b, v > 0 ? pinf : ninf);
   } else if (v == floor(v) && fabs(v) < 1e15) {
-    lp_buf_printf(b, "%.0f", v);
+    /* + 0.0 turns -0.0 into 0.0: they compare equal, so they must not print "-0" and "0" */
+    lp_buf_printf(b, "%.0f", v + 0.0);
   } else {
     /* the shortest of 15..17 digits that reads back as the same double */
     char tmp[32];

@@ -83,6 +83,12 @@ describe("luaprov.json", function()
       assert.equals("[3]", json.encode({ 3.0 }))
     end)
 
+    it("writes negative zero as 0, so values that compare equal encode to the same bytes", function()
+      assert.equals(0, -0.0)
+      assert.equals(json.encode(0), json.encode(-0.0))
+      assert.equals('{"a":[0,0]}', json.encode({ a = { -0.0, 0.0 } }))
+    end)
+
     it("keeps strings byte for byte, NUL bytes included", function()
       local s = "a\0b\"\\\n\t\1é"
       assert.equals('"a\\u0000b\\"\\\\\\n\\t\\u0001é"', json.encode(s))
