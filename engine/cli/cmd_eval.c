@@ -1,14 +1,17 @@
 /* luaprov eval drift|repair|tags|disruption|instance-types|user-data: dry-run the policies and the
  * mapping on objects read from files. One JSON document on stdout (user-data: the user data text
- * itself); {"error": ...} and exit 1 on failure. */
+ * itself); {"error": ...}, the error's fields on stderr (cli/error_print.h) and exit 1 on failure. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uv.h>
 
 #include "cli/cli.h"
+#include "cli/error_print.h"
+#include "cli/mapping_exports.h"
 #include "contract/cloudprovider.h"
 #include "contract/contracts.h"
+#include "contract/error_table.h"
 #include "contract/engine_tags.h"
 #include "contract/settings.h"
 #include "contract/shapes.h"
@@ -55,7 +58,9 @@ static const char usage[] =
     "--help` lists them), else the environment, else their simulator values.\n"
     "--now TIME (every verb) is the time the policies see (luaprov.time, ctx.now): epoch seconds or RFC\n"
     "3339, e.g. 2026-12-01T00:00:00Z, to dry-run a time-dependent policy at a boundary (default: now).\n"
-    "On failure prints {\"error\": \"...\"} and exits 1.\n";
+    "On failure prints {\"error\": \"...\"} and exits 1; stderr then holds the error's known fields, one\n"
+    "per line (reason, action, request id, object, at FILE:LINE, hint). An option that is neither one of\n"
+    "the above nor a setting of the mapping is a usage error (exit 2).\n";
 
 typedef struct eval_args {
   const char *what;
@@ -69,21 +74,14 @@ typedef struct eval_args {
 
 enum { F_NODECLAIM, F_NODECLASS, F_INSTANCE, F_NODEPOOL, F_NODE, F_PODS, F_COUNT };
 
-static int print_error(const char *message) {
-  lp_buf doc = LP_BUF_INIT; /* lp_buf_json_string keeps invalid UTF-8 from a script printable */
-  lp_buf_puts(&doc, "{\"error\":");
-  lp_buf_json_string(&doc, message, strlen(message));
-  lp_buf_puts(&doc, "}\n");
-  fputs(doc.data, stdout);
-  lp_buf_free(&doc);
-  return 1;
-}
-
 static int print_value(json_t *value) {
   char *text = json_dumps(value, JSON_COMPACT | JSON_ENCODE_ANY);
   if (!text) {
     json_decref(value);
-    return print_error("the result cannot be written as JSON");
+    lp_error *e = lp_error_new("BadOutput", "the result cannot be written as JSON");
+    lp_cli_print_error(e);
+    lp_error_free(e);
+    return 1;
   }
   printf("%s\n", text);
   free(text);
@@ -270,7 +268,7 @@ static json_t *call_script(lp_script_host *h, const char *module, const char *fu
   lp_task_result *r = lp_script_host_call_sync(h, module, function, args);
   json_t *values = NULL;
   if (r->error)
-    lp_error_set(err, r->error->code, "%s", r->error->message);
+    lp_error_keep_first(err, lp_error_copy(r->error)); /* with its fields: file:line, hint, ... */
   else
     values = json_loads(r->json, JSON_DECODE_ANY, NULL);
   lp_task_result_free(r);
@@ -470,10 +468,7 @@ static json_t *eval_instance_types(uv_loop_t *loop, lp_script_host *h, const eva
   lp_cp_get_instance_types(cp, objects[F_NODECLASS], lp_cp_outcome_store, &out);
   lp_cp_outcome_wait(loop, &out);
   lp_cloudprovider_free(cp);
-  if (out.error) {
-    lp_error_set(err, out.error->code, "%s", out.error->message);
-    lp_error_free(out.error);
-  }
+  if (out.error) lp_error_keep_first(err, out.error); /* with the cloud's reason, action, request ID */
   return out.value;
 }
 
@@ -498,9 +493,11 @@ static json_t *eval_user_data(lp_script_host *h, json_t *ctx, json_t **objects, 
   if (json_is_string(text)) {
     out = json_incref(text);
   } else if (problem && !json_is_null(problem)) {
-    const char *code = json_string_value(json_object_get(problem, "code"));
-    const char *message = problem_message(problem);
-    lp_error_set(err, code ? code : "MappingError", "user_data: %s", message ? message : "?");
+    lp_error *e = lp_error_from_table(problem),
+             *shown = lp_error_new(strcmp(e->code, "Error") == 0 ? "MappingError" : e->code, "user_data: %s",
+                                   e->message);
+    lp_error_keep_first(err, lp_error_inherit(shown, e));
+    lp_error_free(e);
   } else {
     policy_error(h, module, "user_data",
                  "user_data returned no text; return the user data as a string, or nil and an error", err);
@@ -526,7 +523,7 @@ static int parse_args(int argc, char **argv, eval_args *a) {
                              {"--method", &a->method, NULL},
                              {"--now", &a->now, NULL},
                              {NULL, NULL, NULL}};
-  /* an unknown --NAME VALUE is a setting: checked once the mapping loads */
+  /* an unknown --NAME VALUE is a setting: checked against the mapping's before anything runs */
   lp_cli_args args = {.cmd = "eval", .opts = opts, .settings = a->flags};
   int parsed = lp_cli_parse(&args, argc, argv);
   a->log_level = args.log_level;
@@ -601,6 +598,13 @@ int lp_cmd_eval(int argc, char **argv) {
     json_decref(a.flags);
     return parsed == LP_CLI_HELP ? 0 : 2;
   }
+  char *unknown = lp_cli_unknown_setting(a.scripts, a.flags); /* a usage error, as for `run` */
+  if (unknown) {
+    lp_cli_usage_error("eval", "%s", unknown);
+    free(unknown);
+    json_decref(a.flags);
+    return 2;
+  }
   const char *level = a.log_level                   ? a.log_level
                       : getenv("LUAPROV_LOG_LEVEL") ? NULL
                                                     : "warn"; /* stdout is the answer */
@@ -664,7 +668,7 @@ int lp_cmd_eval(int argc, char **argv) {
   json_decref(a.flags);
   int status;
   if (err) {
-    status = print_error(err->message);
+    status = lp_cli_print_error(err);
   } else if (strcmp(a.what, "user-data") == 0) { /* the text itself: what the instance runs */
     fputs(json_string_value(out), stdout);
     json_decref(out);

@@ -68,32 +68,6 @@ static const char *scripts_arg(int argc, char **argv) {
   return NULL;
 }
 
-/* NULL when every --SETTING of flags is one the mapping declares, else what is wrong (malloc'd). */
-static char *unknown_setting(const char *scripts_dir, const json_t *flags) {
-  if (json_object_size(flags) == 0) return NULL;
-  char *problem = NULL;
-  json_t *declared = lp_cli_mapping_settings(scripts_dir, &problem);
-  if (!declared) { /* the engine reports the tree that does not load, as without settings */
-    free(problem);
-    return NULL;
-  }
-  const char *name;
-  const json_t *value;
-  json_object_foreach((json_t *)flags, name, value) {
-    int found = 0;
-    size_t i;
-    const json_t *s;
-    json_array_foreach(declared, i, s) found |=
-        strcmp(json_string_value(json_object_get(s, "name")), name) == 0;
-    if (!found) {
-      problem = lp_xasprintf("unknown option '--%s'", name);
-      break;
-    }
-  }
-  json_decref(declared);
-  return problem;
-}
-
 int lp_cmd_run(int argc, char **argv) {
   json_t *flags = json_object(); /* --SETTING VALUE, checked against the mapping below */
   lp_engine_options opts = {.metrics_port = 8080, .provider_flags = flags};
@@ -132,7 +106,7 @@ int lp_cmd_run(int argc, char **argv) {
     }
     opts.shutdown_timeout_ms = (unsigned)(seconds * 1000);
   }
-  char *unknown = unknown_setting(opts.scripts_dir, flags);
+  char *unknown = lp_cli_unknown_setting(opts.scripts_dir, flags);
   if (unknown) {
     lp_cli_usage_error("run", "%s", unknown);
     free(unknown);

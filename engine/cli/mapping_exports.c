@@ -47,3 +47,28 @@ json_t *lp_cli_mapping_settings(const char *scripts_dir, char **problem) {
   }
   return declared;
 }
+
+char *lp_cli_unknown_setting(const char *scripts_dir, const json_t *flags) {
+  if (json_object_size(flags) == 0) return NULL;
+  char *problem = NULL;
+  json_t *declared = lp_cli_mapping_settings(scripts_dir, &problem);
+  if (!declared) { /* the command reports the tree that does not load, as without settings */
+    free(problem);
+    return NULL;
+  }
+  const char *name;
+  const json_t *value;
+  json_object_foreach((json_t *)flags, name, value) {
+    int found = 0;
+    size_t i;
+    const json_t *s;
+    json_array_foreach(declared, i, s) found |=
+        strcmp(json_string_value(json_object_get(s, "name")), name) == 0;
+    if (!found) {
+      problem = lp_xasprintf("unknown option '--%s'", name);
+      break;
+    }
+  }
+  json_decref(declared);
+  return problem;
+}

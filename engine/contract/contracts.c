@@ -83,6 +83,7 @@ lp_error *lp_policy_answer_error(lp_generation *g, const char *module, const cha
   lp_error *e = file && line ? lp_error_new("Contract", "%s:%d: %s", file, line, problem)
                 : file       ? lp_error_new("Contract", "%s: %s", file, problem)
                              : lp_error_new("Contract", "%s", problem);
+  if (file) lp_error_at(e, file, line); /* the fields too, for logs and eval */
   free(file);
   return e;
 }

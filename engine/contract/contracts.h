@@ -51,8 +51,8 @@ char *lp_tags_answer_problem(const json_t *tags);
 char *lp_can_disrupt_answer_problem(const json_t *answer);
 
 /* A Contract error for a policy's answer that breaks its contract: "<file>:<line>: <problem>", the
- * file and first line of module.function in generation g (lp_contract_function_line), so the engine
- * and `luaprov eval` say the same. Loop thread only. */
+ * file and first line of module.function in generation g (lp_contract_function_line), also set as the
+ * error's file and line, so the engine and `luaprov eval` say the same. Loop thread only. */
 lp_error *lp_policy_answer_error(lp_generation *g, const char *module, const char *function,
                                  const char *problem);
 

@@ -57,6 +57,7 @@ local function fail(err, what)
   return nil, {
     code = err.code or "InvalidResponse",
     message = "listing instance types: " .. step .. tostring(err.message or err.code),
+    api_code = err.api_code, -- the cloud's own code: the error's reason field
     action = err.action,
     request_id = err.request_id,
     http_status = err.http_status,

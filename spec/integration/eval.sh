@@ -81,9 +81,17 @@ got="$("$LUAPROV" eval tags --scripts "$WORK/ctx" --nodeclaim "$WORK/claim.yaml"
 got="$("$LUAPROV" eval tags --scripts "$WORK/ctx" --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json" --cluster-type Custom)"
 [[ "$got" == *'"region":"cn-hangzhou"'* && "$got" == *'"type":"Custom"'* ]] \
   || fail "the simulator's region by default, --cluster-type: $got"
-got="$("$LUAPROV" eval tags --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json" --colour blue)" \
-  && fail "--colour accepted: $got"
-[[ "$got" == '{"error":"unknown option --colour"}' ]] || fail "unknown setting: $got"
+# An option that names no setting is a usage error, with or without a value after it: one line and the
+# --help hint on stderr, nothing on stdout, exit 2.
+for args in "--colour blue" "--colour" "--colour --cluster-id demo"; do
+  status=0
+  # shellcheck disable=SC2086 # the words of $args are the options
+  got="$("$LUAPROV" eval tags --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json" $args 2>"$WORK/usage.err")" \
+    || status=$?
+  [[ "$status" == 2 && -z "$got" ]] || fail "eval tags $args: expected exit 2 and no answer, got $status: $got"
+  [[ "$(cat "$WORK/usage.err")" == "luaprov eval: unknown option '--colour'
+run 'luaprov eval --help' for usage" ]] || fail "eval tags $args: usage error: $(cat "$WORK/usage.err")"
+done
 
 # An operator's tree: a drift policy building on the default one, with a reason of its own.
 mkdir -p "$WORK/ops/policies"
@@ -105,6 +113,10 @@ expect '{"reason":"RetiredFamilyDrift"}' 0 drift --nodeclaim "$WORK/claim.yaml" 
 sed -i 's/"RetiredFamilyDrift"/"retired family"/' "$WORK/ops/policies/drift.lua"
 got="$("$LUAPROV" eval drift --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json" --instance "$WORK/instance.json" --scripts "$WORK/ops")" && fail "bad reason should exit 1"
 [[ "$got" == *'a reason is \"\" or a CamelCase word'* ]] || fail "bad reason message: $got"
+# the error's fields on stderr, under the message: where the policy is
+"$LUAPROV" eval drift --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json" --instance "$WORK/instance.json" \
+  --scripts "$WORK/ops" >/dev/null 2>"$WORK/fields.err" && fail "bad reason should exit 1"
+[[ "$(cat "$WORK/fields.err")" == "  at: $WORK/ops/policies/drift.lua:4" ]] || fail "bad reason's fields: $(cat "$WORK/fields.err")"
 
 # A broken script names its file and line.
 printf 'local M = {}\nfunction M.is_drifted(\nreturn M\n' > "$WORK/ops/policies/drift.lua"
@@ -115,6 +127,10 @@ got="$("$LUAPROV" eval drift --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/c
 printf 'local M = {}\nfunction M.is_drifted() error("bad \\255 byte") end\nreturn M\n' > "$WORK/ops/policies/drift.lua"
 got="$("$LUAPROV" eval drift --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json" --instance "$WORK/instance.json" --scripts "$WORK/ops")" && fail "raising policy should exit 1"
 [[ "$got" == '{"error":"'*'ops/policies/drift.lua:2: bad '*' byte"}' ]] || fail "non-UTF-8 error message: $got"
+# a policy that raises: the line of the error(), as a field too (the log line of the failed call aside)
+"$LUAPROV" eval drift --nodeclaim "$WORK/claim.yaml" --nodeclass "$WORK/class.json" --instance "$WORK/instance.json" \
+  --scripts "$WORK/ops" >/dev/null 2>"$WORK/fields.err" && fail "raising policy should exit 1"
+grep -qx "  at: $WORK/ops/policies/drift.lua:2" "$WORK/fields.err" || fail "raising policy's fields: $(cat "$WORK/fields.err")"
 
 # Malformed input files name the file and the position.
 printf '{"id": "i-1",\n "zone": }\n' > "$WORK/bad.json"

@@ -31,4 +31,17 @@ jq -e 'any(.[]; .capacity["nvidia.com/gpu"] != null)' "$WORK/types.json" >/dev/n
 got="$("$LUAPROV" eval instance-types --nodeclass "$LUAPROV_SOURCE_DIR/spec/fixtures/alibaba/ecsnodeclass.json" \
   --endpoint http://127.0.0.1:1)" && fail "a dead endpoint should exit 1"
 [[ "$got" == '{"error":"'*Describe*'"}' ]] || fail "dead endpoint message: $got"
+# A cloud error: the message on stdout, its fields on stderr (the cloud's code, the action, the
+# request ID), as docs/writing-policies.md#when-eval-fails shows them.
+curl -sf -X POST "$ENDPOINT/_sim/faults" -d '{"action":"DescribeInstanceTypes","code":"Forbidden.RAM"}' >/dev/null \
+  || fail "fault rule"
+got="$("$LUAPROV" eval instance-types --nodeclass "$LUAPROV_SOURCE_DIR/spec/fixtures/alibaba/ecsnodeclass.json" \
+  --endpoint "$ENDPOINT" 2>"$WORK/fields.err")" && fail "a refused DescribeInstanceTypes should exit 1"
+[[ "$got" == '{"error":"listing instance types: DescribeInstanceTypes: Auth (Forbidden.RAM): '* ]] \
+  || fail "refused call message: $got"
+rid="$(sed -n 's/.*RequestId \([^,)]*\).*/\1/p' <<<"$got")" # the simulator's answer
+[[ -n "$rid" && "$rid" != none ]] || fail "no request ID in: $got"
+[[ "$(cat "$WORK/fields.err")" == "  reason: Forbidden.RAM
+  action: DescribeInstanceTypes
+  request id: $rid" ]] || fail "refused call's fields: $(cat "$WORK/fields.err")"
 echo "eval instance-types: ok"
