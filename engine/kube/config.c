@@ -296,6 +296,25 @@ lp_kube_config *lp_kube_config_in_cluster(const char *sa_dir, lp_error **err) {
   return cfg;
 }
 
+lp_kube_config *lp_kube_config_load_default(const char *path, lp_error **err) {
+  if (path) return lp_kube_config_load_file(path, err);
+  const char *env = getenv("KUBECONFIG"), *home = getenv("HOME"), *host = getenv("KUBERNETES_SERVICE_HOST");
+  if (env && *env) return lp_kube_config_load_file(env, err);
+  char *user = home && *home ? lp_xasprintf("%s/.kube/config", home) : NULL;
+  lp_kube_config *cfg = NULL;
+  if (user && access(user, F_OK) == 0)
+    cfg = lp_kube_config_load_file(user, err);
+  else if (host && *host)
+    cfg = lp_kube_config_in_cluster(NULL, err);
+  else
+    lp_error_set(err, "NotFound",
+                 "no Kubernetes API configured: pass --kubeconfig FILE, set KUBECONFIG, create %s, or run in "
+                 "a Pod (KUBERNETES_SERVICE_HOST)",
+                 user ? user : "~/.kube/config");
+  free(user);
+  return cfg;
+}
+
 const char *lp_kube_config_token_at(lp_kube_config *cfg, double now) {
   if (!cfg->token_file || now - cfg->token_checked_at < TOKEN_RECHECK_S) return cfg->token;
   cfg->token_checked_at = now;

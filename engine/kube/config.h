@@ -53,6 +53,13 @@ lp_kube_config *lp_kube_config_for_server(const char *server, const char *namesp
  * when a variable or the token file is missing. The caller frees it with lp_kube_config_free. */
 lp_kube_config *lp_kube_config_in_cluster(const char *sa_dir, lp_error **err);
 
+/* The config a command-line tool uses, found as kubectl finds it: path when not NULL, else
+ * $KUBECONFIG (one file; a ':' list is not merged), else ~/.kube/config when it exists, else the
+ * in-cluster service account when KUBERNETES_SERVICE_HOST is set. Returns NULL and fills err as the
+ * loader it picked does, or code "NotFound" naming all four when none is there. The caller frees the
+ * result with lp_kube_config_free. */
+lp_kube_config *lp_kube_config_load_default(const char *path, lp_error **err);
+
 /* The bearer token to send, or NULL when the user authenticates with a client certificate. A token
  * read from a file is re-read when the file's mtime changed, checked at most every 60 s; a failed
  * re-read keeps the previous token. The string is owned by cfg and valid until the next call. */
