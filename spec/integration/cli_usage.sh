@@ -31,7 +31,8 @@ usage_error "luaprov eval: unknown subcommand 'bogus' (one of drift, repair, tag
   eval bogus
 usage_error "luaprov: unknown command 'bogus' (one of run, sim, eval, demo, check, version, instance)" bogus
 usage_error "luaprov version: unexpected argument 'x'" version x
-usage_error "luaprov instance: give one of --nodeclaim FILE and --provider-id ID" instance
+usage_error "luaprov eval: unknown option '--unknown'" eval drift --unknown value
+usage_error "luaprov instance: give one of NAME, --nodeclaim FILE and --provider-id ID" instance
 
 # --help: the full help on stdout, exit 0
 for cmd in check run sim eval demo version instance; do
