@@ -466,19 +466,6 @@ static void get_done(op *o, json_t *values, lp_error *err) {
   cp_finish(o, claim, NULL);
 }
 
-static void get_with_id(op *o, const char *id) {
-  cp_call(o, o->cp->mapping, "get", json_pack("[Os]", o->cp->ctx, id), get_done);
-}
-static void get_parsed(op *o, json_t *values, lp_error *err) {
-  cp_parsed_for(o, values, err, get_with_id);
-}
-
-void lp_cp_get(lp_cloudprovider *cp, const char *provider_id, lp_cp_done_fn done, void *ud) {
-  op *o = cp_op_new(cp, done, ud);
-  o->provider_id = lp_xstrdup(provider_id);
-  cp_call(o, cp->mapping, "parse_provider_id", json_pack("[s]", provider_id), get_parsed);
-}
-
 static void instance_done(op *o, json_t *values, lp_error *err) {
   json_t *instance = cp_got_instance(o, values, err);
   if (!instance) return;
@@ -487,17 +474,28 @@ static void instance_done(op *o, json_t *values, lp_error *err) {
   cp_finish(o, instance, NULL);
 }
 
-static void instance_with_id(op *o, const char *id) {
-  cp_call(o, o->cp->mapping, "get", json_pack("[Os]", o->cp->ctx, id), instance_done);
+/* Get and GetInstance: parse_provider_id(provider_id), the mapping's get with the instance ID, then
+ * o->got with get's answer (get_done or instance_done). */
+static void get_with_id(op *o, const char *id) {
+  cp_call(o, o->cp->mapping, "get", json_pack("[Os]", o->cp->ctx, id), o->got);
 }
-static void instance_parsed(op *o, json_t *values, lp_error *err) {
-  cp_parsed_for(o, values, err, instance_with_id);
+static void get_parsed(op *o, json_t *values, lp_error *err) {
+  cp_parsed_for(o, values, err, get_with_id);
+}
+static void get_then(lp_cloudprovider *cp, const char *provider_id, step_fn got, lp_cp_done_fn done,
+                     void *ud) {
+  op *o = cp_op_new(cp, done, ud);
+  o->provider_id = lp_xstrdup(provider_id);
+  o->got = got;
+  cp_call(o, cp->mapping, "parse_provider_id", json_pack("[s]", provider_id), get_parsed);
+}
+
+void lp_cp_get(lp_cloudprovider *cp, const char *provider_id, lp_cp_done_fn done, void *ud) {
+  get_then(cp, provider_id, get_done, done, ud);
 }
 
 void lp_cp_get_instance(lp_cloudprovider *cp, const char *provider_id, lp_cp_done_fn done, void *ud) {
-  op *o = cp_op_new(cp, done, ud);
-  o->provider_id = lp_xstrdup(provider_id);
-  cp_call(o, cp->mapping, "parse_provider_id", json_pack("[s]", provider_id), instance_parsed);
+  get_then(cp, provider_id, instance_done, done, ud);
 }
 
 /* Listing builds a NodeClaim per instance; the provider IDs come from the mapping's provider_id,

@@ -39,7 +39,10 @@ struct lp_cloudprovider {
 void cp_remember_class(lp_cloudprovider *cp, const json_t *nodeclass);
 
 /* One operation in flight: the caller's callback plus whatever the steps carry along. */
-typedef struct op {
+typedef struct op op;
+typedef void (*step_fn)(op *o, json_t *values, lp_error *err);
+
+struct op {
   lp_cloudprovider *cp;
   lp_cp_done_fn done;
   void *ud;
@@ -57,9 +60,8 @@ typedef struct op {
   lp_error *error;      /* a deferred failure */
   json_t *error_detail; /* the mapping's structured error of the last call, e.g. {code, offerings} */
   uint64_t generation;  /* the script generation that ran the last call (0 before the first) */
-} op;
-
-typedef void (*step_fn)(op *o, json_t *values, lp_error *err);
+  step_fn got;          /* get and get_instance: the step after the mapping's get */
+};
 
 op *cp_op_new(lp_cloudprovider *cp, lp_cp_done_fn done, void *ud);
 /* Calls done with value and err (ownership passes) and frees the operation. */
