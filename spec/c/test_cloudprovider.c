@@ -1,45 +1,30 @@
 /* The CloudProvider contract (rules CP1-CP9, docs/contracts.md) through the real mapping
- * (providers/alibaba) against the Alibaba simulator over real HTTP, all on one loop: the engine's
- * script host calls the mapping, the mapping signs requests to the simulator's HTTP server, the
- * simulator's own script host answers. */
+ * (providers/alibaba) against the Alibaba simulator over real HTTP (spec/c/cloudprovider_fixture.h):
+ * GetInstanceTypes, Create, Get, List, Delete, IsDrifted and RepairPolicies on the default tree, a
+ * mapping that breaks a rule, the create contract through a recording mapping, and the background
+ * refresh. The policies' answers (drift, tags) are test_cloudprovider_policies.c's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
-#include "contract/cloudprovider.h"
-#include "contract/contracts.h"
+#include "cloudprovider_fixture.h"
 #include "contract/shapes.h"
-#include "core/cache.h"
 #include "core/clock.h"
-#include "core/log.h"
-#include "http/client.h"
-#include "mapping_fixture.h"
-#include "sim/sim.h"
-#include "sim_admin.h"
 
-static uv_loop_t loop;
-static lp_sim *sim;
-static lp_http_client *http;
-static lp_script_host *scripts;
-static lp_cloudprovider *cp;
-static json_t *nodeclass;
+static cp_fixture fx;
 
 /* ---- helpers ------------------------------------------------------------------------------ */
 
-static json_t *admin(const char *method, const char *path, const char *body) {
-  return sim_admin(&loop, http, sim, "alibaba", method, path, body);
-}
-
 static long long action_calls(const char *action) {
-  json_t *state = admin("GET", "/_sim/state", NULL);
+  json_t *state = cpf_admin(&fx, "GET", "/_sim/state", NULL);
   long long count = mapping_sim_calls(state, action);
   json_decref(state);
   return count;
 }
 
 static size_t live_instances(void) {
-  json_t *state = admin("GET", "/_sim/state", NULL);
+  json_t *state = cpf_admin(&fx, "GET", "/_sim/state", NULL);
   size_t n = 0, i;
   json_t *inst;
   json_array_foreach(json_object_get(state, "instances"), i, inst) {
@@ -51,42 +36,13 @@ static size_t live_instances(void) {
   return n;
 }
 
-/* The simulator's record of the instance behind a provider ID ("cn-hangzhou.i-..."). */
-static json_t *sim_instance(const char *provider_id) {
-  json_t *state = admin("GET", "/_sim/state", NULL);
-  json_t *found = json_incref(mapping_sim_instance(state, provider_id));
-  json_decref(state);
-  return found;
-}
-
-static json_t *wait_outcome(lp_cp_outcome *o, const char **code) {
-  lp_cp_outcome_wait(&loop, o);
-  *code = o->error ? o->error->code : NULL;
-  if (o->error) fprintf(stderr, "  (%s: %s)\n", o->error->code, o->error->message);
-  return o->value;
-}
-
-static json_t *nodeclaim(const char *name, const char *uid, const char *requirements_json,
-                         const char *requests_json) {
-  json_t *claim = json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:{s:{s:s, s:s, s:s}, s:o, s:{s:o}}}",
-                            "apiVersion", "karpenter.sh/v1", "kind", "NodeClaim", "metadata", "name", name,
-                            "uid", uid, "labels", "karpenter.sh/nodepool", "default", "spec", "nodeClassRef",
-                            "group", "karpenter.alibabacloud.com", "kind", "ECSNodeClass", "name", "default",
-                            "requirements", json_loads(requirements_json, 0, NULL), "resources", "requests",
-                            json_loads(requests_json, 0, NULL));
-  return claim;
-}
-
-#define ON_DEMAND_REQ                                                                                        \
-  "[{\"key\":\"karpenter.sh/capacity-type\",\"operator\":\"In\",\"values\":[\"on-demand\"]}]"
-
 /* ---- tests -------------------------------------------------------------------------------- */
 
 static void test_instance_types(void) {
   lp_cp_outcome o = {0};
   const char *code;
-  lp_cp_get_instance_types(cp, nodeclass, lp_cp_outcome_store, &o);
-  json_t *types = wait_outcome(&o, &code);
+  lp_cp_get_instance_types(fx.cp, fx.nodeclass, lp_cp_outcome_store, &o);
+  json_t *types = cpf_wait(&fx, &o, &code);
   CHECK(code == NULL);
   CHECK(json_array_size(types) >= 50);
   size_t unavailable = 0, offerings = 0, i, k;
@@ -102,11 +58,12 @@ static void test_instance_types(void) {
 }
 
 static void test_create_and_rules(void) {
-  json_t *claim = nodeclaim("default-a1", "uid-a1", ON_DEMAND_REQ, "{\"cpu\":\"1\",\"memory\":\"2Gi\"}");
+  json_t *claim =
+      cpf_nodeclaim("default-a1", "uid-a1", CPF_ON_DEMAND_REQ, "{\"cpu\":\"1\",\"memory\":\"2Gi\"}");
   lp_cp_outcome o = {0};
   const char *code;
-  lp_cp_create(cp, claim, nodeclass, lp_cp_outcome_store, &o);
-  json_t *created = wait_outcome(&o, &code);
+  lp_cp_create(fx.cp, claim, fx.nodeclass, lp_cp_outcome_store, &o);
+  json_t *created = cpf_wait(&fx, &o, &code);
   CHECK(code == NULL);
   if (created) {
     char *missing = lp_check_nodeclaim_labels(created);
@@ -124,22 +81,14 @@ static void test_create_and_rules(void) {
     CHECK_STR(json_string_value(
                   json_object_get(json_object_get(json_object_get(created, "status"), "capacity"), "pods")),
               "110");
-    /* rule 7: the instance carries the engine's tags */
-    json_t *instance = sim_instance(pid);
-    json_t *tags = json_object_get(instance, "tags");
-    CHECK_STR(json_string_value(json_object_get(tags, "kubernetes.io/cluster/luaprov-sim")), "owned");
-    CHECK_STR(json_string_value(json_object_get(tags, "karpenter.sh/nodepool")), "default");
-    CHECK_STR(json_string_value(json_object_get(tags, "karpenter.sh/nodeclaim")), "default-a1");
-    CHECK_STR(json_string_value(json_object_get(tags, "karpenter.k8s.alibabacloud/ecsnodeclass")), "default");
-    CHECK_STR(json_string_value(json_object_get(tags, "ecs:ecs-cluster-id")), "luaprov-sim");
-    json_decref(instance);
+    cpf_check_engine_tags(&fx, created, "default-a1"); /* rule 7 */
   }
 
   /* A retried Create (same NodeClaim UID) returns the same instance instead of launching another. */
   size_t before = live_instances();
   lp_cp_outcome again = {0};
-  lp_cp_create(cp, claim, nodeclass, lp_cp_outcome_store, &again);
-  json_t *retried = wait_outcome(&again, &code);
+  lp_cp_create(fx.cp, claim, fx.nodeclass, lp_cp_outcome_store, &again);
+  json_t *retried = cpf_wait(&fx, &again, &code);
   CHECK(code == NULL);
   CHECK_INT(live_instances(), before);
   if (created && retried)
@@ -150,24 +99,24 @@ static void test_create_and_rules(void) {
   if (created) {
     const char *pid = json_string_value(json_object_get(json_object_get(created, "status"), "providerID"));
     lp_cp_outcome g = {0};
-    lp_cp_get(cp, pid, lp_cp_outcome_store, &g);
-    json_t *got = wait_outcome(&g, &code);
+    lp_cp_get(fx.cp, pid, lp_cp_outcome_store, &g);
+    json_t *got = cpf_wait(&fx, &g, &code);
     CHECK(code == NULL && got);
     json_decref(got);
     lp_cp_outcome l = {0};
-    lp_cp_list(cp, lp_cp_outcome_store, &l);
-    json_t *listed = wait_outcome(&l, &code);
+    lp_cp_list(fx.cp, lp_cp_outcome_store, &l);
+    json_t *listed = cpf_wait(&fx, &l, &code);
     CHECK(json_array_size(listed) >= 1);
     json_decref(listed);
     /* ECS refuses to delete an instance that is still initializing: let it reach Running first */
-    json_decref(admin("POST", "/_sim/advance", "{\"seconds\":30}"));
+    json_decref(cpf_admin(&fx, "POST", "/_sim/advance", "{\"seconds\":30}"));
     lp_cp_outcome d1 = {0}, d2 = {0};
-    lp_cp_delete(cp, created, lp_cp_outcome_store, &d1);
-    json_t *deleted = wait_outcome(&d1, &code);
+    lp_cp_delete(fx.cp, created, lp_cp_outcome_store, &d1);
+    json_t *deleted = cpf_wait(&fx, &d1, &code);
     CHECK(code == NULL && json_is_true(deleted));
     json_decref(deleted);
-    lp_cp_delete(cp, created, lp_cp_outcome_store, &d2);
-    wait_outcome(&d2, &code);
+    lp_cp_delete(fx.cp, created, lp_cp_outcome_store, &d2);
+    cpf_wait(&fx, &d2, &code);
     CHECK(code && strcmp(code, "NodeClaimNotFound") == 0);
     lp_error_free(d2.error);
   }
@@ -180,126 +129,132 @@ static void test_create_and_rules(void) {
 
 static void test_not_ready_and_no_capacity(void) {
   const char *code;
-  json_t *claim = nodeclaim("default-b1", "uid-b1", ON_DEMAND_REQ, "{}");
-  json_t *not_ready = json_deep_copy(nodeclass);
+  json_t *claim = cpf_nodeclaim("default-b1", "uid-b1", CPF_ON_DEMAND_REQ, "{}");
+  json_t *not_ready = json_deep_copy(fx.nodeclass);
   json_object_set_new(json_object_get(not_ready, "status"), "conditions",
                       json_pack("[{s:s, s:s}]", "type", "Ready", "status", "False"));
   lp_cp_outcome o = {0};
-  lp_cp_create(cp, claim, not_ready, lp_cp_outcome_store, &o);
-  wait_outcome(&o, &code);
+  lp_cp_create(fx.cp, claim, not_ready, lp_cp_outcome_store, &o);
+  cpf_wait(&fx, &o, &code);
   CHECK(code && strcmp(code, "NodeClassNotReady") == 0);
   lp_error_free(o.error);
   json_decref(not_ready);
   json_decref(claim);
 
-  claim = nodeclaim(
+  claim = cpf_nodeclaim(
       "default-b2", "uid-b2",
       "[{\"key\":\"topology.kubernetes.io/zone\",\"operator\":\"In\",\"values\":[\"mars-1a\"]}]", "{}");
   lp_cp_outcome n = {0};
-  lp_cp_create(cp, claim, nodeclass, lp_cp_outcome_store, &n);
-  wait_outcome(&n, &code);
+  lp_cp_create(fx.cp, claim, fx.nodeclass, lp_cp_outcome_store, &n);
+  cpf_wait(&fx, &n, &code);
   CHECK(code && strcmp(code, "InsufficientCapacity") == 0);
   lp_error_free(n.error);
   json_decref(claim);
 
-  claim = nodeclaim("default-b3", "uid-b3", ON_DEMAND_REQ, "{\"cpu\":\"4096\"}");
+  claim = cpf_nodeclaim("default-b3", "uid-b3", CPF_ON_DEMAND_REQ, "{\"cpu\":\"4096\"}");
   lp_cp_outcome big = {0};
-  lp_cp_create(cp, claim, nodeclass, lp_cp_outcome_store, &big);
-  wait_outcome(&big, &code);
+  lp_cp_create(fx.cp, claim, fx.nodeclass, lp_cp_outcome_store, &big);
+  cpf_wait(&fx, &big, &code);
   CHECK(code && strcmp(code, "InsufficientCapacity") == 0);
   if (big.error) CHECK_CONTAINS(big.error->message, "too small for the requests");
   lp_error_free(big.error);
   json_decref(claim);
 }
 
+/* Creates the NodeClaim name (uid "uid-NAME") with requirements through the default provider and checks
+ * it launched: the NodeClaim Create answered (caller decrefs; NULL when it failed) and its zone in *zone
+ * (borrowed from it). */
+static json_t *launched_in(const char *requirements, const char *name, const char **zone) {
+  char uid[96];
+  snprintf(uid, sizeof uid, "uid-%s", name);
+  json_t *claim = cpf_nodeclaim(name, uid, requirements, "{}");
+  lp_cp_outcome o = {0};
+  const char *code;
+  lp_cp_create(fx.cp, claim, fx.nodeclass, lp_cp_outcome_store, &o);
+  json_t *created = cpf_wait(&fx, &o, &code);
+  CHECK(code == NULL);
+  lp_error_free(o.error);
+  json_decref(claim);
+  *zone = json_string_value(
+      json_object_get(json_object_get(json_object_get(created, "metadata"), "labels"), LP_LABEL_ZONE));
+  return created;
+}
+
 /* NoStock on the cheapest offering falls through to the next one; the offering then shows as
  * unavailable in GetInstanceTypes for the next three minutes. */
 static void test_nostock_fall_through(void) {
-  const char *code;
   const char *reqs =
       "[{\"key\":\"karpenter.sh/capacity-type\",\"operator\":\"In\",\"values\":[\"on-demand\"]},"
       "{\"key\":\"node.kubernetes.io/instance-type\",\"operator\":\"In\",\"values\":[\"ecs.g7.large\"]}]";
-  json_t *claim = nodeclaim("default-c1", "uid-c1", reqs, "{}");
-  /* learn which zone is cheapest first, by launching once and deleting */
-  lp_cp_outcome first = {0};
-  lp_cp_create(cp, claim, nodeclass, lp_cp_outcome_store, &first);
-  json_t *c1 = wait_outcome(&first, &code);
-  CHECK(code == NULL);
-  const char *zone1 = json_string_value(
-      json_object_get(json_object_get(json_object_get(c1, "metadata"), "labels"), LP_LABEL_ZONE));
+  /* learn which zone is cheapest first, by launching once */
+  const char *zone1;
+  json_t *c1 = launched_in(reqs, "default-c1", &zone1);
   char rule[256];
   snprintf(rule, sizeof rule, "{\"kind\":\"nostock\",\"zone\":\"%s\",\"instance_type\":\"ecs.g7.large\"}",
            zone1 ? zone1 : "?");
-  json_decref(admin("POST", "/_sim/faults", rule));
+  json_decref(cpf_admin(&fx, "POST", "/_sim/faults", rule));
 
-  json_t *claim2 = nodeclaim("default-c2", "uid-c2", reqs, "{}");
-  lp_cp_outcome second = {0};
-  lp_cp_create(cp, claim2, nodeclass, lp_cp_outcome_store, &second);
-  json_t *c2 = wait_outcome(&second, &code);
-  CHECK(code == NULL);
-  const char *zone2 = json_string_value(
-      json_object_get(json_object_get(json_object_get(c2, "metadata"), "labels"), LP_LABEL_ZONE));
+  const char *zone2;
+  json_t *c2 = launched_in(reqs, "default-c2", &zone2);
   CHECK(zone1 && zone2 && strcmp(zone1, zone2) != 0);
-  json_decref(admin("DELETE", "/_sim/faults", NULL));
+  json_decref(cpf_admin(&fx, "DELETE", "/_sim/faults", NULL));
   json_decref(c1);
   json_decref(c2);
-  json_decref(claim);
-  json_decref(claim2);
 }
 
 static void test_throttling_and_garbage(void) {
   const char *code;
-  json_decref(
-      admin("POST", "/_sim/faults", "{\"action\":\"RunInstances\",\"kind\":\"throttle\",\"count\":2}"));
-  json_t *claim = nodeclaim("default-d1", "uid-d1", ON_DEMAND_REQ, "{}");
+  json_decref(cpf_admin(&fx, "POST", "/_sim/faults",
+                        "{\"action\":\"RunInstances\",\"kind\":\"throttle\",\"count\":2}"));
+  json_t *claim = cpf_nodeclaim("default-d1", "uid-d1", CPF_ON_DEMAND_REQ, "{}");
   lp_cp_outcome o = {0};
-  lp_cp_create(cp, claim, nodeclass, lp_cp_outcome_store, &o);
-  json_t *created = wait_outcome(&o, &code);
+  lp_cp_create(fx.cp, claim, fx.nodeclass, lp_cp_outcome_store, &o);
+  json_t *created = cpf_wait(&fx, &o, &code);
   CHECK(code == NULL); /* throttling is retried with backoff */
-  json_decref(admin("DELETE", "/_sim/faults", NULL));
+  json_decref(cpf_admin(&fx, "DELETE", "/_sim/faults", NULL));
 
-  json_decref(
-      admin("POST", "/_sim/faults", "{\"action\":\"DescribeInstances\",\"kind\":\"malformed\",\"count\":5}"));
+  json_decref(cpf_admin(&fx, "POST", "/_sim/faults",
+                        "{\"action\":\"DescribeInstances\",\"kind\":\"malformed\",\"count\":5}"));
   lp_cp_outcome g = {0};
-  lp_cp_get(cp,
+  lp_cp_get(fx.cp,
             json_string_value(json_object_get(json_object_get(created, "status"), "providerID"))
                 ?: "cn-hangzhou.i-x",
             lp_cp_outcome_store, &g);
-  wait_outcome(&g, &code);
+  cpf_wait(&fx, &g, &code);
   CHECK(g.error != NULL);
   if (g.error) {
     CHECK_STR(g.error->code, "InvalidResponse");
     CHECK_CONTAINS(g.error->message, "DescribeInstances");
   }
   lp_error_free(g.error);
-  json_decref(admin("DELETE", "/_sim/faults", NULL));
+  json_decref(cpf_admin(&fx, "DELETE", "/_sim/faults", NULL));
   json_decref(created);
   json_decref(claim);
 }
 
 static void test_drift_and_repair(void) {
   const char *code;
-  json_t *claim = nodeclaim("default-e1", "uid-e1", ON_DEMAND_REQ, "{}");
+  json_t *claim = cpf_nodeclaim("default-e1", "uid-e1", CPF_ON_DEMAND_REQ, "{}");
   lp_cp_outcome o = {0};
-  lp_cp_create(cp, claim, nodeclass, lp_cp_outcome_store, &o);
-  json_t *created = wait_outcome(&o, &code);
+  lp_cp_create(fx.cp, claim, fx.nodeclass, lp_cp_outcome_store, &o);
+  json_t *created = cpf_wait(&fx, &o, &code);
   if (!created) return;
 
   lp_cp_outcome d = {0};
-  lp_cp_is_drifted(cp, created, nodeclass, lp_cp_outcome_store, &d);
-  json_t *reason = wait_outcome(&d, &code);
+  lp_cp_is_drifted(fx.cp, created, fx.nodeclass, lp_cp_outcome_store, &d);
+  json_t *reason = cpf_wait(&fx, &d, &code);
   CHECK_STR(json_string_value(reason), "");
   json_decref(reason);
 
   /* The class now resolves to another image: ImageDrift. */
-  json_t *changed = json_deep_copy(nodeclass);
+  json_t *changed = json_deep_copy(fx.nodeclass);
   json_t *images = json_object_get(json_object_get(changed, "status"), "images");
   json_object_set_new(json_array_get(images, 0), "id", json_string("m-newer"));
   for (size_t i = 1; i < json_array_size(images); i++)
     json_object_set_new(json_array_get(images, i), "id", json_string("m-newer-arm"));
   lp_cp_outcome d2 = {0};
-  lp_cp_is_drifted(cp, created, changed, lp_cp_outcome_store, &d2);
-  reason = wait_outcome(&d2, &code);
+  lp_cp_is_drifted(fx.cp, created, changed, lp_cp_outcome_store, &d2);
+  reason = cpf_wait(&fx, &d2, &code);
   CHECK_STR(json_string_value(reason), "ImageDrift");
   json_decref(reason);
 
@@ -308,72 +263,30 @@ static void test_drift_and_repair(void) {
                       LP_ANNOTATION_HASH, json_string("different"));
   long long calls = action_calls("DescribeInstances");
   lp_cp_outcome d3 = {0};
-  lp_cp_is_drifted(cp, created, changed, lp_cp_outcome_store, &d3);
-  reason = wait_outcome(&d3, &code);
+  lp_cp_is_drifted(fx.cp, created, changed, lp_cp_outcome_store, &d3);
+  reason = cpf_wait(&fx, &d3, &code);
   CHECK_STR(json_string_value(reason), "NodeClassDrift");
   CHECK_INT(action_calls("DescribeInstances"), calls);
   json_decref(reason);
   json_decref(changed);
 
   lp_cp_outcome r = {0};
-  lp_cp_repair_policies(cp, lp_cp_outcome_store, &r);
-  json_t *policies = wait_outcome(&r, &code);
+  lp_cp_repair_policies(fx.cp, lp_cp_outcome_store, &r);
+  json_t *policies = cpf_wait(&fx, &r, &code);
   char *text = json_dumps(policies, JSON_COMPACT | JSON_SORT_KEYS);
   CHECK_STR(text,
             "[{\"condition_status\":\"False\",\"condition_type\":\"Ready\",\"toleration_seconds\":1800},"
             "{\"condition_status\":\"Unknown\",\"condition_type\":\"Ready\",\"toleration_seconds\":1800}]");
   free(text);
   json_decref(policies);
-  CHECK_STR(lp_cloudprovider_name(cp), "alibabacloud");
+  CHECK_STR(lp_cloudprovider_name(fx.cp), "alibabacloud");
   json_decref(created);
   json_decref(claim);
 }
 
-/* An operator's script tree in a new temporary directory (dir, at least 32 bytes) holding one file,
- * file (e.g. "providers/alibaba/init.lua", in a folder of that name) with text lua, loaded over the
- * default scripts; NULL on failure. */
-static lp_script_host *operator_tree_new(char *dir, const char *folder, const char *file, const char *lua) {
-  strcpy(dir, "/tmp/luaprov-cp-XXXXXX");
-  if (!mkdtemp(dir)) return NULL;
-  char path[256], cmd[512];
-  snprintf(cmd, sizeof cmd, "mkdir -p %s/%s", dir, folder);
-  CHECK(system(cmd) == 0);
-  snprintf(path, sizeof path, "%s/%s/%s", dir, folder, file);
-  FILE *f = fopen(path, "w");
-  if (!f) return NULL;
-  fputs(lua, f);
-  fclose(f);
-  lp_script_host_config cfg = {.loop = &loop,
-                               .scripts_dir = dir,
-                               .defaults_dir = LUAPROV_SOURCE_DIR,
-                               .modules = lp_contract_modules,
-                               .http = http,
-                               .no_policy_calls = 1}; /* these trees reach the run-time checks */
-  lp_problems problems = {0};
-  lp_script_host *h = lp_script_host_new(&cfg, &problems);
-  CHECK(h != NULL);
-  lp_problems_free(&problems);
-  return h;
-}
-
-/* An operator's tree whose providers/alibaba/init.lua is init_lua (operator_tree_new). */
+/* An operator's tree whose providers/alibaba/init.lua is init_lua (cpf_tree_new). */
 static lp_script_host *operator_scripts_new(char *dir, const char *init_lua) {
-  return operator_tree_new(dir, "providers/alibaba", "init.lua", init_lua);
-}
-
-static void operator_scripts_free(lp_script_host *h, const char *dir) {
-  if (h) lp_script_host_close(h, NULL, NULL);
-  char cmd[512];
-  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-  CHECK(system(cmd) == 0);
-}
-
-static lp_cloudprovider *operator_cloudprovider(lp_script_host *h, unsigned max_launch_attempts) {
-  return lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &loop,
-                                                         .scripts = h,
-                                                         .cluster_id = "luaprov-sim",
-                                                         .endpoint = lp_sim_url(sim, "alibaba"),
-                                                         .max_launch_attempts = max_launch_attempts});
+  return cpf_tree_new(&fx, dir, "providers/alibaba", "init.lua", init_lua);
 }
 
 /* A mapping that breaks a rule gets an error naming its file and the rule: an operator's tree wraps
@@ -392,11 +305,11 @@ static void test_contract_violation(void) {
                                 "end\n"
                                 "return M\n");
   if (!operator_scripts) return;
-  lp_cloudprovider *broken = operator_cloudprovider(operator_scripts, 0);
+  lp_cloudprovider *broken = cpf_provider(&fx, operator_scripts, 0);
   lp_cp_outcome o = {0};
   const char *code;
-  lp_cp_get_instance_types(broken, nodeclass, lp_cp_outcome_store, &o);
-  wait_outcome(&o, &code);
+  lp_cp_get_instance_types(broken, fx.nodeclass, lp_cp_outcome_store, &o);
+  cpf_wait(&fx, &o, &code);
   CHECK(code && strcmp(code, "Contract") == 0);
   if (o.error) {
     CHECK_CONTAINS(o.error->message, "providers/alibaba/init.lua: instance_types: ");
@@ -404,156 +317,7 @@ static void test_contract_violation(void) {
   }
   lp_error_free(o.error);
   lp_cloudprovider_free(broken);
-  operator_scripts_free(operator_scripts, dir);
-}
-
-/* The NodeClaim provider's Create answers for claim (new reference), NULL when it failed. */
-static json_t *created_on(lp_cloudprovider *provider, const json_t *claim) {
-  const char *code;
-  lp_cp_outcome o = {0};
-  lp_cp_create(provider, claim, nodeclass, lp_cp_outcome_store, &o);
-  return wait_outcome(&o, &code);
-}
-
-/* A drift policy without the optional static_drift is asked is_drifted only: static_drift is not called,
- * so no error is logged or counted for it (luaprov_script_calls_total{result="error"}). */
-static void test_drift_without_static_drift(void) {
-  char dir[32];
-  lp_script_host *h = operator_tree_new(dir, "policies", "drift.lua",
-                                        "local M = {}\n"
-                                        "function M.is_drifted() return 'ImageDrift' end\n"
-                                        "return M\n");
-  if (!h) return;
-  lp_cloudprovider *only_full = operator_cloudprovider(h, 0);
-  const char *code;
-  json_t *claim = nodeclaim("default-s1", "uid-s1", ON_DEMAND_REQ, "{}");
-  json_t *created = created_on(only_full, claim);
-  lp_metric *calls = lp_metrics_counter(lp_metrics_default(), "luaprov_script_calls_total", "",
-                                        LP_LABELS("module", "function", "result"));
-  const char *const *errors = LP_LABELS("policies.drift", "static_drift", "error");
-  const char *const *full = LP_LABELS("policies.drift", "is_drifted", "ok");
-  double errors_before = lp_metric_value(calls, errors), full_before = lp_metric_value(calls, full);
-  for (int i = 0; created && i < 2; i++) { /* the second asks the same generation again */
-    lp_cp_outcome d = {0};
-    lp_cp_is_drifted(only_full, created, nodeclass, lp_cp_outcome_store, &d);
-    json_t *reason = wait_outcome(&d, &code);
-    CHECK(code == NULL);
-    CHECK_STR(json_string_value(reason), "ImageDrift");
-    json_decref(reason);
-  }
-  CHECK(created != NULL);
-  CHECK(lp_metric_value(calls, errors) == errors_before);
-  CHECK(lp_metric_value(calls, full) - full_before == 2);
-  json_decref(created);
-  json_decref(claim);
-  lp_cloudprovider_free(only_full);
-  operator_scripts_free(h, dir);
-}
-
-/* The engine refuses a drift answer that is not a string with the words and place `luaprov eval` gives:
- * the policy's file:line and a hint. */
-static void test_drift_answer_not_a_string(void) {
-  char dir[32];
-  lp_script_host *h = operator_tree_new(dir, "policies", "drift.lua",
-                                        "local M = {}\n"
-                                        "function M.is_drifted() return { reason = 'ImageDrift' } end\n"
-                                        "return M\n");
-  if (!h) return;
-  lp_cloudprovider *table_answer = operator_cloudprovider(h, 0);
-  const char *code;
-  json_t *claim = nodeclaim("default-t1", "uid-t1", ON_DEMAND_REQ, "{}");
-  json_t *created = created_on(table_answer, claim);
-  CHECK(created != NULL);
-  if (created) {
-    lp_cp_outcome d = {0};
-    lp_cp_is_drifted(table_answer, created, nodeclass, lp_cp_outcome_store, &d);
-    json_decref(wait_outcome(&d, &code));
-    CHECK(d.error != NULL);
-    if (d.error) {
-      char want[512];
-      snprintf(
-          want, sizeof want,
-          "%s/policies/drift.lua:2: is_drifted returned a table {\"reason\":\"ImageDrift\"}, not a string; "
-          "return a drift reason such as \"NodeClassDrift\", or \"\" when the node has not drifted",
-          dir);
-      CHECK_STR(d.error->code, "Contract");
-      CHECK_STR(d.error->message, want);
-    }
-    lp_error_free(d.error);
-  }
-  json_decref(created);
-  json_decref(claim);
-  lp_cloudprovider_free(table_answer);
-  operator_scripts_free(h, dir);
-}
-
-/* Rule CP7: the engine's and the mapping's own tags go over the tag policy's, whatever it returns: a
- * policy answering {} and one overriding the cluster tag both launch instances that carry them all. */
-static void check_launch_keeps_own_tags(const char *policy, const char *name, const char *uid) {
-  char dir[32];
-  lp_script_host *h = operator_tree_new(dir, "policies", "tags.lua", policy);
-  if (!h) return;
-  lp_cloudprovider *tagged = operator_cloudprovider(h, 0);
-  json_t *claim = nodeclaim(name, uid, ON_DEMAND_REQ, "{\"cpu\":\"1\",\"memory\":\"2Gi\"}");
-  lp_cp_outcome o = {0};
-  const char *code;
-  lp_cp_create(tagged, claim, nodeclass, lp_cp_outcome_store, &o);
-  json_t *created = wait_outcome(&o, &code);
-  CHECK(code == NULL);
-  const char *pid = json_string_value(json_object_get(json_object_get(created, "status"), "providerID"));
-  json_t *instance = pid ? sim_instance(pid) : NULL;
-  json_t *tags = json_object_get(instance, "tags");
-  CHECK_STR(json_string_value(json_object_get(tags, "kubernetes.io/cluster/luaprov-sim")), "owned");
-  CHECK_STR(json_string_value(json_object_get(tags, "karpenter.sh/nodepool")), "default");
-  CHECK_STR(json_string_value(json_object_get(tags, "karpenter.sh/nodeclaim")), name);
-  CHECK_STR(json_string_value(json_object_get(tags, "karpenter.k8s.alibabacloud/ecsnodeclass")), "default");
-  CHECK_STR(json_string_value(json_object_get(tags, "ecs:ecs-cluster-id")), "luaprov-sim");
-  json_decref(instance);
-  json_decref(created);
-  json_decref(claim);
-  lp_error_free(o.error);
-  lp_cloudprovider_free(tagged);
-  operator_scripts_free(h, dir);
-}
-
-static void test_tag_policy_cannot_drop_engine_tags(void) {
-  check_launch_keeps_own_tags("return { build_instance_tags = function() return {} end }\n", "default-tag0",
-                              "uid-tag0");
-  check_launch_keeps_own_tags("return { build_instance_tags = function(_, _, ctx) return {\n"
-                              "  ['kubernetes.io/cluster/' .. ctx.cluster_id] = 'shared',\n"
-                              "  ['karpenter.sh/nodeclaim'] = 'other', ['ecs:ecs-cluster-id'] = 'x',\n"
-                              "  team = 'a' } end }\n",
-                              "default-tag1", "uid-tag1");
-}
-
-/* The engine refuses a tag value that is not a string with the words and place `luaprov eval` gives. */
-static void test_tag_answer_not_a_string(void) {
-  char dir[32];
-  lp_script_host *h = operator_tree_new(dir, "policies", "tags.lua",
-                                        "local M = {}\n"
-                                        "function M.build_instance_tags() return { team = 7 } end\n"
-                                        "return M\n");
-  if (!h) return;
-  lp_cloudprovider *numeric_tags = operator_cloudprovider(h, 0);
-  json_t *claim = nodeclaim("default-tn", "uid-tn", ON_DEMAND_REQ, "{}");
-  const char *code;
-  lp_cp_outcome o = {0};
-  lp_cp_create(numeric_tags, claim, nodeclass, lp_cp_outcome_store, &o);
-  json_decref(wait_outcome(&o, &code));
-  CHECK(o.error != NULL);
-  if (o.error) {
-    char want[512];
-    snprintf(want, sizeof want,
-             "%s/policies/tags.lua:2: build_instance_tags returned tag 'team' = 7, a number; tag values must "
-             "be strings (wrap it in tostring())",
-             dir);
-    CHECK_STR(o.error->code, "Contract");
-    CHECK_STR(o.error->message, want);
-  }
-  lp_error_free(o.error);
-  json_decref(claim);
-  lp_cloudprovider_free(numeric_tags);
-  operator_scripts_free(h, dir);
+  cpf_tree_free(operator_scripts, dir);
 }
 
 /* ---- the create contract (docs/contracts.md#create) through a recording mapping ------------- */
@@ -636,8 +400,8 @@ static void handed_key(char *out, size_t cap, const json_t *item) {
 static json_t *three_type_offerings(void) {
   lp_cp_outcome o = {0};
   const char *code;
-  lp_cp_get_instance_types(recording, nodeclass, lp_cp_outcome_store, &o);
-  json_t *types = wait_outcome(&o, &code);
+  lp_cp_get_instance_types(recording, fx.nodeclass, lp_cp_outcome_store, &o);
+  json_t *types = cpf_wait(&fx, &o, &code);
   json_t *out = json_object();
   size_t i, k;
   json_t *type, *offering;
@@ -673,10 +437,10 @@ static size_t count_unavailable(const json_t *offerings) {
 static json_t *recorded_create(const char *name, lp_cp_outcome *o) {
   char uid[96];
   snprintf(uid, sizeof uid, "uid-%s", name);
-  json_t *claim = nodeclaim(name, uid, THREE_TYPES_REQ, "{}");
+  json_t *claim = cpf_nodeclaim(name, uid, THREE_TYPES_REQ, "{}");
   const char *code;
-  lp_cp_create(recording, claim, nodeclass, lp_cp_outcome_store, o);
-  wait_outcome(o, &code);
+  lp_cp_create(recording, claim, fx.nodeclass, lp_cp_outcome_store, o);
+  cpf_wait(&fx, o, &code);
   json_decref(claim);
   return recorded(name);
 }
@@ -853,36 +617,28 @@ static void test_create_adopts_launched_instance(void) {
 /* Instance types of every ECSNodeClass seen are refreshed in the background, with no caller. */
 static void test_background_refresh(void) {
   lp_cloudprovider *quick =
-      lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &loop,
-                                                      .scripts = scripts,
+      lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &fx.loop,
+                                                      .scripts = fx.scripts,
                                                       .cluster_id = "luaprov-sim",
-                                                      .endpoint = lp_sim_url(sim, "alibaba"),
+                                                      .endpoint = lp_sim_url(fx.sim, "alibaba"),
                                                       .refresh_interval_s = 0.1});
   lp_metric *calls = lp_metrics_counter(lp_metrics_default(), "luaprov_script_calls_total", "",
                                         LP_LABELS("module", "function", "result"));
   const char *const *labels = LP_LABELS("providers.alibaba", "instance_types", "ok");
   lp_cp_outcome o = {0};
   const char *code;
-  lp_cp_get_instance_types(quick, nodeclass, lp_cp_outcome_store, &o);
-  json_decref(wait_outcome(&o, &code));
+  lp_cp_get_instance_types(quick, fx.nodeclass, lp_cp_outcome_store, &o);
+  json_decref(cpf_wait(&fx, &o, &code));
   double before = lp_metric_value(calls, labels);
   double until = lp_clock_monotonic() + 0.35;
-  while (lp_clock_monotonic() < until) uv_run(&loop, UV_RUN_NOWAIT);
+  while (lp_clock_monotonic() < until) uv_run(&fx.loop, UV_RUN_NOWAIT);
   CHECK(lp_metric_value(calls, labels) - before >= 2); /* refreshed at least twice by itself */
   lp_cloudprovider_free(quick); /* with a refresh possibly in flight: it finishes on its own */
-  uv_run(&loop, UV_RUN_NOWAIT);
+  uv_run(&fx.loop, UV_RUN_NOWAIT);
 }
 
 int main(void) {
-  lp_log_configure(LP_LOG_ERROR, LP_LOG_FORMAT_JSON, 2);
-  setenv("ALIBABA_CLOUD_ACCESS_KEY_ID", "LTAI5simulatoraccess", 1);
-  setenv("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "simulator-secret-do-not-use", 1);
-  if (sim_fixture_start(&loop, "alibaba", &sim, &http, &scripts) != 0) return 1;
-  cp = lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &loop,
-                                                       .scripts = scripts,
-                                                       .cluster_id = "luaprov-sim",
-                                                       .endpoint = lp_sim_url(sim, "alibaba")});
-  nodeclass = mapping_resolved_nodeclass(scripts, sim); /* Ready */
+  if (cpf_start(&fx) != 0) return 1;
 
   RUN(test_instance_types);
   RUN(test_create_and_rules);
@@ -891,14 +647,10 @@ int main(void) {
   RUN(test_throttling_and_garbage);
   RUN(test_drift_and_repair);
   RUN(test_contract_violation);
-  RUN(test_drift_without_static_drift);
-  RUN(test_drift_answer_not_a_string);
-  RUN(test_tag_policy_cannot_drop_engine_tags);
-  RUN(test_tag_answer_not_a_string);
   char recording_dir[32];
   recording_scripts = operator_scripts_new(recording_dir, RECORDING_MAPPING);
   if (recording_scripts) {
-    recording = operator_cloudprovider(recording_scripts, RECORDING_MAX_ATTEMPTS);
+    recording = cpf_provider(&fx, recording_scripts, RECORDING_MAX_ATTEMPTS);
     RUN(test_create_hands_allowed_offerings_cheapest_first);
     RUN(test_create_out_of_stock_marks_and_retries);
     RUN(test_create_out_of_stock_reported_twice);
@@ -907,13 +659,10 @@ int main(void) {
     RUN(test_create_stray_instance);
     RUN(test_create_adopts_launched_instance);
     lp_cloudprovider_free(recording);
-    operator_scripts_free(recording_scripts, recording_dir);
+    cpf_tree_free(recording_scripts, recording_dir);
   }
   RUN(test_background_refresh);
 
-  json_decref(nodeclass);
-  lp_cloudprovider_free(cp);
-  sim_fixture_stop(&loop, sim, http, scripts);
-  lp_cache_registry_clear();
+  cpf_stop(&fx);
   return check_summary();
 }
