@@ -11,7 +11,7 @@ echo "== HTTP client"
 "$BUILD/spec/bench_http_client" 20000
 echo
 echo "== hot reload"
-"$BUILD/spec/bench_reload" 30
+"$BUILD/spec/bench_reload" 100
 echo
 echo "== CloudProvider against the Alibaba simulator"
 "$BUILD/spec/bench_cloudprovider"
