@@ -59,8 +59,8 @@ static const char usage[] =
     "--now TIME (every verb) is the time the policies see (luaprov.time, ctx.now): epoch seconds or RFC\n"
     "3339, e.g. 2026-12-01T00:00:00Z, to dry-run a time-dependent policy at a boundary (default: now).\n"
     "On failure prints {\"error\": \"...\"} and exits 1; stderr then holds the error's known fields, one\n"
-    "per line (reason, action, request id, object, at FILE:LINE, hint). An option that is neither one of\n"
-    "the above nor a setting of the mapping is a usage error (exit 2).\n";
+    "per line (reason, action, request id, object, at FILE:LINE, hint, and a script's Lua traceback).\n"
+    "An option that is neither one of the above nor a setting of the mapping is a usage error (exit 2).\n";
 
 typedef struct eval_args {
   const char *what;
@@ -262,7 +262,8 @@ static json_t *load_pods(const char *path, lp_error **err) {
 }
 
 /* Calls a script function through the script host (args stolen) and returns the array of its results
- * (new reference), or NULL with *err set when the call itself failed. */
+ * (new reference), or NULL with *err set when the call itself failed (every part of the script's
+ * error kept: its position and traceback). */
 static json_t *call_script(lp_script_host *h, const char *module, const char *function, json_t *args,
                            lp_error **err) {
   lp_task_result *r = lp_script_host_call_sync(h, module, function, args);
@@ -339,11 +340,9 @@ static json_t *eval_drift(lp_script_host *h, json_t *ctx, json_t **objects, lp_e
 
 static json_t *eval_repair(lp_script_host *h, json_t *ctx, lp_error **err) {
   json_t *list = call_policy(h, "policies.repair", "policies", json_pack("[O]", ctx), err);
-  char *problem = list ? lp_check_repair_policies(list) : NULL;
+  char *problem = list ? lp_repair_answer_problem(list) : NULL;
   if (problem) {
-    char *text = lp_xasprintf("repair policy: %s", problem);
-    policy_error(h, "policies.repair", "policies", text, err);
-    free(text);
+    policy_error(h, "policies.repair", "policies", problem, err);
     free(problem);
     json_decref(list);
     return NULL;

@@ -18,12 +18,17 @@ static const struct {
     {"object", offsetof(lp_error, object)},
     {"at", offsetof(lp_error, file)},
     {"hint", offsetof(lp_error, hint)},
+    {"traceback", offsetof(lp_error, traceback)},
 };
 
-/* "  label: value", a value's further lines indented under it. */
+/* "  label: value", a value's further lines indented under it. A traceback loses its heading (the label
+ * says it) and its frames their tab, so they line up under the label. */
 static void write_field(FILE *out, const char *label, const char *value, int line) {
+  static const char heading[] = "stack traceback:\n";
+  if (strncmp(value, heading, sizeof heading - 1) == 0) value += sizeof heading - 1;
   fprintf(out, "  %s: ", label);
   for (const char *s = value; *s; s++) {
+    if (*s == '\t' && (s == value || s[-1] == '\n')) continue;
     fputc(*s, out);
     if (*s == '\n' && s[1]) fputs("    ", out);
   }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "contract/contracts.h"
 #include "contract/error_table.h"
 #include "contract/settings.h"
 #include "contract/shapes.h"
@@ -590,11 +591,14 @@ static void repair_done(op *o, json_t *values, lp_error *err) {
     return;
   }
   json_t *list = json_array_get(values, 0);
-  char *problem = lp_check_repair_policies(list);
+  /* the check and the words of `luaprov eval` and load-time validation, at the policy's file:line */
+  char *problem = lp_repair_answer_problem(list);
   if (problem) {
     json_decref(values);
-    cp_finish(o, NULL,
-              cp_contract_error(o, "policies.repair", "policies", problem, "docs/contracts.md#policies"));
+    lp_error *e = lp_policy_answer_error(lp_script_host_current(o->cp->scripts), "policies.repair",
+                                         "policies", problem);
+    free(problem);
+    cp_finish(o, NULL, e);
     return;
   }
   json_t *out = json_is_array(list) ? json_incref(list) : json_array();

@@ -59,18 +59,25 @@ static void answered(op *o, const char *result, const char *why, const lp_error 
              LPF_STR("result", result), LPF_STR("why", why), LPF_INT("generation", (long long)o->generation));
 }
 
-/* "<file>:<line>: can_disrupt: <what>": where the function is defined, since a budget or a wrong value
- * has no line of its own (a raise's message carries the line it was raised at after this prefix). */
-static lp_error *policy_error(op *o, const char *code, const char *what) {
+/* A raise or an exhausted budget: "<file>:<line>: can_disrupt: <message>", at the line where the function
+ * is defined (the message carries the line it was raised at after this prefix), keeping the raise's
+ * own position and traceback in the error's fields. */
+static lp_error *raise_error(op *o, const lp_error *err) {
   char *file = NULL;
   int line = lp_contract_function_line(lp_script_host_current(o->cp->scripts), MODULE, FUNCTION, &file);
   lp_error *e;
   if (file && line)
-    e = lp_error_new(code, "%s:%d: %s: %s", file, line, FUNCTION, what);
+    e = lp_error_new(err->code, "%s:%d: %s: %s", file, line, FUNCTION, err->message);
   else
-    e = lp_error_new(code, "%s: %s: %s", file ? file : MODULE, FUNCTION, what);
+    e = lp_error_new(err->code, "%s: %s: %s", file ? file : MODULE, FUNCTION, err->message);
   free(file);
-  return e;
+  return lp_error_inherit(e, err);
+}
+
+/* An answer that is not one (anything but true or false): eval's sentence at the function's
+ * file:line, as the drift and tag answers are (lp_policy_answer_error). */
+static lp_error *answer_error(op *o, const char *problem) {
+  return lp_policy_answer_error(lp_script_host_current(o->cp->scripts), MODULE, FUNCTION, problem);
 }
 
 static void failed(op *o, lp_error *e) {
@@ -82,15 +89,16 @@ static void can_disrupt_done(op *o, json_t *values, lp_error *err) {
   if (err) {
     /* (nil, message) arrives as an error with the message (cp_call keeps the second value as
      * error_detail): still not an answer */
-    int returned_nil = o->error_detail != NULL;
-    char *what =
-        returned_nil
-            ? lp_xasprintf("returned nil, \"%s\" instead of true or false; return true to "
-                           "allow the disruption, or false and why to veto it (docs/contracts.md#policies)",
-                           err->message)
-            : lp_xstrdup(err->message);
-    lp_error *e = policy_error(o, returned_nil ? "Contract" : err->code, what);
-    free(what);
+    lp_error *e;
+    if (o->error_detail) {
+      char *what = lp_xasprintf("%s returned nil, \"%s\" instead of true or false; return true to allow the "
+                                "disruption, or false and why to veto it (docs/contracts.md#policies)",
+                                FUNCTION, err->message);
+      e = answer_error(o, what);
+      free(what);
+    } else {
+      e = raise_error(o, err);
+    }
     lp_error_free(err);
     failed(o, e);
     return;
@@ -113,7 +121,7 @@ static void can_disrupt_done(op *o, json_t *values, lp_error *err) {
   }
   char *what = lp_can_disrupt_answer_problem(first);
   json_decref(values);
-  lp_error *e = policy_error(o, "Contract", what);
+  lp_error *e = answer_error(o, what);
   free(what);
   failed(o, e);
 }

@@ -326,7 +326,7 @@ static char *tags_answer(const char *fn, const json_t *answer, const char *type_
 /* true, or false and why (cloudprovider_disruption.c). */
 static char *disruption_answer(const char *fn, const json_t *answer, const char *type_name, lua_State *L) {
   (void)fn, (void)L;
-  if (type_name) return lp_xasprintf("returned a %s, which is neither true nor false", type_name);
+  if (type_name) return lp_xasprintf("can_disrupt returned a %s, which is neither true nor false", type_name);
   return lp_can_disrupt_answer_problem(answer);
 }
 
@@ -360,12 +360,9 @@ static void validate_disruption(lua_State *L, int idx, const char *file, lp_prob
     call_once(L, idx, file, problems, "can_disrupt", args, disruption_answer);
 }
 
-static int valid_condition_status(const char *s) {
-  return strcmp(s, "True") == 0 || strcmp(s, "False") == 0 || strcmp(s, "Unknown") == 0;
-}
-
 /* Besides the shape, the repair policy's list is checked by calling policies({}): it is cheap, pure
- * by contract, and a wrong entry would otherwise surface only when a node goes bad. */
+ * by contract, and a wrong entry would otherwise surface only when a node goes bad. The check and its
+ * words are the engine's (lp_repair_answer_problem). */
 static void validate_repair(lua_State *L, int idx, const char *file, lp_problems *problems) {
   static const field_rule rules[] = {{"policies", LUA_TFUNCTION, 1, "(ctx)"}, {NULL, 0, 0, NULL}};
   if (!check_fields(L, idx, file, problems, "repair policy", rules)) return;
@@ -373,78 +370,19 @@ static void validate_repair(lua_State *L, int idx, const char *file, lp_problems
   int line = function_line(L, lua_gettop(L));
   lua_newtable(L);
   lua_call(L, 1, 1);
-  int list = lua_gettop(L);
-  if (!lua_istable(L, list)) {
-    lp_problems_add(problems, file, line,
-                    "policies(ctx) must return a list of {condition_type, condition_status, "
-                    "toleration_seconds}, not a %s",
-                    luaL_typename(L, list));
-    return;
-  }
-  lua_Integer n = (lua_Integer)lua_rawlen(L, list);
-  for (lua_Integer i = 1; i <= n; i++) {
-    lua_rawgeti(L, list, i);
-    int entry = lua_gettop(L);
-    if (!lua_istable(L, entry)) {
-      lp_problems_add(problems, file, line, "policies(ctx)[%d] must be a table, not a %s", (int)i,
-                      luaL_typename(L, entry));
-      lua_pop(L, 1);
-      continue;
-    }
-    static const char *const fields[] = {"condition_type", "condition_status", "toleration_seconds", NULL};
-    int misspelled = 0; /* a near-miss key is the one problem to report: the "missing" field is it */
-    lua_pushnil(L);
-    while (lua_next(L, entry)) {
-      lua_pop(L, 1);
-      const char *key = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "?";
-      int known = 0;
-      for (const char *const *f = fields; *f; f++) known |= strcmp(key, *f) == 0;
-      if (known) continue;
-      const char *near = lp_contract_closest(key, fields);
-      if (near) {
-        lp_problems_add(problems, file, line, "policies(ctx)[%d] has unknown field '%s'; did you mean '%s'?",
-                        (int)i, key, near);
-        misspelled = 1;
-      } else {
-        lp_problems_add(problems, file, line,
-                        "policies(ctx)[%d] has unknown field '%s'; an entry holds only condition_type, "
-                        "condition_status and toleration_seconds",
-                        (int)i, key);
-      }
-    }
-    if (misspelled) {
-      lua_settop(L, list);
-      continue;
-    }
-    lua_getfield(L, entry, "condition_type");
-    if (lua_type(L, -1) != LUA_TSTRING || lua_rawlen(L, -1) == 0)
-      lp_problems_add(problems, file, line,
-                      "policies(ctx)[%d].condition_type must be a non-empty string, not %s; name a Node "
-                      "condition such as \"Ready\"",
-                      (int)i, lua_isnil(L, -1) ? "missing" : luaL_tolstring(L, -1, NULL));
-    lua_settop(L, entry);
-    lua_getfield(L, entry, "condition_status");
-    if (lua_type(L, -1) != LUA_TSTRING || !valid_condition_status(lua_tostring(L, -1))) {
-      static const char *const statuses[] = {"True", "False", "Unknown", NULL};
-      int type = lua_type(L, -1);
-      const char *got = type == LUA_TNIL ? "missing" : luaL_tolstring(L, -1, NULL);
-      const char *near = type == LUA_TSTRING ? lp_contract_closest(got, statuses) : NULL;
-      const char *q = type == LUA_TSTRING ? "\"" : "";
-      lp_problems_add(problems, file, line,
-                      "policies(ctx)[%d].condition_status is %s%s%s; it must be \"True\", \"False\" or "
-                      "\"Unknown\"%s%s%s",
-                      (int)i, q, got, q, near ? " (did you mean \"" : "", near ? near : "",
-                      near ? "\"?)" : "");
-    }
-    lua_settop(L, entry);
-    lua_getfield(L, entry, "toleration_seconds");
-    if (!lua_isnumber(L, -1) || lua_tonumber(L, -1) < 0)
-      lp_problems_add(problems, file, line,
-                      "policies(ctx)[%d].toleration_seconds is %s; it must be a number of seconds >= 0 (how "
-                      "long the condition may last before the node is repaired)",
-                      (int)i, lua_isnil(L, -1) ? "missing" : luaL_tolstring(L, -1, NULL));
-    lua_settop(L, list);
-  }
+  json_t *answer = value_json(L, -1);
+  char *problem =
+      answer || lua_isnil(L, -1) ? lp_repair_answer_problem(answer)
+      : lua_istable(L, -1)
+          ? lp_xstrdup("policies(ctx) returned a table that cannot be read as data (a function in "
+                       "it?); return a list of {condition_type, condition_status, toleration_seconds}")
+          : lp_xasprintf("policies(ctx) must return a list of {condition_type, condition_status, "
+                         "toleration_seconds}, not a %s",
+                         luaL_typename(L, -1));
+  if (problem) lp_problems_add(problems, file, line, "%s", problem);
+  free(problem);
+  json_decref(answer);
+  lua_pop(L, 1);
 }
 
 /* The line that sets M.<name> in file, else the module's return. */
@@ -580,12 +518,102 @@ char *lp_tags_answer_problem(const json_t *tags) {
   return problem;
 }
 
+/* A value as the repair messages show it: "missing", the string (quoted when quote), or as JSON. */
+static char *repair_shown(const json_t *v, int quote) {
+  if (!v || json_is_null(v)) return lp_xstrdup("missing");
+  if (json_is_string(v))
+    return quote ? lp_xasprintf("\"%s\"", json_string_value(v)) : lp_xstrdup(json_string_value(v));
+  char *d = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+  return d ? d : lp_xstrdup("?");
+}
+
+/* fmt (with %zu for the entry, %s for the value as repair_shown shows it, %s for tail) filled in. */
+static char *entry_problem(const char *fmt, size_t i, const json_t *v, int quote, const char *tail) {
+  char *got = repair_shown(v, quote);
+  char *problem = lp_xasprintf(fmt, i, got, tail);
+  free(got);
+  return problem;
+}
+
+/* The Lua type name of a value as JSON shows it. */
+static const char *lua_kind(const json_t *v) {
+  return !v || json_is_null(v) ? "nil"
+         : json_is_string(v)   ? "string"
+         : json_is_number(v)   ? "number"
+         : json_is_boolean(v)  ? "boolean"
+                               : "table";
+}
+
+/* One entry of the list (1-based i); NULL when it is fine. */
+static char *repair_entry_problem(size_t i, const json_t *p) {
+  static const char *const fields[] = {"condition_type", "condition_status", "toleration_seconds", NULL};
+  static const char *const statuses[] = {"True", "False", "Unknown", NULL};
+  if (!json_is_object(p) && !json_is_array(p))
+    return lp_xasprintf("policies(ctx)[%zu] must be a table, not a %s", i, lua_kind(p));
+  if (json_is_array(p) && json_array_size(p) > 0)
+    return lp_xasprintf("policies(ctx)[%zu] has unknown field '1'; an entry holds only condition_type, "
+                        "condition_status and toleration_seconds",
+                        i);
+  const char *key;
+  const json_t *value;
+  json_object_foreach((json_t *)p, key, value) {
+    int known = 0;
+    for (const char *const *f = fields; *f; f++) known |= strcmp(key, *f) == 0;
+    if (known) continue;
+    const char *near = lp_contract_closest(key, fields);
+    if (near)
+      return lp_xasprintf("policies(ctx)[%zu] has unknown field '%s'; did you mean '%s'?", i, key, near);
+    return lp_xasprintf("policies(ctx)[%zu] has unknown field '%s'; an entry holds only condition_type, "
+                        "condition_status and toleration_seconds",
+                        i, key);
+  }
+  const json_t *type = json_object_get(p, "condition_type");
+  if (!json_is_string(type) || !*json_string_value(type))
+    return entry_problem("policies(ctx)[%zu].condition_type must be a non-empty string, not %s; name a Node "
+                         "condition such as \"Ready\"%s",
+                         i, type, 0, "");
+  const json_t *status = json_object_get(p, "condition_status");
+  const char *st = json_string_value(status);
+  int valid = 0;
+  for (const char *const *s = statuses; st && *s; s++) valid |= strcmp(st, *s) == 0;
+  if (!valid) {
+    const char *near = st ? lp_contract_closest(st, statuses) : NULL;
+    char tail[64] = "";
+    if (near) snprintf(tail, sizeof tail, " (did you mean \"%s\"?)", near);
+    return entry_problem("policies(ctx)[%zu].condition_status is %s; it must be \"True\", \"False\" or "
+                         "\"Unknown\"%s",
+                         i, status, 1, tail);
+  }
+  const json_t *t = json_object_get(p, "toleration_seconds");
+  if (!json_is_number(t) || json_number_value(t) < 0)
+    return entry_problem("policies(ctx)[%zu].toleration_seconds is %s; it must be a number of seconds >= 0 "
+                         "(how long the condition may last before the node is repaired)%s",
+                         i, t, 1, "");
+  return NULL;
+}
+
+char *lp_repair_answer_problem(const json_t *list) {
+  if (!json_is_array(list) &&
+      !(json_is_object(list) && json_object_size(list) == 0)) /* {} is an empty list */
+    return lp_xasprintf("policies(ctx) must return a list of {condition_type, condition_status, "
+                        "toleration_seconds}, not a %s",
+                        lua_kind(list));
+  size_t i;
+  const json_t *p;
+  json_array_foreach(list, i, p) {
+    char *problem = repair_entry_problem(i + 1, p);
+    if (problem) return problem;
+  }
+  return NULL;
+}
+
 char *lp_can_disrupt_answer_problem(const json_t *answer) {
   if (json_is_boolean(answer)) return NULL;
   char *shown = answer ? json_dumps(answer, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
-  char *problem = lp_xasprintf("returned %s, which is neither true nor false; return true to allow the "
-                               "disruption, or false and why to veto it (docs/contracts.md#policies)",
-                               shown && !json_is_null(answer) ? shown : "nothing");
+  char *problem =
+      lp_xasprintf("can_disrupt returned %s, which is neither true nor false; return true to allow the "
+                   "disruption, or false and why to veto it (docs/contracts.md#policies)",
+                   shown && !json_is_null(answer) ? shown : "nothing");
   free(shown);
   return problem;
 }

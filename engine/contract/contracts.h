@@ -45,9 +45,18 @@ char *lp_drift_answer_problem(const char *function, const json_t *reason, const 
  * load-time validation all check the answer with this. */
 char *lp_tags_answer_problem(const json_t *tags);
 
+/* NULL when list (the first value of the repair policy's policies(ctx), borrowed; NULL = nil) is a list
+ * of {condition_type, condition_status, toleration_seconds} the repair controller can use; otherwise a
+ * malloc'd sentence about the first thing wrong, with the hint: "policies(ctx) must return a list of
+ * {...}, not a string", "policies(ctx)[1].condition_status is \"false\"; it must be \"True\", \"False\"
+ * or \"Unknown\" (did you mean \"False\"?)". The engine, `luaprov eval` and load-time validation all
+ * check the answer with this (and the test kit's check_repair_policies says the same). */
+char *lp_repair_answer_problem(const json_t *list);
+
 /* NULL when answer (the first value of can_disrupt, borrowed; NULL = nothing) is true or false;
- * otherwise a malloc'd "returned X, which is neither true nor false; return true to allow ..." The
- * engine and load-time validation both check the answer with this. */
+ * otherwise a malloc'd "can_disrupt returned X, which is neither true nor false; return true to allow
+ * ..." The engine (and so `luaprov eval`, which asks through it) and load-time validation all check the
+ * answer with this. */
 char *lp_can_disrupt_answer_problem(const json_t *answer);
 
 /* A Contract error for a policy's answer that breaks its contract: "<file>:<line>: <problem>", the

@@ -157,24 +157,6 @@ char *lp_check_instance_type(const json_t *type) {
   return NULL;
 }
 
-char *lp_check_repair_policies(const json_t *policies) {
-  static const char *const statuses[] = {"True", "False", "Unknown", NULL};
-  if (!json_is_array(policies) && !(json_is_object(policies) && json_object_size(policies) == 0))
-    return lp_xstrdup("policies(ctx) did not return a list");
-  size_t i;
-  const json_t *p;
-  json_array_foreach(policies, i, p) {
-    if (!nonempty_string(json_object_get(p, "condition_type")))
-      return lp_xasprintf("entry %zu: condition_type must be a non-empty string", i + 1);
-    if (!one_of(json_string_value(json_object_get(p, "condition_status")), statuses))
-      return lp_xasprintf("entry %zu: condition_status must be True, False or Unknown", i + 1);
-    const json_t *t = json_object_get(p, "toleration_seconds");
-    if (!json_is_number(t) || json_number_value(t) < 0)
-      return lp_xasprintf("entry %zu: toleration_seconds must be a number >= 0", i + 1);
-  }
-  return NULL;
-}
-
 char *lp_check_tags(const json_t *tags) {
   if (json_is_array(tags) && json_array_size(tags) == 0) return NULL; /* an empty table */
   if (!json_is_object(tags)) return lp_xstrdup("the tags are not a map of strings");

@@ -20,9 +20,6 @@ char *lp_check_instance(const json_t *instance);
  * every offering's zone and capacity type. */
 char *lp_check_instance_type(const json_t *type);
 
-/* The repair policy's list (docs/contracts.md#policies). */
-char *lp_check_repair_policies(const json_t *policies);
-
 /* A tag map: string keys to string values, keys non-empty. */
 char *lp_check_tags(const json_t *tags);
 

@@ -234,6 +234,7 @@ static void policy_answered(json_t *value, lp_error *err, void *ud) {
   }
   if (err) {
     lp_error *e = lp_error_new(err->code, "drift: IsDrifted of nodeclaim %s: %s", r->key, err->message);
+    lp_error_inherit(e, err); /* the policy error's position and traceback, for the log line */
     lp_error_free(err);
     drift_verdict(r, DRIFT_UNKNOWN, NULL, NULL, e);
     return;

@@ -322,10 +322,13 @@ static void policies_answered(json_t *value, lp_error *err, void *ud) {
   st->waiting = NULL; /* a reconcile ending below may start the next one at once */
   while (w) {
     waiter *next = w->next;
-    if (err)
+    if (err) /* the wrapper keeps the policy error's position and traceback for the log line */
       lp_controller_done(
           st->c, w->key,
-          lp_error_new(err->code, "reading the repair policies for node %s: %s", w->key, err->message), 0);
+          lp_error_inherit(
+              lp_error_new(err->code, "reading the repair policies for node %s: %s", w->key, err->message),
+              err),
+          0);
     else
       evaluate(st->c, w->key, st->policies);
     free(w);

@@ -99,19 +99,34 @@ static char **part_of(lp_error *e, lp_error_part part) {
     return &e->object;
   case LP_ERROR_FILE:
     return &e->file;
+  case LP_ERROR_TRACEBACK:
+    return &e->traceback;
   case LP_ERROR_HINT:
     break;
   }
   return &e->hint;
 }
 
-static const lp_error_part PARTS[] = {LP_ERROR_REASON, LP_ERROR_ACTION, LP_ERROR_REQUEST_ID,
-                                      LP_ERROR_OBJECT, LP_ERROR_FILE,   LP_ERROR_HINT};
+static const lp_error_part PARTS[] = {LP_ERROR_REASON, LP_ERROR_ACTION, LP_ERROR_REQUEST_ID, LP_ERROR_OBJECT,
+                                      LP_ERROR_FILE,   LP_ERROR_HINT,   LP_ERROR_TRACEBACK};
+
+/* A traceback longer than LP_ERROR_TRACEBACK_MAX keeps its head (the frames nearest the error) and
+ * ends in LP_ERROR_TRACEBACK_CUT, so one runaway recursion cannot fill a log line. */
+static char *bounded_traceback(const char *tb) {
+  size_t n = strlen(tb), cut = sizeof LP_ERROR_TRACEBACK_CUT - 1;
+  if (n <= LP_ERROR_TRACEBACK_MAX) return lp_xstrdup(tb);
+  size_t keep = LP_ERROR_TRACEBACK_MAX - cut;
+  while (keep > 0 && tb[keep] != '\n') keep--; /* end on a whole frame */
+  char *out = lp_xmalloc(keep + cut + 1);
+  memcpy(out, tb, keep);
+  memcpy(out + keep, LP_ERROR_TRACEBACK_CUT, cut + 1);
+  return out;
+}
 
 lp_error *lp_error_with(lp_error *e, lp_error_part part, const char *value) {
   char **slot = part_of(e, part);
   free(*slot);
-  *slot = value ? lp_xstrdup(value) : NULL;
+  *slot = !value ? NULL : part == LP_ERROR_TRACEBACK ? bounded_traceback(value) : lp_xstrdup(value);
   return e;
 }
 

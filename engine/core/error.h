@@ -21,7 +21,12 @@ typedef struct lp_error {
   char *file;       /* the script file the error was raised in: "drift.lua" */
   int line;         /* its line in file; 0 when unknown */
   char *hint;       /* what the operator should do about it */
+  char *traceback;  /* the Lua traceback of a script error ("stack traceback:\n\t..."), at most
+                     * LP_ERROR_TRACEBACK_MAX bytes (longer ones end in LP_ERROR_TRACEBACK_CUT) */
 } lp_error;
+
+#define LP_ERROR_TRACEBACK_MAX 2048
+#define LP_ERROR_TRACEBACK_CUT "\n\t...(traceback truncated)"
 
 typedef enum {
   LP_ERROR_REASON,
@@ -30,6 +35,7 @@ typedef enum {
   LP_ERROR_OBJECT,
   LP_ERROR_FILE,
   LP_ERROR_HINT,
+  LP_ERROR_TRACEBACK, /* lp_error_with bounds it to LP_ERROR_TRACEBACK_MAX */
 } lp_error_part;
 
 /* Returns a new error; never NULL (aborts on out-of-memory, like the rest of the engine's small

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "script/generation.h"
+#include "script/lua_message.h"
 
 /* The hook fires every HOOK_PERIOD instructions: often enough to stop a runaway loop within
  * microseconds, rarely enough to cost well under 1% of a call. */
@@ -63,22 +64,22 @@ static int message_handler(lua_State *L) {
 /* Lua places a raised string at its origin, "drift.lua:12: text": that file and line become the
  * error's position (the message keeps them, as Lua wrote it). */
 static void place_from_lua(lp_error *e) {
-  const char *colon = strchr(e->message, ':');
-  if (!colon || colon == e->message || strchr(" \n[", e->message[0])) return;
-  char *end;
-  long line = strtol(colon + 1, &end, 10);
-  if (end == colon + 1 || *end != ':' || line <= 0 || line > 1000000) return;
-  char *file = lp_xstrndup(e->message, (size_t)(colon - e->message));
-  if (!strchr(file, ' ')) lp_error_at(e, file, (int)line);
+  char *file;
+  int line;
+  const char *text;
+  if (!lp_lua_message_place(e->message, &file, &line, &text)) return;
+  lp_error_at(e, file, line);
   free(file);
 }
 
-/* Stores a new error (code, msg) in *err when that is empty, with its position. */
-static void set_script_error(lp_error **err, const char *code, const char *msg, const lp_error *parts) {
+/* Stores a new error (code, msg) in *err when that is empty, with its position and traceback. */
+static void set_script_error(lp_error **err, const char *code, const char *msg, const lp_error *parts,
+                             const char *traceback) {
   if (!err || *err) return;
   *err = lp_error_new(code, "%s", msg);
   lp_error_inherit(*err, parts);
   if (!(*err)->file) place_from_lua(*err);
+  if (traceback) lp_error_with(*err, LP_ERROR_TRACEBACK, traceback);
 }
 
 /* Splits "message\nstack traceback:\n..." into its two parts. */
@@ -86,15 +87,27 @@ static void split_traceback(const char *full, lp_error **err, const char *code, 
   const char *tb = strstr(full, "\nstack traceback:");
   size_t msg_len = tb ? (size_t)(tb - full) : strlen(full);
   char *msg = lp_xstrndup(full, msg_len);
-  set_script_error(err, code, msg, NULL);
+  set_script_error(err, code, msg, NULL, tb ? tb + 1 : NULL);
   free(msg);
   if (traceback) *traceback = tb ? lp_xstrdup(tb + 1) : NULL;
 }
 
+/* The cap's error, at the line whose allocation it refused (lp_generation_refused_at): Lua runs no
+ * message handler for a memory error, so that record is the only position there is. */
 static void memory_error(lua_State *L, lp_error **err) {
   lp_generation *g = lp_generation_of(L);
   size_t cap = g ? lp_generation_limits(g)->memory_bytes : 0;
-  lp_error_set(err, LP_ERR_MEMORY, "memory limit of %zu KiB for the script generation exceeded", cap / 1024);
+  const char *file = NULL;
+  int line = g ? lp_generation_refused_at(g, &file) : 0;
+  if (!err || *err) return;
+  if (line > 0) {
+    *err = lp_error_new(LP_ERR_MEMORY, "%s:%d: memory limit of %zu KiB for the script generation exceeded",
+                        file, line, cap / 1024);
+    lp_error_at(*err, file, line);
+  } else {
+    *err =
+        lp_error_new(LP_ERR_MEMORY, "memory limit of %zu KiB for the script generation exceeded", cap / 1024);
+  }
 }
 
 static const char *status_code(lua_State *L, int status) {
@@ -107,14 +120,17 @@ int lp_script_pcall(lua_State *L, int nargs, int nresults, lp_error **err, char 
   int base = lua_gettop(L) - nargs;
   lua_pushcfunction(L, message_handler);
   lua_insert(L, base);
+  lp_generation *g = lp_generation_of(L);
+  lua_State *outer = g ? lp_generation_enter(g, L) : NULL;
   int status = lua_pcall(L, nargs, nresults, base);
   lua_remove(L, base);
   if (traceback) *traceback = NULL;
+  if (status == LUA_ERRMEM) memory_error(L, err); /* before leaving: that clears the record */
+  if (g) lp_generation_enter(g, outer);
   if (status == LUA_OK) return 0;
   if (status == LUA_ERRMEM) {
     lua_pop(L, 1);
     lua_gc(L, LUA_GCCOLLECT);
-    memory_error(L, err);
     return -1;
   }
   const char *full = lua_tostring(L, -1);
@@ -169,12 +185,13 @@ static int describe_coroutine_error(lua_State *L) {
 int lp_script_resume(lua_State *L, lua_State *co, int nargs, int *nresults, lp_error **err,
                      char **traceback) {
   if (traceback) *traceback = NULL;
+  lp_generation *g = lp_generation_of(L);
+  lua_State *outer = g ? lp_generation_enter(g, co) : NULL;
   int status = lua_resume(co, L, nargs, nresults);
+  if (status == LUA_ERRMEM) memory_error(L, err); /* before leaving: that clears the record */
+  if (g) lp_generation_enter(g, outer);
   if (status == LUA_OK || status == LUA_YIELD) return status;
-  if (status == LUA_ERRMEM) {
-    memory_error(L, err);
-    return -1;
-  }
+  if (status == LUA_ERRMEM) return -1;
   const char *code = status_code(co, status);
   coroutine_error ce = {co, NULL, NULL, NULL};
   lp_error *describe_err = NULL;
@@ -186,7 +203,7 @@ int lp_script_resume(lua_State *L, lua_State *co, int nargs, int *nresults, lp_e
     free(ce.traceback);
     return -1;
   }
-  set_script_error(err, code, ce.message, ce.parts);
+  set_script_error(err, code, ce.message, ce.parts, ce.traceback);
   lp_error_free(ce.parts);
   free(ce.message);
   if (traceback)

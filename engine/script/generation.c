@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "luaprov.h"
 #include "script/call.h"
+#include "script/lua_message.h"
 #include "script/sandbox.h"
 #include "script/tree.h"
 
@@ -33,6 +34,9 @@ struct lp_generation {
   uint64_t id;
   uint64_t digest;
   size_t memory_used;
+  lua_State *running;            /* the thread running script code (lp_generation_enter) */
+  char refused_file[LUA_IDSIZE]; /* where the cap last refused an allocation */
+  int refused_line;              /* 0 = no refusal inside a Lua function since enter */
   lp_script_limits limits;
   lp_thread_ctx main_ctx;
   char **layers; /* NULL-terminated copies */
@@ -64,21 +68,15 @@ void lp_problems_add(lp_problems *p, const char *file, int line, const char *fmt
 }
 
 void lp_problems_add_lua_message(lp_problems *p, const char *fallback_file, const char *message) {
-  /* "path/to/file.lua:12: text" -> file, line, text; anything else is kept whole. */
-  const char *colon = strstr(message, ".lua:");
-  if (colon) {
-    char *end;
-    long line = strtol(colon + 5, &end, 10);
-    if (end != colon + 5 && *end == ':') {
-      char *file = lp_xstrndup(message, (size_t)(colon + 4 - message));
-      const char *text = end + 1;
-      while (*text == ' ') text++;
-      lp_problems_add(p, file, (int)line, "%s", text);
-      free(file);
-      return;
-    }
+  char *file;
+  int line;
+  const char *text;
+  if (lp_lua_message_place(message, &file, &line, &text)) {
+    lp_problems_add(p, file, line, "%s", text);
+    free(file);
+    return;
   }
-  lp_problems_add(p, fallback_file, 0, "%s", message);
+  lp_problems_add(p, fallback_file, 0, "%s", message); /* no position: kept whole */
 }
 
 char *lp_problems_render(const lp_problems *p) {
@@ -106,6 +104,25 @@ void lp_problems_free(lp_problems *p) {
 
 /* ---- memory -------------------------------------------------------------------------------- */
 
+/* Lua calls no message handler for a memory error and unwinds the stack before the caller sees it,
+ * so the allocator notes the position when it refuses: the innermost Lua frame of the running thread.
+ * That is sound inside the allocator: lua_getstack and lua_getinfo("Sl") only read the CallInfo chain
+ * and write into ar (short_src is a buffer in it), they allocate nothing; and every allocation is a
+ * point where Lua may raise (and where an emergency collection walks every stack), so the chain is
+ * consistent there and the VM has saved the pc, as it does for the line of any runtime error. A
+ * coroutine the script itself created reports the line that resumed it. */
+static void note_refusal(lp_generation *g) {
+  g->refused_line = 0;
+  if (!g->running) return;
+  lua_Debug ar;
+  for (int level = 0; lua_getstack(g->running, level, &ar); level++) {
+    if (!lua_getinfo(g->running, "Sl", &ar) || ar.currentline <= 0) continue; /* a C function */
+    snprintf(g->refused_file, sizeof g->refused_file, "%s", ar.short_src);
+    g->refused_line = ar.currentline;
+    return;
+  }
+}
+
 /* Caps the generation's heap: growth past the cap fails (Lua raises "not enough memory" in the
  * call that asked), frees and shrinks always succeed. When ptr is NULL, osize is a type tag. */
 static void *capped_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
@@ -116,7 +133,10 @@ static void *capped_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     g->memory_used -= old;
     return NULL;
   }
-  if (nsize > old && g->memory_used - old + nsize > g->limits.memory_bytes) return NULL;
+  if (nsize > old && g->memory_used - old + nsize > g->limits.memory_bytes) {
+    note_refusal(g);
+    return NULL;
+  }
   void *p = realloc(ptr, nsize);
   if (!p) return NULL;
   g->memory_used = g->memory_used - old + nsize;
@@ -242,6 +262,26 @@ static int in_script_folder(const char *name) {
   return 0;
 }
 
+static int sandbox_require(lua_State *L);
+
+/* Compiles the file at path (text only) as module name and gives the chunk its own sandboxed _ENV.
+ * Returns LUA_OK with the chunk pushed, LUA_ERRFILE with nothing pushed when the file cannot be read,
+ * or the compiler's status with its message pushed. Both the script tree's modules and the test kit's
+ * files load through here. [-0, +(0|1), m] */
+static int load_sandboxed(lua_State *L, lp_generation *g, const char *path, const char *name) {
+  size_t len = 0;
+  char *source = read_file(path, &len);
+  if (!source) return LUA_ERRFILE;
+  char *chunkname = chunk_name(path);
+  int status = luaL_loadbufferx(L, source, len, chunkname, "t");
+  free(source);
+  free(chunkname);
+  if (status != LUA_OK) return status;
+  lp_sandbox_push_env(L, name, sandbox_require, g);
+  lua_setupvalue(L, -2, 1); /* the chunk's _ENV */
+  return LUA_OK;
+}
+
 /* require(name) -> module value                                     [-1, +1, e]
  * Resolves only within the generation's script tree ("luaprov" is the bindings). Upvalue 1 is the
  * generation. Each module loads once per generation into its own sandboxed _ENV. */
@@ -275,26 +315,14 @@ static int sandbox_require(lua_State *L) {
     lp_buf_free(&searched);
     return lua_error(L);
   }
-  size_t len = 0;
-  char *source = read_file(path, &len);
-  if (!source) {
-    lua_pushfstring(L, "%s: cannot read module '%s'", path, name);
-    free(path);
-    return lua_error(L);
-  }
-  char *chunkname = chunk_name(path);
-  int status = luaL_loadbufferx(L, source, len, chunkname, "t");
-  free(source);
-  free(chunkname);
   lua_getfield(L, LUA_REGISTRYINDEX, FILES_KEY);
   lua_pushstring(L, path);
   lua_setfield(L, -2, name);
   lua_pop(L, 1);
+  int status = load_sandboxed(L, g, path, name);
+  if (status == LUA_ERRFILE) lua_pushfstring(L, "%s: cannot read module '%s'", path, name);
   free(path);
   if (status != LUA_OK) return lua_error(L);
-
-  lp_sandbox_push_env(L, name, sandbox_require, g);
-  lua_setupvalue(L, -2, 1); /* the chunk's _ENV */
   lua_pushlightuserdata(L, g);
   lua_setfield(L, loaded, name); /* loading sentinel: catches cycles */
   lua_pushstring(L, name);
@@ -315,21 +343,11 @@ static int sandbox_require(lua_State *L) {
 static void run_kit_file(lua_State *L, lp_generation *g, const char *dir, const char *file,
                          const char *name) {
   char *path = lp_xasprintf("%s/testkit/luaprov/testkit/%s", dir, file);
-  size_t len = 0;
-  char *source = read_file(path, &len);
-  if (!source) {
+  int status = load_sandboxed(L, g, path, name);
+  if (status == LUA_ERRFILE)
     lua_pushfstring(L, "cannot read the test kit's %s (validation calls the policies on its defaults)", path);
-    free(path);
-    lua_error(L);
-  }
-  char *chunkname = chunk_name(path);
   free(path);
-  int status = luaL_loadbufferx(L, source, len, chunkname, "t");
-  free(source);
-  free(chunkname);
   if (status != LUA_OK) lua_error(L);
-  lp_sandbox_push_env(L, name, sandbox_require, g);
-  lua_setupvalue(L, -2, 1);
   lua_pushstring(L, name);
   lua_call(L, 1, 1);
   lua_getfield(L, LUA_REGISTRYINDEX, LOADED_KEY);
@@ -338,17 +356,20 @@ static void run_kit_file(lua_State *L, lp_generation *g, const char *dir, const 
   lua_pop(L, 1);
 }
 
-typedef struct kit_args {
+/* What preparing a state needs: the generation, the host the bindings serve and the folder the test
+ * kit ships in (prepare_state, then load_kit, each one protected call). */
+typedef struct prepare_args {
   lp_generation *g;
-  const char *dir;
-} kit_args;
+  const lp_lua_host *host;
+  const char *kit_dir;
+} prepare_args;
 
 /* The kit's builders (testkit/luaprov/testkit/builders.lua) under LP_GENERATION_KIT_KEY, for the
  * validators; the policies cannot require them. */
 static int load_kit(lua_State *L) {
-  kit_args *a = lua_touserdata(L, 1);
-  run_kit_file(L, a->g, a->dir, "merge.lua", "luaprov.testkit.merge");
-  run_kit_file(L, a->g, a->dir, "builders.lua", "luaprov.testkit.builders");
+  prepare_args *a = lua_touserdata(L, 1);
+  run_kit_file(L, a->g, a->kit_dir, "merge.lua", "luaprov.testkit.merge");
+  run_kit_file(L, a->g, a->kit_dir, "builders.lua", "luaprov.testkit.builders");
   lua_setfield(L, LUA_REGISTRYINDEX, LP_GENERATION_KIT_KEY);
   lua_getfield(L, LUA_REGISTRYINDEX, LOADED_KEY);
   lua_pushnil(L);
@@ -359,11 +380,6 @@ static int load_kit(lua_State *L) {
 }
 
 /* ---- loading ------------------------------------------------------------------------------- */
-
-typedef struct prepare_args {
-  lp_generation *g;
-  const lp_lua_host *host;
-} prepare_args;
 
 static int prepare_state(lua_State *L) {
   prepare_args *a = lua_touserdata(L, 1);
@@ -505,14 +521,13 @@ lp_generation *lp_generation_load(const lp_generation_config *cfg, lp_problems *
   lp_thread_ctx_attach(g->L, &g->main_ctx);
   lp_thread_ctx_reset(g->L, g->limits.load_instructions);
 
-  prepare_args pa = {g, cfg->host};
+  prepare_args pa = {g, cfg->host, lp_default_scripts_dir()}; /* the kit ships beside the default tree */
   lp_error *err = NULL;
   if (lp_script_cpcall(g->L, prepare_state, &pa, &err) != 0) {
     lp_problems_add(problems, NULL, 0, "cannot prepare the sandbox: %s", err->message);
     lp_error_free(err);
   } else {
-    kit_args ka = {g, lp_default_scripts_dir()}; /* the kit ships with the binary, beside the default tree */
-    if (!cfg->no_policy_calls && lp_script_cpcall(g->L, load_kit, &ka, &err) != 0) {
+    if (!cfg->no_policy_calls && lp_script_cpcall(g->L, load_kit, &pa, &err) != 0) {
       lp_problems_add(problems, NULL, 0, "%s", err->message);
       lp_error_free(err);
     }
@@ -587,4 +602,16 @@ lp_generation *lp_generation_of(lua_State *L) {
   void *ud = NULL;
   lua_Alloc f = lua_getallocf(L, &ud);
   return f == capped_alloc ? ud : NULL;
+}
+
+lua_State *lp_generation_enter(lp_generation *g, lua_State *running) {
+  lua_State *before = g->running;
+  g->running = running;
+  g->refused_line = 0;
+  return before;
+}
+
+int lp_generation_refused_at(const lp_generation *g, const char **file) {
+  *file = g->refused_line > 0 ? g->refused_file : NULL;
+  return g->refused_line;
 }

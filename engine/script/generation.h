@@ -106,6 +106,17 @@ uint64_t lp_generation_digest(const lp_generation *g);
 /* The generation owning L (any thread of its state). */
 lp_generation *lp_generation_of(lua_State *L);
 
+/* The thread of g's state that runs script code from now on (the one door into Lua, call.c, sets it
+ * around every call and resume); returns the one before, which the caller restores with another
+ * call when its call returns. Clears the record lp_generation_refused_at reads. Loop thread only. */
+lua_State *lp_generation_enter(lp_generation *g, lua_State *running);
+
+/* Where the last allocation the memory cap refused since lp_generation_enter was asked for: returns
+ * the line of the innermost Lua function running then and sets *file to its short source
+ * ("policies/drift.lua", as in the budget error; borrowed from g, valid until the next call), or
+ * returns 0 when no Lua function was running (a host-side conversion). */
+int lp_generation_refused_at(const lp_generation *g, const char **file);
+
 /* Computes the same digest as a loaded generation would have over the files of the given layers,
  * without loading them: the host uses it to skip reloads when nothing changed. */
 uint64_t lp_layers_digest(const char *const *layers);

@@ -6,6 +6,7 @@
 
 #include "core/buf.h"
 #include "core/clock.h"
+#include "core/error_log.h"
 #include "core/log.h"
 #include "json.h"
 #include "script/handler.h"
@@ -67,7 +68,7 @@ void lp_task_finish(lp_task *t, lp_error *err, char *traceback) {
   if (err) {
     lp_warn("engine.script", "script call failed", LPF_STR("module", t->module),
             LPF_STR("function", t->function), LPF_INT("generation", (long long)t->result.generation),
-            LPF_STR("code", err->code), LPF_STR("error", err->message), LPF_STR("traceback", traceback));
+            LPF_ERROR(err)); /* the error fields, traceback included (docs/reference-metrics-logs.md) */
   }
   release_task(t);
   t->next_done = NULL;

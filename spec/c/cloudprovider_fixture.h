@@ -38,9 +38,10 @@ typedef struct cp_fixture {
   uv_loop_t loop;
   lp_sim *sim;
   lp_http_client *http;
-  lp_script_host *scripts; /* the default tree */
-  lp_cloudprovider *cp;    /* over scripts */
-  json_t *nodeclass;       /* the ECSNodeClass "default", resolved: Ready */
+  lp_script_host *scripts;      /* the default tree */
+  lp_cloudprovider *cp;         /* over scripts */
+  json_t *nodeclass;            /* the ECSNodeClass "default", resolved: Ready */
+  lp_script_limits tree_limits; /* the limits of the trees cpf_tree_new loads; zero = the defaults */
 } cp_fixture;
 
 #define CPF_ON_DEMAND_REQ                                                                                    \
@@ -137,6 +138,7 @@ static inline lp_script_host *cpf_tree_new(cp_fixture *f, char *dir, const char 
                                .defaults_dir = LUAPROV_SOURCE_DIR,
                                .modules = lp_contract_modules,
                                .http = f->http,
+                               .limits = f->tree_limits,
                                .no_policy_calls = 1};
   lp_problems problems = {0};
   lp_script_host *h = lp_script_host_new(&cfg, &problems);

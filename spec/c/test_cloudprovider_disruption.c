@@ -196,6 +196,8 @@ static void check_failure(const char *code, const char *cause, const char *where
     CHECK_CONTAINS(a.err->message, where);
     CHECK_CONTAINS(a.err->message, "can_disrupt");
     CHECK_CONTAINS(a.err->message, cause);
+    CHECK(a.err->file && strstr(a.err->file, "policies/disruption.lua"));
+    CHECK(a.err->line > 0); /* placed in the fields, not only in the message */
     if (getenv("LUAPROV_TEST_LOG")) fprintf(stderr, "%s: %s\n", a.err->code, a.err->message);
   }
   CHECK_INT(evaluations(gen, "error"), 1);
@@ -228,13 +230,15 @@ static void test_neither_true_nor_false(void) {
                     "function M.can_disrupt() return 'yes' end\n"
                     "return M\n"),
             1);
-  check_failure("Contract", "returned \"yes\", which is neither true nor false",
+  check_failure("Contract",
+                "policies/disruption.lua:2: can_disrupt returned \"yes\", which is neither true nor false",
                 "policies/disruption.lua:2:");
   CHECK_INT(install("local M = {}\n\n"
                     "function M.can_disrupt() return nil, 'cannot tell' end\n"
                     "return M\n"),
             1);
-  check_failure("Contract", "returned nil, \"cannot tell\"", "policies/disruption.lua:3:");
+  check_failure("Contract", "policies/disruption.lua:3: can_disrupt returned nil, \"cannot tell\"",
+                "policies/disruption.lua:3:");
   CHECK_INT(
       install(
           "return { can_disrupt = function() return nil, { code = 'Throttled', message = 'later' } end }\n"),

@@ -1,9 +1,10 @@
 /* The CloudProvider's calls into the operator's policies, each an operator's tree of one policy over the
  * default scripts against the Alibaba simulator (spec/c/cloudprovider_fixture.h): a drift policy without
  * the optional static_drift, drift and tag answers that are not strings (refused with the words and
- * place `luaprov eval` gives), and the engine's own tags over whatever the tag policy returns (rule CP7,
- * docs/contracts.md). Load-time validation's calls are off in these trees, so the run-time checks are
- * the ones that answer. */
+ * place `luaprov eval` gives), the engine's own tags over whatever the tag policy returns (rule CP7,
+ * docs/contracts.md), a memory-limit error and a raise placed at their lines (the raise with its
+ * traceback), and repair lists refused with eval's words. Load-time validation's calls are off in these
+ * trees, so the run-time checks are the ones that answer. */
 #include <stdio.h>
 #include <string.h>
 
@@ -152,12 +153,123 @@ static void test_tag_answer_not_a_string(void) {
   policy_case_stop(&c);
 }
 
+/* A drift policy that allocates without end stops at the generation's memory cap with the error naming
+ * the line whose allocation was refused, as the instruction budget's does, and the cap. */
+static void test_drift_memory_limit(void) {
+  policy_case c;
+  fx.tree_limits = (lp_script_limits){.memory_bytes = 24u << 20};
+  int started = policy_case_start(&c, "drift.lua",
+                                  "local M = {}\n"
+                                  "function M.is_drifted()\n"
+                                  "  local t = {} for i = 1, 1e9 do t[i] = string.rep('x', 1000) .. i end\n"
+                                  "end\n"
+                                  "return M\n",
+                                  "default-m1");
+  fx.tree_limits = (lp_script_limits){0};
+  if (started != 0) return;
+  CHECK(c.launch.value != NULL);
+  if (c.launch.value) {
+    lp_cp_outcome d = {0};
+    json_decref(case_drift(&c, &d));
+    CHECK(d.error != NULL);
+    if (d.error) {
+      char want[512], file[64];
+      snprintf(file, sizeof file, "%s/policies/drift.lua", c.dir);
+      snprintf(want, sizeof want, "%s:3: memory limit of 24576 KiB for the script generation exceeded", file);
+      CHECK_STR(d.error->code, "Memory");
+      CHECK_STR(d.error->message, want);
+      CHECK_STR(d.error->file, file);
+      CHECK_INT(d.error->line, 3);
+    }
+    lp_error_free(d.error);
+  }
+  policy_case_stop(&c);
+}
+
+/* A drift policy that raises gives the engine an error placed at the raise, with its Lua traceback (what
+ * the log lines about it write under "traceback"). */
+static void test_drift_raise_traceback(void) {
+  policy_case c;
+  if (policy_case_start(&c, "drift.lua",
+                        "local M = {}\n"
+                        "local function image_of(instance) return instance.image.id end\n"
+                        "function M.is_drifted(_, _, instance) local id = image_of(instance) return id end\n"
+                        "return M\n",
+                        "default-r1") != 0)
+    return;
+  CHECK(c.launch.value != NULL);
+  if (c.launch.value) {
+    lp_cp_outcome d = {0};
+    json_decref(case_drift(&c, &d));
+    const lp_error *e = d.error;
+    CHECK(e != NULL);
+    if (e) {
+      char file[64], frame[128];
+      snprintf(file, sizeof file, "%s/policies/drift.lua", c.dir);
+      CHECK_STR(e->code, "ScriptError");
+      CHECK_STR(e->file, file);
+      CHECK_INT(e->line, 2);
+      CHECK(e->traceback && strncmp(e->traceback, "stack traceback:\n", 17) == 0);
+      snprintf(frame, sizeof frame, "%s:2: in upvalue 'image_of'", file);
+      CHECK(e->traceback && strstr(e->traceback, frame));
+      snprintf(frame, sizeof frame, "%s:3: in function", file);
+      CHECK(e->traceback && strstr(e->traceback, frame));
+    }
+    lp_error_free(d.error);
+  }
+  policy_case_stop(&c);
+}
+
+/* The engine refuses a repair list it cannot use with eval's and check's sentence, at the policy's
+ * file:line (in the message and in the error's fields). The policy answers well for the ctx of load-time
+ * validation ({}) and wrongly for the engine's, which has a cluster_id. */
+static void repair_answer_says(const char *answer, const char *want_problem) {
+  char dir[32], lua[256];
+  snprintf(lua, sizeof lua,
+           "local M = {}\nfunction M.policies(ctx)\n  return ctx.cluster_id and %s or {}\nend\nreturn M\n",
+           answer);
+  lp_script_host *h = cpf_tree_new(&fx, dir, "policies", "repair.lua", lua);
+  if (!h) return;
+  lp_cloudprovider *wrong = cpf_provider(&fx, h, 0);
+  const char *code;
+  lp_cp_outcome r = {0};
+  lp_cp_repair_policies(wrong, lp_cp_outcome_store, &r);
+  json_decref(cpf_wait(&fx, &r, &code));
+  CHECK(r.error != NULL);
+  if (r.error) {
+    char want[512], file[64];
+    snprintf(file, sizeof file, "%s/policies/repair.lua", dir);
+    snprintf(want, sizeof want, "%s:2: %s", file, want_problem);
+    CHECK_STR(r.error->code, "Contract");
+    CHECK_STR(r.error->message, want);
+    CHECK_STR(r.error->file, file);
+    CHECK_INT(r.error->line, 2);
+  }
+  lp_error_free(r.error);
+  lp_cloudprovider_free(wrong);
+  cpf_tree_free(h, dir);
+}
+
+static void test_repair_answer_problems(void) {
+  repair_answer_says("'Ready'", "policies(ctx) must return a list of {condition_type, condition_status, "
+                                "toleration_seconds}, not a string");
+  repair_answer_says("{ { condition_type = 'Ready', condition_status = 'false', toleration_seconds = 60 } }",
+                     "policies(ctx)[1].condition_status is \"false\"; it must be \"True\", \"False\" or "
+                     "\"Unknown\" (did you mean \"False\"?)");
+  repair_answer_says(
+      "{ { condition_type = 'Ready', condition_status = 'False', toleration_second = 60 } }",
+      "policies(ctx)[1] has unknown field 'toleration_second'; did you mean 'toleration_seconds'?");
+}
+
 int main(void) {
   if (cpf_start(&fx) != 0) return 1;
   RUN(test_drift_without_static_drift);
   RUN(test_drift_answer_not_a_string);
   RUN(test_tag_policy_cannot_drop_engine_tags);
   RUN(test_tag_answer_not_a_string);
+  RUN(test_drift_memory_limit);
+  RUN(test_drift_raise_traceback);
+  RUN(test_repair_answer_problems);
   cpf_stop(&fx);
   return check_summary();
 }

@@ -155,11 +155,55 @@ static void test_log_fields(void) {
   lp_error_free(e);
 }
 
+/* A script error carries the Lua traceback (both doors: a call and a resume), a copy keeps it, the
+ * log line writes it under "traceback", and a long one is cut to LP_ERROR_TRACEBACK_MAX with a marker. */
+static void test_traceback(void) {
+  lua_State *L = new_state();
+  const char *src = "local function inner() error('boom') end\nlocal function outer() inner() end\nouter()\n";
+  CHECK(luaL_loadbuffer(L, src, strlen(src), "=drift.lua") == LUA_OK);
+  lp_error *err = NULL;
+  CHECK_INT(lp_script_pcall(L, 0, 0, &err, NULL), -1);
+  CHECK_STR(err->message, "drift.lua:1: boom");
+  CHECK(err->traceback != NULL);
+  if (err->traceback) {
+    CHECK(strncmp(err->traceback, "stack traceback:\n", 17) == 0);
+    CHECK_CONTAINS(err->traceback, "drift.lua:1: in upvalue 'inner'");
+    CHECK_CONTAINS(err->traceback, "drift.lua:2: in local 'outer'");
+  }
+  lp_error *copy = lp_error_copy(err);
+  CHECK_STR(copy->traceback, err->traceback);
+  lp_field f[] = {LPF_ERROR(copy)};
+  char *line = lp_log_render(LP_LOG_FORMAT_JSON, 0, LP_LOG_WARN, "x", "m", f, sizeof f / sizeof f[0]);
+  CHECK_CONTAINS(line, "\"line\":1,\"traceback\":\"stack traceback:\\n\\t");
+  free(line);
+  lp_error_free(copy);
+  lp_error_free(err);
+
+  lua_State *co = lua_newthread(L);
+  CHECK(luaL_loadbuffer(co, src, strlen(src), "=drift.lua") == LUA_OK);
+  err = NULL;
+  int n = 0;
+  CHECK_INT(lp_script_resume(L, co, 0, &n, &err, NULL), -1);
+  CHECK(err->traceback && strstr(err->traceback, "drift.lua:2: in local 'outer'"));
+  lp_error_free(err);
+  lua_close(L);
+
+  char long_tb[6000] = "stack traceback:";
+  while (strlen(long_tb) < sizeof long_tb - 40) strcat(long_tb, "\n\tdrift.lua:1: in function 'f'");
+  lp_error *e = lp_error_with(lp_error_new("ScriptError", "deep"), LP_ERROR_TRACEBACK, long_tb);
+  size_t cut = strlen(LP_ERROR_TRACEBACK_CUT), len = strlen(e->traceback);
+  CHECK(len <= LP_ERROR_TRACEBACK_MAX && len > LP_ERROR_TRACEBACK_MAX - 64);
+  CHECK_STR(e->traceback + len - cut, LP_ERROR_TRACEBACK_CUT);
+  CHECK(strncmp(e->traceback + len - cut - 3, "'f'", 3) == 0); /* whole frames only */
+  lp_error_free(e);
+}
+
 int main(void) {
   RUN(test_copy_keeps_every_field);
   RUN(test_from_table);
   RUN(test_lua_position);
   RUN(test_lua_table_error);
   RUN(test_log_fields);
+  RUN(test_traceback);
   return check_summary();
 }

@@ -19,7 +19,7 @@ TABLE='return { reason = "ImageDrift" }'
 TYPO='return "ImageDrfit"'
 KIT="is_drifted, called on the test kit's default objects"
 WANT_LOOP="policies/drift.lua:3: instruction budget of 20000000 exceeded"
-WANT_ALLOC="policies/drift.lua: memory limit of 65536 KiB for the script generation exceeded"
+WANT_ALLOC="policies/drift.lua:3: memory limit of 65536 KiB for the script generation exceeded"
 WANT_TABLE="policies/drift.lua:2: $KIT: is_drifted returned a table {\"reason\":\"ImageDrift\"}, not a string; \
 return a drift reason such as \"NodeClassDrift\", or \"\" when the node has not drifted"
 WANT_TYPO="policies/drift.lua:2: $KIT: is_drifted returned \"ImageDrfit\", which is not a drift reason; did you mean \
@@ -37,6 +37,23 @@ check_says "$LOOP" "$WANT_LOOP"
 check_says "$ALLOC" "$WANT_ALLOC"
 check_says "$TABLE" "$WANT_TABLE"
 check_says "$TYPO" "$WANT_TYPO"
+# luaprov eval says the same for its own call of is_drifted; a raise's traceback follows on stderr.
+F="$LUAPROV_SOURCE_DIR/spec/fixtures/eval"
+eval_says() { # eval_says BODY EXPECTED_ERROR [EXPECTED_STDERR]
+  local got status=0
+  rm -rf t && drift_tree t "$1"
+  got="$("$LUAPROV" eval drift --scripts t --nodeclaim "$F/nodeclaim.yaml" --nodeclass "$F/nodeclass.json" \
+    --instance "$F/instance.json" 2>stderr)" || status=$?
+  [[ "$status" == 1 && "$got" == "{\"error\":\"t/$2\"}" ]] || fail "eval of '$1': expected 't/$2', got '$got' ($status)"
+  [[ "$(grep -v '"level"' stderr)" == "${3:-}" ]] || fail "eval of '$1': expected stderr '${3:-}', got '$(cat stderr)'"
+}
+# stderr: the error's fields (docs/writing-policies.md#when-eval-fails); a memory error has no traceback,
+# as Lua unwinds before anything can read the stack
+eval_says "$ALLOC" "$WANT_ALLOC" "  at: t/policies/drift.lua:3"
+eval_says "$LOOP" "$WANT_LOOP" $'  at: t/policies/drift.lua:3\n  traceback: t/policies/drift.lua:3: in function <t/policies/drift.lua:2>'
+eval_says 'error("no image yet")' "policies/drift.lua:3: no image yet" \
+  $'  at: t/policies/drift.lua:3\n  traceback: [C]: in function \'error\'\n    t/policies/drift.lua:3: in function <t/policies/drift.lua:2>'
+
 drift_tree t 'return nil, "instance not ready yet"'
 "$LUAPROV" check t >/dev/null || fail "check rejects a policy that cannot tell yet (nil, message)"
 
@@ -53,7 +70,7 @@ tag 'team' = 7, a number; tag values must be strings (wrap it in tostring())"
 policy_says disruption.lua $'local M = {}\nfunction M.can_disrupt(nodeclaim, node, pods)\n  return pods[1].x.y\nend\nreturn M' \
   "policies/disruption.lua:3: attempt to index a nil value (field 'x')"
 policy_says disruption.lua $'local M = {}\nfunction M.can_disrupt()\n  return "yes"\nend\nreturn M' \
-  "policies/disruption.lua:2: can_disrupt, called on the test kit's default objects: returned \"yes\", which is \
+  "policies/disruption.lua:2: can_disrupt, called on the test kit's default objects: can_disrupt returned \"yes\", which is \
 neither true nor false; return true to allow the disruption, or false and why to veto it (docs/contracts.md#policies)"
 
 # A running engine: each bad tree is rejected and generation 1 keeps serving.
@@ -73,7 +90,7 @@ reload_rejects() { # reload_rejects BODY EXPECTED_ERROR
 }
 command -v jq >/dev/null || fail "jq missing: tools/install-deps.sh test installs it"
 reload_rejects "$LOOP" "live/$WANT_LOOP"
-reload_rejects "$ALLOC" "live/${WANT_ALLOC/drift.lua:/drift.lua:0:}" # no line: the allocator raised
+reload_rejects "$ALLOC" "live/$WANT_ALLOC" # the line whose allocation the cap refused
 reload_rejects "$TABLE" "live/$WANT_TABLE"
 reload_rejects "$TYPO" "live/$WANT_TYPO"
 [[ "$(curl -sf "http://$ADDR/readyz")" == "ok" ]] || fail "still ready with generation 1"

@@ -249,8 +249,18 @@ disruption '{"error":"raising/policies/disruption.lua:2: can_disrupt: raising/po
 policy yes <<'LUA'
 return { can_disrupt = function() return "yes" end }
 LUA
-disruption '{"error":"yes/policies/disruption.lua:1: can_disrupt: returned \"yes\", which is neither true nor false; return true to allow the disruption, or false and why to veto it (docs/contracts.md#policies)"}' 1 \
+disruption '{"error":"yes/policies/disruption.lua:1: can_disrupt returned \"yes\", which is neither true nor false; return true to allow the disruption, or false and why to veto it (docs/contracts.md#policies)"}' 1 \
   --scripts yes --nodeclaim "$F/nodeclaim.yaml"
+# repair: a list the repair controller cannot use gets the same sentence from load-time validation (which
+# calls policies({})) and from the run-time check of eval's own call, at the policy's file:line
+mkdir -p badrepair/policies
+printf 'local M = {}\nfunction M.policies(_ctx)\n  return { { condition_type = "Ready", condition_status = "false", toleration_seconds = 60 } }\nend\nreturn M\n' \
+  >badrepair/policies/repair.lua
+expect '{"error":"the scripts do not load: badrepair/policies/repair.lua:2: policies(ctx)[1].condition_status is \"false\"; it must be \"True\", \"False\" or \"Unknown\" (did you mean \"False\"?)"}' 1 \
+  repair --scripts badrepair
+printf 'local M = {}\nfunction M.policies(ctx)\n  return ctx.cluster_id and "Ready" or {}\nend\nreturn M\n' >badrepair/policies/repair.lua
+expect '{"error":"badrepair/policies/repair.lua:2: policies(ctx) must return a list of {condition_type, condition_status, toleration_seconds}, not a string"}' 1 \
+  repair --scripts badrepair
 disruption '{"error":"--reason Emty: a disruption reason is Empty, Underutilized or Drifted"}' 1 \
   --nodeclaim "$F/nodeclaim.yaml" --reason Emty
 disruption '{"error":"--method consolidation: a disruption method is emptiness, drift, \"multi-node consolidation\" or \"single-node consolidation\""}' 1 \
