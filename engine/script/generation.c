@@ -13,7 +13,9 @@
 #include "core/log.h"
 #include "luaprov.h"
 #include "script/call.h"
+#include "script/endpoints.h"
 #include "script/lua_message.h"
+#include "script/roles.h"
 #include "script/sandbox.h"
 #include "script/tree.h"
 
@@ -225,32 +227,6 @@ static char *read_file(const char *path, size_t *len) {
   return lp_buf_take(&b, len);
 }
 
-/* Each require "luaprov" gets its own copy of the module table and its sub-tables, so a script that
- * replaces luaprov.json.encode changes it for itself only, like the per-script library copies. */
-static void push_bindings_copy(lua_State *L) {
-  lua_getfield(L, LUA_REGISTRYINDEX, BINDINGS_KEY);
-  int src = lua_gettop(L);
-  lua_newtable(L);
-  lua_pushnil(L);
-  while (lua_next(L, src)) {
-    if (lua_istable(L, -1)) {
-      int sub = lua_gettop(L);
-      lua_newtable(L);
-      lua_pushnil(L);
-      while (lua_next(L, sub)) {
-        lua_pushvalue(L, -2);
-        lua_insert(L, -2);
-        lua_rawset(L, -4);
-      }
-      lua_replace(L, sub);
-    }
-    lua_pushvalue(L, -2);
-    lua_insert(L, -2);
-    lua_rawset(L, -4);
-  }
-  lua_remove(L, src);
-}
-
 /* The first part of a module name must be a script folder (policies, providers, sim): everything
  * require can reach is then also what `luaprov check`, the file watcher and the reload fingerprint
  * see. */
@@ -283,14 +259,26 @@ static int load_sandboxed(lua_State *L, lp_generation *g, const char *path, cons
 }
 
 /* require(name) -> module value                                     [-1, +1, e]
- * Resolves only within the generation's script tree ("luaprov" is the bindings). Upvalue 1 is the
- * generation. Each module loads once per generation into its own sandboxed _ENV. */
+ * Resolves only within the generation's script tree ("luaprov" is the bindings, as the requiring
+ * module's role sees them: script/roles.h). Upvalue 1 is the generation, upvalue 2 the requiring
+ * module's name (none when the engine itself requires an entry module). Each module loads once per
+ * generation into its own sandboxed _ENV. */
 static int sandbox_require(lua_State *L) {
   lp_generation *g = lua_touserdata(L, lua_upvalueindex(1));
+  const char *requirer = lua_tostring(L, lua_upvalueindex(2));
   const char *name = luaL_checkstring(L, 1);
   if (strcmp(name, "luaprov") == 0) {
-    push_bindings_copy(L);
+    lua_getfield(L, LUA_REGISTRYINDEX, BINDINGS_KEY);
+    lp_role_push_bindings(L, -1, lp_role_of_module(requirer), requirer);
     return 1;
+  }
+  if (requirer) {
+    char *problem = lp_role_require_problem(lp_role_of_module(requirer), lp_role_of_module(name), name);
+    if (problem) {
+      lua_pushstring(L, problem);
+      free(problem);
+      return lp_sandbox_raise(L, lua_tostring(L, -1));
+    }
   }
   lua_getfield(L, LUA_REGISTRYINDEX, LOADED_KEY);
   int loaded = lua_gettop(L);
@@ -331,6 +319,7 @@ static int sandbox_require(lua_State *L) {
     lua_pop(L, 1);
     lua_pushboolean(L, 1);
   }
+  lp_endpoints_declare(L, name, -1);
   lua_pushvalue(L, -1);
   lua_setfield(L, loaded, name);
   return 1;

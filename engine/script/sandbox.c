@@ -39,23 +39,50 @@ static int listed(const char *const *names, const char *name) {
   return 0;
 }
 
-/* The stand-in for a removed function (upvalue 1: its name).                     [-0, +0, e]
- * Located at the nearest script line: after a tail call (`return io.open(f)`) the calling frame is
+/* Located at the nearest script line: after a tail call (`return io.open(f)`) the calling frame is
  * gone, and the line is that of the frame below it. */
-static int removed_function(lua_State *L) {
+int lp_sandbox_raise(lua_State *L, const char *message) {
   lua_Debug ar;
   int level = 1;
   while (lua_getstack(L, level, &ar) && lua_getinfo(L, "l", &ar) && ar.currentline <= 0) level++;
   luaL_where(L, level);
-  lua_pushfstring(L, "%s is not available in the sandbox (see docs/lua-api.md#the-sandbox)",
-                  lua_tostring(L, lua_upvalueindex(1)));
+  lua_pushstring(L, message);
   lua_concat(L, 2);
   return lua_error(L);
 }
 
+/* A function that refuses (upvalue 1: the whole message).                     [-0, +0, e] */
+static int refusal(lua_State *L) {
+  return lp_sandbox_raise(L, lua_tostring(L, lua_upvalueindex(1)));
+}
+
+void lp_sandbox_push_refusal(lua_State *L, const char *message) {
+  lua_pushstring(L, message);
+  lua_pushcclosure(L, refusal, 1);
+}
+
+/* __index of a refusing table (upvalue 1: the message every field's function raises). [-0, +1, -] */
+static int refusing_index(lua_State *L) {
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_pushcclosure(L, refusal, 1);
+  return 1;
+}
+
+void lp_sandbox_push_refusing_table(lua_State *L, const char *message) {
+  lua_newtable(L);
+  lua_newtable(L);
+  lua_pushstring(L, message);
+  lua_pushcclosure(L, refusing_index, 1);
+  lua_setfield(L, -2, "__index");
+  lua_pushliteral(L, "a refused library");
+  lua_setfield(L, -2, "__metatable");
+  lua_setmetatable(L, -2);
+}
+
+/* The stand-in for a removed function, by the name a script would use.       [-0, +1, m] */
 static void push_removed_function(lua_State *L, const char *prefix, const char *name) {
-  lua_pushfstring(L, "%s%s", prefix, name);
-  lua_pushcclosure(L, removed_function, 1);
+  lua_pushfstring(L, "%s%s is not available in the sandbox (see docs/lua-api.md#the-sandbox)", prefix, name);
+  lua_pushcclosure(L, refusal, 1);
 }
 
 /* __index of a removed library's stand-in table (upvalue 1: the library's name).  [-0, +1, -] */
@@ -354,7 +381,8 @@ void lp_sandbox_push_env(lua_State *L, const char *script_name, lua_CFunction re
   lua_setfield(L, env, "print");
 
   lua_pushlightuserdata(L, require_ud);
-  lua_pushcclosure(L, require_fn, 1);
+  lua_pushstring(L, script_name);
+  lua_pushcclosure(L, require_fn, 2);
   lua_setfield(L, env, "require");
 
   lua_pushvalue(L, env);

@@ -16,8 +16,22 @@
 void lp_sandbox_prepare(lua_State *L);
 
 /* Pushes a new environment table for the script named script_name (used by print's logger name).
- * require_fn is the C function implementing require for this generation; it receives the
- * environment-independent upvalue require_ud.                                  [-0, +1, e] */
+ * require_fn is the C function implementing require for this generation; its upvalues are
+ * require_ud (a light userdata) and script_name, the module whose require it is (its role,
+ * script/roles.h).                                                              [-0, +1, e] */
 void lp_sandbox_push_env(lua_State *L, const char *script_name, lua_CFunction require_fn, void *require_ud);
+
+/* Pushes a function that raises message at the calling script's line, e.g.
+ * "policies/drift.lua:7: luaprov.http is not available to a drift policy (...)": what a script reads
+ * in place of something it may not use, so the mistake names itself instead of "attempt to call a
+ * nil value".                                                                  [-0, +1, m] */
+void lp_sandbox_push_refusal(lua_State *L, const char *message);
+
+/* Raises message at the nearest script line below the running C function ("file:line: message"). */
+int lp_sandbox_raise(lua_State *L, const char *message);
+
+/* Pushes a table whose every field is such a function (reading luaprov.http.request gives one that
+ * raises message). The table itself has no fields: pairs sees nothing.         [-0, +1, m] */
+void lp_sandbox_push_refusing_table(lua_State *L, const char *message);
 
 #endif

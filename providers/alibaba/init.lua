@@ -61,6 +61,14 @@ M.settings = {
   },
 }
 
+-- The only hosts this mapping's modules may send requests to (docs/lua-api.md#capabilities): the
+-- public and VPC endpoints of every product and region, the ECS metadata service, and whatever the
+-- operator points these variables at (the simulator under --sim, a private gateway, a regional STS).
+M.endpoints = {
+  hosts = { "*.aliyuncs.com", "100.100.100.200" },
+  env = { "LUAPROV_ALIBABA_ENDPOINT", "LUAPROV_ALIBABA_METADATA_ENDPOINT", "ALIBABA_CLOUD_STS_ENDPOINT" },
+}
+
 -- Under `luaprov run --sim`: the simulator standing in for Alibaba Cloud (sim/alibaba), the variable
 -- that sends every product to its URL, and the simulator's own, published credentials and kubeadm
 -- bootstrap token (docs/sim.md).

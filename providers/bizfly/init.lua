@@ -18,6 +18,13 @@ local json, log = luaprov.json, luaprov.log
 local M = {}
 
 M.name = "bizflycloud"
+
+-- The only hosts this mapping's modules may send requests to (docs/lua-api.md#capabilities): the
+-- Bizfly API and the services its catalog names, and whatever the operator points these variables at.
+M.endpoints = {
+  hosts = { "manage.bizflycloud.vn", "*.bizflycloud.vn" },
+  env = { "LUAPROV_BIZFLY_ENDPOINT", "BIZFLYCLOUD_API_URL" },
+}
 M.gpu_label = template.GPU_LABEL
 -- The label BKE puts on worker nodes naming the pool node to delete.
 M.node_id_label = "bke.bizflycloud.vn/node-id"

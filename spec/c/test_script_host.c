@@ -23,7 +23,7 @@ static lp_http_client *client;
 static int server_port;
 
 static const lp_module_spec modules[] = {
-    {"policies.probe", "probe", 1, NULL},
+    {"sim.probe", "probe", 1, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -104,7 +104,7 @@ static void close_host(lp_script_host *h) {
 }
 
 static lp_task_result *call(lp_script_host *h, const char *function, json_t *args) {
-  return lp_script_host_call_sync(h, "policies.probe", function, args);
+  return lp_script_host_call_sync(h, "sim.probe", function, args);
 }
 
 static char *try_code(lp_script_host *h, const char *code) {
@@ -189,7 +189,7 @@ static void test_budget(void) {
   CHECK(r->error != NULL);
   if (r->error) {
     CHECK_STR(r->error->code, "Budget");
-    CHECK_CONTAINS(r->error->message, "policies/probe.lua:10: instruction budget of 5000000 exceeded");
+    CHECK_CONTAINS(r->error->message, "sim/probe.lua:10: instruction budget of 5000000 exceeded");
   }
   CHECK(lp_clock_monotonic() - t0 < 2.0);
   lp_task_result_free(r);
@@ -297,8 +297,8 @@ static void test_http_await(void) {
   char url[128];
   snprintf(url, sizeof url, "http://127.0.0.1:%d/slow", server_port);
   outcome slow = {0}, quick = {0};
-  lp_script_host_call(h, "policies.probe", "fetch", json_pack("[s]", url), record, &slow);
-  lp_script_host_call(h, "policies.probe", "echo", json_pack("[i]", 7), record, &quick);
+  lp_script_host_call(h, "sim.probe", "fetch", json_pack("[s]", url), record, &slow);
+  lp_script_host_call(h, "sim.probe", "echo", json_pack("[i]", 7), record, &quick);
   CHECK(!slow.done && !quick.done); /* never called back from inside lp_script_host_call */
   CHECK_INT(lp_script_host_tasks_in_flight(h), 1);
   while (!slow.done) uv_run(&loop, UV_RUN_ONCE);
@@ -311,8 +311,8 @@ static void test_http_await(void) {
   /* luaprov.time.sleep parks the task on a timer; others run meanwhile. */
   outcome nap = {0}, quick2 = {0};
   double t0 = lp_clock_monotonic();
-  lp_script_host_call(h, "policies.probe", "nap", json_pack("[f]", 0.1), record, &nap);
-  lp_script_host_call(h, "policies.probe", "echo", json_pack("[i]", 8), record, &quick2);
+  lp_script_host_call(h, "sim.probe", "nap", json_pack("[f]", 0.1), record, &nap);
+  lp_script_host_call(h, "sim.probe", "echo", json_pack("[i]", 8), record, &quick2);
   while (!nap.done) uv_run(&loop, UV_RUN_ONCE);
   CHECK(quick2.done && quick2.at < nap.at);
   CHECK(nap.at - t0 >= 0.095);
@@ -334,7 +334,7 @@ static void test_http_await(void) {
 
   /* Connection refused comes back as nil, code. */
   outcome refused = {0};
-  lp_script_host_call(h, "policies.probe", "fetch", json_pack("[s]", "http://127.0.0.1:1/"), record,
+  lp_script_host_call(h, "sim.probe", "fetch", json_pack("[s]", "http://127.0.0.1:1/"), record,
                       &refused);
   while (!refused.done) uv_run(&loop, UV_RUN_ONCE);
   CHECK_STR(refused.json, "[null,\"ConnectFailed\"]");
@@ -366,7 +366,7 @@ static void test_call_timeout(void) {
   lp_task_result *r = call(h, "fetch", json_pack("[s]", url));
   double elapsed = lp_clock_monotonic() - t0;
   CHECK(r->error && strcmp(r->error->code, "Timeout") == 0);
-  if (r->error) CHECK_CONTAINS(r->error->message, "policies.probe.fetch exceeded its wall-clock timeout");
+  if (r->error) CHECK_CONTAINS(r->error->message, "sim.probe.fetch exceeded its wall-clock timeout");
   /* never before its budget; how soon after depends on the machine's load, and the Timeout itself shows
    * it did not wait for the answer */
   CHECK(elapsed >= 0.045);
@@ -396,14 +396,14 @@ static void test_reload(void) {
   char url[128];
   snprintf(url, sizeof url, "http://127.0.0.1:%d/slow", server_port);
   outcome in_flight = {0};
-  lp_script_host_call(h, "policies.probe", "fetch", json_pack("[s]", url), record, &in_flight);
+  lp_script_host_call(h, "sim.probe", "fetch", json_pack("[s]", url), record, &in_flight);
 
   /* A syntax error is rejected with file:line and generation 1 stays in service. */
-  write_file("policies/probe.lua", "local M = {\nreturn M\n");
+  write_file("sim/probe.lua", "local M = {\nreturn M\n");
   lp_problems problems = {0};
   CHECK_INT(lp_script_host_reload(h, "test", 0, &problems), -1);
   char *text = lp_problems_render(&problems);
-  CHECK_CONTAINS(text, "policies/probe.lua:2:");
+  CHECK_CONTAINS(text, "sim/probe.lua:2:");
   free(text);
   lp_problems_free(&problems);
   CHECK_INT(lp_script_host_generation_id(h), 1);
@@ -417,7 +417,7 @@ static void test_reload(void) {
   char *version = strstr(v2, "version = 1");
   version[10] = '2';
   double written = lp_clock_monotonic();
-  write_file("policies/probe.lua", v2);
+  write_file("sim/probe.lua", v2);
   while (lp_script_host_generation_id(h) == 1 && lp_clock_monotonic() - written < 2.0)
     uv_run(&loop, UV_RUN_ONCE);
   double swap_ms = (lp_clock_monotonic() - written) * 1000.0;
@@ -438,22 +438,22 @@ static void test_reload(void) {
   CHECK_INT(lp_script_host_reload(h, "test", 0, NULL), 0);
   run_for_ms(50);
   CHECK_INT(lp_script_host_generation_id(h), 2);
-  write_file("policies/probe.lua", probe_v1);
+  write_file("sim/probe.lua", probe_v1);
   close_host(h);
 }
 
 static void test_load_time_http_refused(void) {
-  write_file("policies/probe.lua", "local luaprov = require 'luaprov'\n"
+  write_file("sim/probe.lua", "local luaprov = require 'luaprov'\n"
                                    "luaprov.http.request{ url = 'http://127.0.0.1:1/' }\nreturn {}\n");
   lp_script_host_config cfg = {.loop = &loop, .defaults_dir = tree, .modules = modules, .http = client};
   lp_problems problems = {0};
   lp_script_host *h = lp_script_host_new(&cfg, &problems);
   CHECK(h == NULL);
   char *text = lp_problems_render(&problems);
-  CHECK_CONTAINS(text, "policies/probe.lua:2: luaprov.http.request cannot run here");
+  CHECK_CONTAINS(text, "sim/probe.lua:2: luaprov.http.request cannot run here");
   free(text);
   lp_problems_free(&problems);
-  write_file("policies/probe.lua", probe_v1);
+  write_file("sim/probe.lua", probe_v1);
 }
 
 int main(void) {
@@ -461,9 +461,9 @@ int main(void) {
   snprintf(tree, sizeof tree, "/tmp/luaprov-host-XXXXXX");
   if (!mkdtemp(tree)) return 1;
   char dir[300];
-  snprintf(dir, sizeof dir, "%s/policies", tree);
+  snprintf(dir, sizeof dir, "%s/sim", tree);
   mkdir(dir, 0755);
-  write_file("policies/probe.lua", probe_v1);
+  write_file("sim/probe.lua", probe_v1);
 
   uv_loop_init(&loop);
   server = lp_http_server_new(&loop, NULL);
