@@ -239,10 +239,10 @@ static void check_request(lua_State *L, int idx, const char *mapping, const char
   }
   if (!allowed(L, mapping, &req, url)) {
     lua_pushfstring(L,
-                    "%s: host %s is not an endpoint of %s (a mapping reaches only the hosts its endpoints "
-                    "declare, the ones its endpoint variables name, and --endpoint or --sim; see "
-                    "docs/lua-api.md#capabilities)",
-                    fn, req.host, mapping);
+                    "%s: host %s%s%s is not an endpoint of the mapping %s (a mapping reaches only the hosts "
+                    "its endpoints declare, the ones its endpoint variables name, and --endpoint or --sim; "
+                    "see docs/lua-api.md#capabilities)",
+                    fn, req.host, req.port[0] ? ":" : "", req.port, mapping);
     lp_sandbox_raise(L, lua_tostring(L, -1));
   }
   lua_pop(L, 1);

@@ -24,17 +24,17 @@ static const struct capability {
   const char *function; /* NULL = the whole sub-module */
   unsigned roles;
 } capabilities[] = {
+    {"http", NULL, MAPPING | SIM},  /* a mapping's only to its endpoints (script/endpoints.h) */
+    {"env", NULL, MAPPING | SIM},   /* where the credentials are */
+    {"fs", NULL, MAPPING | SIM},    /* mounted secrets and tokens */
+    {"cache", NULL, MAPPING | SIM}, /* caches are process-wide by name: a policy could read a mapping's */
+    {"stream", NULL, SIM},          /* the simulators' streaming HTTP handlers */
     {"json", NULL, EVERY},
     {"log", NULL, EVERY},
     {"crypto", NULL, EVERY},
     {"time", NULL, EVERY},
     {"time", "sleep", MAPPING | SIM}, /* a policy answers at once; the kit's builders never wait */
     {"version", NULL, EVERY},
-    {"cache", NULL, MAPPING | SIM}, /* caches are process-wide by name: a policy could read a mapping's */
-    {"env", NULL, MAPPING | SIM},   /* where the credentials are */
-    {"fs", NULL, MAPPING | SIM},    /* mounted secrets and tokens */
-    {"http", NULL, MAPPING | SIM},  /* a mapping's only to its endpoints (script/endpoints.h) */
-    {"stream", NULL, SIM},          /* the simulators' streaming HTTP handlers */
 };
 
 static const struct {
