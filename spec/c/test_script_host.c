@@ -334,8 +334,7 @@ static void test_http_await(void) {
 
   /* Connection refused comes back as nil, code. */
   outcome refused = {0};
-  lp_script_host_call(h, "sim.probe", "fetch", json_pack("[s]", "http://127.0.0.1:1/"), record,
-                      &refused);
+  lp_script_host_call(h, "sim.probe", "fetch", json_pack("[s]", "http://127.0.0.1:1/"), record, &refused);
   while (!refused.done) uv_run(&loop, UV_RUN_ONCE);
   CHECK_STR(refused.json, "[null,\"ConnectFailed\"]");
   free(refused.json);
@@ -444,7 +443,7 @@ static void test_reload(void) {
 
 static void test_load_time_http_refused(void) {
   write_file("sim/probe.lua", "local luaprov = require 'luaprov'\n"
-                                   "luaprov.http.request{ url = 'http://127.0.0.1:1/' }\nreturn {}\n");
+                              "luaprov.http.request{ url = 'http://127.0.0.1:1/' }\nreturn {}\n");
   lp_script_host_config cfg = {.loop = &loop, .defaults_dir = tree, .modules = modules, .http = client};
   lp_problems problems = {0};
   lp_script_host *h = lp_script_host_new(&cfg, &problems);
