@@ -38,7 +38,9 @@ void lp_endpoints_allow_configured(const char *url);
 
 /* Before the engine calls module.function with args: when module is a mapping's and args[0] (the
  * ctx the engine builds, never a script) has a string "endpoint" (--endpoint: the simulator, a
- * private gateway), that endpoint is allowed (lp_endpoints_allow_configured). */
+ * private gateway), that endpoint is allowed (lp_endpoints_allow_configured). For provider_id the
+ * first argument is the instance the mapping itself answered: only the mapping's own code could put
+ * an "endpoint" there, and that code may declare any host anyway. */
 void lp_endpoints_allow_call(const char *module, const json_t *args);
 
 #endif
