@@ -154,11 +154,18 @@ lp_error *lp_error_copy(const lp_error *e) {
   return c;
 }
 
+/* A part the message already names (a mapping that words the cloud's answer, "RunInstances: ...
+ * (RequestId 5A2B...)") is not said again: one ID per message in events and conditions, as in logs. */
+static const char *unsaid(const lp_error *e, const char *part) {
+  return part && *part && !strstr(e->message, part) ? part : NULL;
+}
+
 char *lp_error_describe(const lp_error *e) {
-  if (!e->action && !e->request_id) return lp_xstrdup(e->message);
-  return lp_xasprintf("%s (%s%s%s%s%s)", e->message, e->action ? "action " : "", e->action ? e->action : "",
-                      e->action && e->request_id ? ", " : "", e->request_id ? "request ID " : "",
-                      e->request_id ? e->request_id : "");
+  const char *action = unsaid(e, e->action), *request_id = unsaid(e, e->request_id);
+  if (!action && !request_id) return lp_xstrdup(e->message);
+  return lp_xasprintf("%s (%s%s%s%s%s)", e->message, action ? "action " : "", action ? action : "",
+                      action && request_id ? ", " : "", request_id ? "request ID " : "",
+                      request_id ? request_id : "");
 }
 
 void lp_error_free(lp_error *e) {

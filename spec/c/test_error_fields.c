@@ -78,6 +78,17 @@ static void test_from_table(void) {
   char *d = lp_error_describe(e);
   CHECK_STR(d, "no quota (action RunInstances, request ID REQ-2)");
   free(d);
+  /* a message that names the ID and the action already (the Alibaba mapping's) is not extended */
+  free(e->message);
+  e->message = lp_xstrdup("RunInstances: QuotaExceeded: no quota (RequestId REQ-2, HTTP 400)");
+  d = lp_error_describe(e);
+  CHECK_STR(d, "RunInstances: QuotaExceeded: no quota (RequestId REQ-2, HTTP 400)");
+  free(d);
+  free(e->message);
+  e->message = lp_xstrdup("QuotaExceeded: no quota (RequestId REQ-2)"); /* only the action is added */
+  d = lp_error_describe(e);
+  CHECK_STR(d, "QuotaExceeded: no quota (RequestId REQ-2) (action RunInstances)");
+  free(d);
   lp_error_free(e);
   json_decref(t);
   json_t *s = json_string("plain text");
