@@ -9,7 +9,8 @@
  * duration from the object's start). Methods, in order, the first that decides acting alone:
  *   emptiness        Consolidatable, no reschedulable pods, policy WhenEmpty or WhenEmptyOrUnderutilized;
  *                    budget Empty; deleted (Node tainted karpenter.sh/disrupted:NoSchedule first)
- *   drift            Drifted, oldest first; budget Drifted; replaced 1:1 (below)
+ *   drift            Drifted, oldest first; budget Drifted; replaced 1:1 (below) as the drift gate lets
+ *                    (drift_replacement.h: one at a time until one is judged, none once unresolvable)
  *   multi-node       Consolidatable of WhenEmptyOrUnderutilized pools, cheapest first, budget
  *                    Underutilized: the longest prefix (>= 2, <= 100) the simulation (disruption_simulate.c)
  *                    can delete, or replace by one cheaper node not of a candidate's instance type;
@@ -58,8 +59,6 @@
  * retry", "replacement creation settled", "stale disruption taint removed" (nodeclaim, node); warn "invalid
  * disruption budget", "disruption policy failed, nodeclaim not disrupted", "replacement creation unanswered,
  * ..." (nodeclaim, replacement, code, error). */
-#include <limits.h>
-#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -124,13 +123,19 @@ static int differs(const json_t *a, const json_t *b, const char *type) {
   return lp_condition_is(a, type, "True") != lp_condition_is(b, type, "True");
 }
 
+/* DriftUnresolvable set, judged False or gone: the drift gate (drift_replacement.h) may open or close. */
+static int judged_differs(const json_t *a, const json_t *b) {
+  const char *x = lp_obj_str(lp_condition_get(a, LP_DRIFT_UNRESOLVABLE), "status");
+  const char *y = lp_obj_str(lp_condition_get(b, LP_DRIFT_UNRESOLVABLE), "status");
+  return strcmp(x ? x : "", y ? y : "") != 0;
+}
+
 static void on_change(lp_controller *c, lp_kind kind, const json_t *old_obj, const json_t *new_obj) {
   int wake = 0;
   if (kind == LP_KIND_NODECLAIM) {
     wake = !old_obj || !new_obj || differs(old_obj, new_obj, DZ_REASON) ||
            differs(old_obj, new_obj, DZ_CONSOLIDATABLE) || differs(old_obj, new_obj, "Initialized") ||
-           differs(old_obj, new_obj, LP_DRIFT_UNRESOLVABLE) ||
-           lp_obj_deleting(old_obj) != lp_obj_deleting(new_obj);
+           judged_differs(old_obj, new_obj) || lp_obj_deleting(old_obj) != lp_obj_deleting(new_obj);
   } else if (kind == LP_KIND_NODEPOOL) {
     wake = !old_obj || !new_obj ||
            !json_equal(json_object_get(old_obj, "spec"), json_object_get(new_obj, "spec"));
@@ -221,11 +226,10 @@ static dz_action *add_action(dz_pass *p, dz_kind kind, json_t *claim, json_t *re
 
 typedef struct scan {
   dz_pass *p;
-  json_t *replacing;    /* candidate name -> its replacement (borrowed), from luaprov.io/replaces */
-  json_t *total;        /* NodePool -> initialized NodeClaims */
-  json_t *disrupting;   /* NodePool -> NodeClaims being disrupted */
-  json_t *candidates;   /* initialized NodeClaims not in progress (borrowed) */
-  json_t *unresolvable; /* NodePool -> {drift reason -> a NodeClaim DriftUnresolvable for it} */
+  json_t *replacing;  /* candidate name -> its replacement (borrowed), from luaprov.io/replaces */
+  json_t *total;      /* NodePool -> initialized NodeClaims */
+  json_t *disrupting; /* NodePool -> NodeClaims being disrupted */
+  json_t *candidates; /* initialized NodeClaims not in progress (borrowed) */
 } scan;
 
 static void bump(json_t *counts, const char *pool) {
@@ -273,22 +277,10 @@ static void follow_up(scan *s, json_t *claim, const char *replacement_name) {
   if (why) add_action(p, DZ_ABANDON, claim, replacement)->why = why;
 }
 
-/* A NodeClaim DriftUnresolvable (the drift controller's, drift_replacement.h) holds its reason back in
- * its pool while it is not being deleted. */
-static void note_unresolvable(scan *s, const char *pool, const json_t *claim) {
-  const char *reason =
-      json_string_value(json_object_get(lp_condition_get(claim, LP_DRIFT_UNRESOLVABLE), "reason"));
-  if (!reason || lp_obj_deleting(claim) || !lp_condition_is(claim, LP_DRIFT_UNRESOLVABLE, "True")) return;
-  json_t *reasons = json_object_get(s->unresolvable, pool);
-  if (!reasons) json_object_set_new(s->unresolvable, pool, reasons = json_object());
-  json_object_set_new(reasons, reason, json_string(lp_obj_name(claim)));
-}
-
 static void scan_claim(const char *key, json_t *claim, void *ud) {
   scan *s = ud;
   const char *pool = lp_obj_label(claim, DZ_LABEL_POOL);
   if (!pool) return;
-  note_unresolvable(s, pool, claim);
   if (lp_condition_is(claim, "Initialized", "True")) bump(s->total, pool);
   const char *mark = lp_obj_annotation(claim, DZ_ANNOTATION_REPLACED_BY);
   json_t *replacement = json_object_get(s->replacing, key);
@@ -352,9 +344,8 @@ static void forget_older(json_t *times, double now, double age) {
   const char *key;
   json_t *at;
   void *tmp;
-  json_object_foreach_safe(times, tmp, key, at) {
-    if (now - json_real_value(at) >= age) json_object_del(times, key);
-  }
+  json_object_foreach_safe(times, tmp, key, at) if (now - json_real_value(at) >= age)
+      json_object_del(times, key);
 }
 
 /* The pass's candidates: s->claims with a cached NodePool and no failed replacement waiting. */
@@ -362,7 +353,13 @@ typedef struct cands {
   dz_candidate *v;   /* filled in */
   dz_candidate **by; /* pointers into v, in the order a method wants */
   size_t n;
+  lp_drift_gate *gate; /* which drift reasons may be replaced in which NodePool */
 } cands;
+
+/* The Drifted reason of a drifted candidate, else NULL. */
+static const char *drifted_for(const dz_candidate *cd) {
+  return cd->drifted ? lp_obj_str(lp_condition_get(cd->claim, DZ_REASON), "reason") : NULL;
+}
 
 static void cands_build(scan *s, cands *cs) {
   dz_pass *p = s->p;
@@ -378,20 +375,19 @@ static void cands_build(scan *s, cands *cs) {
     if (!nodepool || json_object_get(p->st->failed, lp_obj_name(claim))) continue;
     dz_candidate *cd = &cs->v[cs->n];
     dz_candidate_fill(p->env, pdbs, cd, claim, nodepool, p->now);
-    const char *reason = json_string_value(json_object_get(lp_condition_get(claim, DZ_REASON), "reason"));
-    if (cd->drifted && reason)
-      cd->unresolved_by =
-          json_string_value(json_object_get(json_object_get(s->unresolvable, cd->pool), reason));
     cs->by[cs->n] = cd;
     cs->n++;
   }
   dz_pdbs_free(pdbs);
+  cs->gate = lp_drift_gate_new(p->env);
+  dz_gate_on_its_way(p, cs->gate); /* the replacements POSTed and not cached yet count too */
 }
 
 static void cands_free(cands *cs) {
   for (size_t i = 0; i < cs->n; i++) dz_candidate_clear(&cs->v[i]);
   free(cs->v);
   free(cs->by);
+  lp_drift_gate_free(cs->gate);
 }
 
 static dz_candidate *cands_find(cands *cs, const char *name) {
@@ -408,7 +404,7 @@ static void count_eligible(dz_pass *p, const cands *cs) {
     if (cd->blocked) continue;
     empty += dz_is_empty_candidate(cd);
     underutilized += dz_is_underutilized_candidate(cd) && cd->pods > 0;
-    drifted += cd->drifted && !cd->unresolved_by;
+    drifted += cd->drifted && !lp_drift_gate_why(cs->gate, cd->pool, drifted_for(cd));
   }
   lp_gauge_set(p->st->eligible, LP_LABELS("empty"), empty);
   lp_gauge_set(p->st->eligible, LP_LABELS("underutilized"), underutilized);
@@ -473,32 +469,6 @@ typedef struct attempt {
   char *why;     /* the last refusal's, malloc'd */
 } attempt;
 
-#define LABEL_INSTANCE_TYPE "node.kubernetes.io/instance-type"
-
-/* Drops from the replacement shape's instance-type options those of the k candidates; how many are
- * left (SIZE_MAX when the shape names none: nothing to compare). */
-static size_t drop_candidate_types(json_t *shape, json_t *const *claims, size_t k) {
-  size_t i;
-  json_t *req;
-  json_array_foreach(json_object_get(shape, "requirements"), i, req) {
-    const char *key = json_string_value(json_object_get(req, "key"));
-    json_t *values = json_object_get(req, "values");
-    if (!key || strcmp(key, LABEL_INSTANCE_TYPE) != 0 || !json_is_array(values)) continue;
-    for (size_t v = json_array_size(values); v-- > 0;) {
-      const char *type = json_string_value(json_array_get(values, v));
-      for (size_t c = 0; c < k; c++) {
-        const char *has = lp_obj_label(claims[c], LABEL_INSTANCE_TYPE);
-        if (type && has && strcmp(type, has) == 0) {
-          json_array_remove(values, v);
-          break;
-        }
-      }
-    }
-    return json_array_size(values);
-  }
-  return SIZE_MAX;
-}
-
 static int try_claims(void *ud, dz_candidate *const *unused, size_t k) {
   (void)unused;
   attempt *at = ud;
@@ -510,7 +480,7 @@ static int try_claims(void *ud, dz_candidate *const *unused, size_t k) {
   int ok = r.feasible;
   free(at->why);
   at->why = ok ? NULL : lp_xstrdup(r.why ? r.why : "the simulation refused these nodes");
-  if (ok && r.replacement && k > 1 && drop_candidate_types(r.replacement, v, k) == 0) {
+  if (ok && r.replacement && k > 1 && dz_drop_candidate_types(r.replacement, v, k) == 0) {
     ok = 0;
     at->why =
         lp_xstrdup("the only cheaper replacement is of an instance type one of these nodes has already");
@@ -747,13 +717,11 @@ static int drift(dz_pass *p, cands *cs, json_t *left) {
   for (size_t i = 0; i < cs->n; i++) {
     dz_candidate *cd = cs->by[i];
     json_t *n = json_object_get(left, cd->pool);
+    const char *reason = drifted_for(cd),
+               *gated = reason ? lp_drift_gate_why(cs->gate, cd->pool, reason) : NULL;
     if (!cd->drifted) continue;
-    if (cd->unresolved_by) {
-      const json_t *cond = lp_condition_get(cd->claim, DZ_REASON);
-      lp_env_event(p->env, cd->claim, "Normal", "DisruptionBlocked",
-                   "Drift reason %s cannot be resolved by replacement in NodePool %s (NodeClaim %s is %s)",
-                   json_string_value(json_object_get(cond, "reason")), cd->pool, cd->unresolved_by,
-                   LP_DRIFT_UNRESOLVABLE);
+    if (gated) {
+      lp_env_event(p->env, cd->claim, "Normal", "DisruptionBlocked", "%s", gated);
     } else if (cd->blocked) {
       held_back(cd, cd->blocked, p);
     } else if (json_integer_value(n) <= 0) {
@@ -764,6 +732,7 @@ static int drift(dz_pass *p, cands *cs, json_t *left) {
       dz_action *a = add_action(p, DZ_REPLACE, cd->claim, NULL);
       a->nodepool = json_incref(cd->nodepool);
       a->claims = json_pack("[O]", cd->claim);
+      if (reason) lp_drift_gate_launched(cs->gate, cd->pool, reason, NULL, cd->name);
     }
   }
   observe(p, "drift", "", started);
@@ -802,7 +771,7 @@ static void reconcile(lp_controller *c, const char *key) {
   p->mono = lp_env_monotonic(p->env);
   dz_forget_arrived(p);
   forget_older(p->st->tainted, p->mono, DZ_CHECK_AFTER_S);
-  scan s = {p, json_object(), json_object(), json_object(), json_array(), json_object()};
+  scan s = {p, json_object(), json_object(), json_object(), json_array()};
   lp_env_each(p->env, LP_KIND_NODECLAIM, note_replacement, s.replacing);
   lp_env_each(p->env, LP_KIND_NODECLAIM, scan_claim, &s);
   choose(&s);
@@ -810,7 +779,6 @@ static void reconcile(lp_controller *c, const char *key) {
   json_decref(s.total);
   json_decref(s.disrupting);
   json_decref(s.candidates);
-  json_decref(s.unresolvable);
   if (!p->waiting) launch_more(p);
 }
 

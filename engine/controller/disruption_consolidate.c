@@ -8,9 +8,12 @@
  * pool's up to its Underutilized budget: multi-node consolidation looks for the longest prefix of at
  * least two of them (at most 100) that the simulation can remove or replace by one cheaper node,
  * halving the range each time as Karpenter does; single-node consolidation for the first one alone.
- * Candidates held back by karpenter.sh/do-not-disrupt are never picked. */
+ * Candidates held back by karpenter.sh/do-not-disrupt are never picked. A replacement of several
+ * candidates may not be of an instance type one of them has (dz_drop_candidate_types). */
+#include <stdint.h>
 #include <string.h>
 
+#include "contract/shapes.h"
 #include "controller/disruption_internal.h"
 
 int dz_is_empty_candidate(const dz_candidate *cd) {
@@ -77,4 +80,26 @@ size_t dz_single_first(dz_candidate *const *candidates, size_t n, dz_try_fn try_
   for (size_t i = 0; i < n; i++)
     if (try_fn(ud, &candidates[i], 1)) return i;
   return n;
+}
+
+size_t dz_drop_candidate_types(json_t *shape, json_t *const *claims, size_t k) {
+  size_t i;
+  json_t *req;
+  json_array_foreach(json_object_get(shape, "requirements"), i, req) {
+    const char *key = json_string_value(json_object_get(req, "key"));
+    json_t *values = json_object_get(req, "values");
+    if (!key || strcmp(key, LP_LABEL_INSTANCE_TYPE) != 0 || !json_is_array(values)) continue;
+    for (size_t v = json_array_size(values); v-- > 0;) {
+      const char *type = json_string_value(json_array_get(values, v));
+      for (size_t c = 0; c < k; c++) {
+        const char *has = lp_obj_label(claims[c], LP_LABEL_INSTANCE_TYPE);
+        if (type && has && strcmp(type, has) == 0) {
+          json_array_remove(values, v);
+          break;
+        }
+      }
+    }
+    return json_array_size(values);
+  }
+  return SIZE_MAX;
 }

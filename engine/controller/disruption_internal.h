@@ -12,6 +12,7 @@
 #include <jansson.h>
 
 #include "controller/controller.h"
+#include "controller/drift_replacement.h"
 #include "core/error.h"
 #include "core/metrics.h"
 
@@ -53,9 +54,6 @@ typedef struct dz_candidate {
   int consolidatable; /* Consolidatable=True */
   dz_policy policy;   /* its NodePool's */
   char *blocked;      /* why it may not be disrupted (do-not-disrupt), malloc'd, or NULL */
-  const char
-      *unresolved_by; /* drifted for a reason a NodeClaim of its pool shows replacing cannot resolve
-                         (DriftUnresolvable): that NodeClaim's name, borrowed for the pass; else NULL */
 } dz_candidate;
 
 /* The controller's state (state_new). */
@@ -64,8 +62,9 @@ typedef struct dz_state {
   json_t *tainted;         /* candidate name -> lp_env_monotonic when its Node was tainted: a stale-taint
                               sweep leaves it alone DZ_CHECK_AFTER_S (the cache may lag its delete) */
   json_t *on_its_way;      /* candidate name -> {"replacement": name, "at": lp_env_monotonic of its POST or
-                              last check, "unanswered": its creation was never confirmed}: replacements
-                              POSTed that the cache has not shown yet (disruption_replace.c) */
+                              last check, "unanswered": its creation was never confirmed, "for": the drift
+                              reason of a drift replacement}: replacements POSTed that the cache has not
+                              shown yet (disruption_replace.c) */
   lp_metric *disrupted;    /* luaprov_nodeclaims_disrupted_total{reason, nodepool} */
   lp_metric *allowed;      /* luaprov_disruption_budgets_allowed{nodepool} */
   lp_metric *replacements; /* luaprov_disruption_replacements_total{result} */
@@ -193,6 +192,11 @@ size_t dz_multi_prefix(dz_candidate *const *candidates, size_t n, dz_try_fn try_
 /* Single-node consolidation: the index of the first candidate try accepts alone, or n. */
 size_t dz_single_first(dz_candidate *const *candidates, size_t n, dz_try_fn try_fn, void *ud);
 
+/* Drops from a consolidation's replacement shape (dz_sim_result.replacement) the instance-type options
+ * that one of the k claims (borrowed) has: how many are left (SIZE_MAX when the shape names none: nothing
+ * to compare). */
+size_t dz_drop_candidate_types(json_t *shape, json_t *const *claims, size_t k);
+
 /* ---- disruption_budget.c --------------------------------------------------------------------- */
 
 /* How many of the nodepool's total nodes its disruption budgets (spec.disruption.budgets; absent =
@@ -224,6 +228,8 @@ const char *dz_replacement_reason(const json_t *replacement);
  * candidate's mark) and those whose candidate is gone or being deleted: from then on the pass sees
  * them as it sees any other. */
 void dz_forget_arrived(dz_pass *p);
+/* Tells gate (drift_replacement.h) of the drift replacements POSTed that the cache does not show yet. */
+void dz_gate_on_its_way(dz_pass *p, lp_drift_gate *gate);
 /* Starts the action's writes; ends, now or later, with dz_action_done. A voluntary disruption (DZ_REPLACE,
  * DZ_DELETE) first asks the Lua disruption policy (lp_cp_can_disrupt): vetoed, a DisruptionBlocked event
  * with its why; the policy failing, a Warning DisruptionPolicyFailed (fail closed); either way the

@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "contract/requirements.h"
+#include "controller/conditions.h"
 #include "controller/disruption_internal.h"
 #include "controller/drift_replacement.h"
 #include "controller/nodepool.h"
@@ -230,6 +231,16 @@ void dz_forget_arrived(dz_pass *p) {
   }
 }
 
+void dz_gate_on_its_way(dz_pass *p, lp_drift_gate *gate) {
+  const char *name;
+  json_t *way;
+  json_object_foreach(p->st->on_its_way, name, way) {
+    const json_t *claim = lp_env_get(p->env, LP_KIND_NODECLAIM, name);
+    const char *pool = lp_obj_label(claim, DZ_LABEL_POOL), *reason = lp_obj_str(way, "for");
+    if (pool && reason) lp_drift_gate_launched(gate, pool, reason, lp_obj_str(way, "replacement"), name);
+  }
+}
+
 /* lp_env_nodeclaim_name's taken: name is the replacement of an entry of ud (dz_state.on_its_way). */
 static int name_on_its_way(const char *name, void *ud) {
   const char *candidate;
@@ -314,8 +325,10 @@ static void replace(dz_action *a) {
   for (size_t i = 0; i < nclaims(a); i++) {
     if (i) strcat(replaces, ",");
     strcat(replaces, name_of(claim_at(a, i)));
-    json_object_set_new(st->on_its_way, name_of(claim_at(a, i)),
-                        json_pack("{s:s, s:f, s:b}", "replacement", name, "at", a->p->mono, "unanswered", 0));
+    json_object_set_new(
+        st->on_its_way, name_of(claim_at(a, i)),
+        json_pack("{s:s, s:f, s:b, s:s*}", "replacement", name, "at", a->p->mono, "unanswered", 0, "for",
+                  a->shape ? NULL : lp_obj_str(lp_condition_get(a->claim, DZ_REASON), "reason")));
   }
   a->replacement = dz_replacement_for(a->claim, a->nodepool, name, a->shape, a->reason, replaces);
   if (!a->shape)

@@ -12,9 +12,11 @@
  *
  * A drift replacement drifted for the reason it was made for, under the same node class and scripts
  * and NodePool template (lp_drift_unresolvable), also gets DriftUnresolvable=True with that reason, in the
- * same write: the disruption controller then replaces no node of its NodePool for that reason. It goes when
- * the drift clears, its reason changes, or the node class, the template or the scripts change (a hot reload):
- * replacing resumes.
+ * same write, and its NodePool the record drift-unresolvable.luaprov.io/<reason> (lp_drift_record_wanted):
+ * the disruption controller then replaces no node of the NodePool for that reason, even once the
+ * replacement is gone. A drift replacement judged otherwise gets DriftUnresolvable=False: "Resolved" once
+ * it is Initialized and not drifted for its reason, "InputsChanged" when the node class, the template or
+ * the scripts changed (a hot reload) since it was made; either lets replacing go on.
  *
  * What enqueues a NodeClaim besides its own changes: a change of its NodePool's spec or annotations
  * (every NodeClaim labelled with the pool), and any change of its node class (by
@@ -177,7 +179,8 @@ typedef struct drift_write {
   char *message; /* what the condition says */
   int newly;     /* the write marks it drifted (or with another reason): counted once stored */
   char *stuck;   /* the write sets DriftUnresolvable=True (its message), else NULL: announced once stored */
-  int unstuck;   /* the write removes DriftUnresolvable */
+  int unstuck;   /* the write lifts DriftUnresolvable=True */
+  int holds;     /* DriftUnresolvable=True once the write is stored: the NodePool records it */
 } drift_write;
 
 static void run_end(drift_run *r, lp_error *err, double requeue_s) {
@@ -212,18 +215,43 @@ static void announce_unresolvable(const drift_write *w) {
   }
 }
 
+static void record_written(const lp_kube_reply *reply, void *ud) {
+  drift_run *r = ud;
+  lp_error *err = NULL;
+  if (reply->error)
+    err = lp_error_new(reply->error->code, "drift: recording on nodepool %s that nodeclaim %s is %s: %s",
+                       lp_obj_name(r->nodepool), r->key, LP_DRIFT_UNRESOLVABLE, reply->error->message);
+  run_end(r, err, err ? 0 : requeue_of(r));
+}
+
+/* Ends the run once the NodePool records what DriftUnresolvable=True for reason (NULL: none) shows. */
+static void end_recorded(drift_run *r, const char *reason, lp_error *err, double requeue_s) {
+  char *value =
+      !err && reason ? lp_drift_record_wanted(r->env, r->claim, r->nodeclass, r->nodepool, reason) : NULL;
+  if (!value) {
+    run_end(r, err, requeue_s);
+    return;
+  }
+  char *key = lp_xasprintf(LP_DRIFT_RECORD_PREFIX "%s", reason);
+  lp_env_annotate(r->env, LP_KIND_NODEPOOL, lp_obj_name(r->nodepool), key, value, record_written, r);
+  free(key);
+  free(value);
+}
+
 static void condition_written(const lp_kube_reply *reply, void *ud) {
   drift_write *w = ud;
   drift_run *r = w->r;
   lp_error *err = NULL;
   const char *log = lp_controller_logger(r->c), *pool = lp_obj_label(r->claim, DRIFT_LABEL_POOL);
   double requeue = requeue_of(r);
+  int stored = 0;
   if (lp_controller_gone(r->c, r->key, reply, "updating the Drifted condition")) {
     requeue = 0; /* deleted meanwhile: nothing is left to mark */
   } else if (reply->error) {
     err = lp_error_new(reply->error->code, "drift: updating the Drifted condition of nodeclaim %s: %s",
                        r->key, reply->error->message);
   } else {
+    stored = 1;
     if (w->reason) {
       lp_debug(log, "marking drifted", LPF_STR("nodeclaim", r->key), LPF_STR("nodepool", pool),
                LPF_STR("reason", w->reason), LPF_STR("message", w->message));
@@ -234,11 +262,13 @@ static void condition_written(const lp_kube_reply *reply, void *ud) {
     }
     announce_unresolvable(w);
   }
-  free(w->reason);
+  char *reason = w->reason;
+  int holds = w->holds && stored;
   free(w->message);
   free(w->stuck);
   free(w);
-  run_end(r, err, requeue);
+  end_recorded(r, holds ? reason : NULL, err, requeue);
+  free(reason);
 }
 
 static const char *const result_of[] = {
@@ -251,6 +281,27 @@ static char *unresolvable_message(const drift_run *r, const char *reason) {
   return lp_xasprintf("replacement of %s drifted for the same reason (%s): replacing would loop, so no node "
                       "of NodePool %s is replaced for %s; fix the drift policy or the node class",
                       replaces ? replaces : "?", reason, pool ? pool : "?", reason);
+}
+
+/* DriftUnresolvable on want when the NodeClaim is not shown unresolvable: a drift replacement is judged
+ * (False) once it is Initialized and not drifted for its reason, or made under other inputs; any other
+ * NodeClaim has none, nor has a replacement not judged yet. Non-zero when want changed. */
+static int judge(const drift_run *r, json_t *want, drift_outcome outcome, const char *reason, int was_stuck) {
+  const char *made_for = lp_drift_replaced_for(r->claim);
+  if (!made_for || (!was_stuck && !lp_condition_is(r->claim, "Initialized", "True")))
+    return lp_condition_clear(want, LP_DRIFT_UNRESOLVABLE);
+  const char *replaces = lp_obj_annotation(r->claim, DRIFT_ANNOTATION_REPLACES);
+  int same = outcome == DRIFT_FOUND && reason && strcmp(reason, made_for) == 0;
+  char *message =
+      same ? lp_xasprintf("replacement of %s was made before the node class, the NodePool template or the "
+                          "scripts changed; the next replacement for %s is judged again",
+                          replaces ? replaces : "?", made_for)
+           : lp_xasprintf("replacement of %s is not drifted for %s: replacing resolves it",
+                          replaces ? replaces : "?", made_for);
+  int changed = lp_condition_set(want, LP_DRIFT_UNRESOLVABLE, "False",
+                                 same ? LP_DRIFT_INPUTS_CHANGED : LP_DRIFT_RESOLVED, message, r->now);
+  free(message);
+  return changed;
 }
 
 void drift_verdict(drift_run *r, drift_outcome outcome, const char *reason, const char *message,
@@ -271,15 +322,16 @@ void drift_verdict(drift_run *r, drift_outcome outcome, const char *reason, cons
           : NULL;
   int was_stuck = lp_condition_is(r->claim, LP_DRIFT_UNRESOLVABLE, "True");
   int stuck_changed = stuck ? lp_condition_set(want, LP_DRIFT_UNRESOLVABLE, "True", reason, stuck, r->now)
-                            : lp_condition_clear(want, LP_DRIFT_UNRESOLVABLE);
+                            : judge(r, want, outcome, reason, was_stuck);
   if (!changed && !stuck_changed) {
-    free(stuck);
     json_decref(want);
-    run_end(r, NULL, requeue_of(r));
+    end_recorded(r, stuck ? reason : NULL, NULL, requeue_of(r));
+    free(stuck);
     return;
   }
   drift_write *w = lp_xcalloc(1, sizeof *w);
   w->r = r;
+  w->holds = stuck != NULL;
   if (stuck && !was_stuck)
     w->stuck = stuck; /* the reason cannot change while it holds: it is made_for */
   else

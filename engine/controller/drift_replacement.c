@@ -48,3 +48,154 @@ int lp_drift_unresolvable(lp_ctrl_env *env, const json_t *claim, const json_t *n
   free(now);
   return same;
 }
+
+const char *lp_drift_replaced_for(const json_t *claim) {
+  return lp_obj_annotation(claim, LP_REPLACED_FOR_ANNOTATION);
+}
+
+/* The "under" of a NodePool record's value (a JSON object text), malloc'd, or NULL when unreadable. */
+static char *record_under(const char *value) {
+  json_t *v = value ? json_loads(value, 0, NULL) : NULL;
+  const char *under = json_string_value(json_object_get(v, "under"));
+  char *copy = under ? lp_xstrdup(under) : NULL;
+  json_decref(v);
+  return copy;
+}
+
+char *lp_drift_record_wanted(lp_ctrl_env *env, const json_t *claim, const json_t *nodeclass,
+                             const json_t *nodepool, const char *reason) {
+  char *key = lp_xasprintf(LP_DRIFT_RECORD_PREFIX "%s", reason);
+  char *had = record_under(lp_obj_annotation(nodepool, key));
+  char *now = inputs(env, nodeclass, nodepool);
+  char *value = NULL;
+  if (!had || strcmp(had, now) != 0) {
+    json_t *v = json_pack("{s:s, s:s}", "under", now, "nodeclaim", lp_obj_name(claim));
+    value = json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS);
+    json_decref(v);
+  }
+  free(key);
+  free(had);
+  free(now);
+  return value;
+}
+
+/* ---- the gate ---------------------------------------------------------------------------------- */
+
+/* What a (NodePool, reason) is in the gate, weakest first: a stronger one is not overwritten. */
+enum { FREE = 0, PROBING, PROVEN, HELD };
+
+struct lp_drift_gate {
+  lp_ctrl_env *env;
+  json_t *pools;  /* NodePool -> {reason -> {"rank": FREE..HELD, "why": the DisruptionBlocked text}} */
+  json_t *inputs; /* NodePool -> the inputs that hold now for its replacements */
+};
+
+/* The inputs now for a new replacement of pool (its template's node class), borrowed from the gate. */
+static const char *pool_inputs(lp_drift_gate *g, const char *pool) {
+  const char *have = json_string_value(json_object_get(g->inputs, pool));
+  if (have) return have;
+  const json_t *nodepool = lp_env_get(g->env, LP_KIND_NODEPOOL, pool);
+  const json_t *nodeclass =
+      nodepool ? lp_env_nodeclass_of(g->env, lp_obj_get(nodepool, "spec.template.spec.nodeClassRef")) : NULL;
+  char *now = inputs(g->env, nodeclass, nodepool);
+  json_object_set_new(g->inputs, pool, json_string(now));
+  free(now);
+  return json_string_value(json_object_get(g->inputs, pool));
+}
+
+static json_t *entry(lp_drift_gate *g, const char *pool, const char *reason) {
+  json_t *reasons = json_object_get(g->pools, pool);
+  if (!reasons) json_object_set_new(g->pools, pool, reasons = json_object());
+  json_t *e = json_object_get(reasons, reason);
+  if (!e) json_object_set_new(reasons, reason, e = json_pack("{s:i}", "rank", FREE));
+  return e;
+}
+
+/* Sets (pool, reason) to rank with why (malloc'd, taken; NULL for PROVEN) unless it is stronger already. */
+static void rank(lp_drift_gate *g, const char *pool, const char *reason, int r, char *why) {
+  json_t *e = entry(g, pool, reason);
+  if (json_integer_value(json_object_get(e, "rank")) < r) {
+    json_object_set_new(e, "rank", json_integer(r));
+    json_object_set_new(e, "why", why ? json_string(why) : json_null());
+  }
+  free(why);
+}
+
+/* replacement: its name, or NULL when not named yet (then candidate's, the node it replaces). */
+static char *probing_why(const char *pool, const char *reason, const char *replacement,
+                         const char *candidate) {
+  return lp_xasprintf("Drift reason %s in NodePool %s waits for %s%s to be judged: one replacement at a time "
+                      "until one shows that replacing resolves the drift",
+                      reason, pool, replacement ? "replacement " : "the replacement of ",
+                      replacement ? replacement : candidate);
+}
+
+static void gate_claim(const char *key, json_t *claim, void *ud) {
+  lp_drift_gate *g = ud;
+  const char *pool = lp_obj_label(claim, "karpenter.sh/nodepool");
+  if (!pool || lp_obj_deleting(claim)) return;
+  const json_t *cond = lp_condition_get(claim, LP_DRIFT_UNRESOLVABLE);
+  const char *status = lp_obj_str(cond, "status"), *reason = lp_obj_str(cond, "reason");
+  if (status && reason && strcmp(status, "True") == 0)
+    rank(g, pool, reason, HELD,
+         lp_xasprintf("Drift reason %s cannot be resolved by replacement in NodePool %s (NodeClaim %s is %s)",
+                      reason, pool, key, LP_DRIFT_UNRESOLVABLE));
+  const char *made_for = lp_drift_replaced_for(claim);
+  const char *made_under = lp_obj_annotation(claim, LP_REPLACED_UNDER_ANNOTATION);
+  if (!made_for) return;
+  if (!cond)
+    rank(g, pool, made_for, PROBING, probing_why(pool, made_for, key, NULL));
+  else if (status && strcmp(status, "False") == 0 && reason && strcmp(reason, LP_DRIFT_RESOLVED) == 0 &&
+           made_under && strcmp(made_under, pool_inputs(g, pool)) == 0)
+    rank(g, pool, made_for, PROVEN, NULL);
+}
+
+static void gate_pool(const char *key, json_t *nodepool, void *ud) {
+  lp_drift_gate *g = ud;
+  const char *name;
+  json_t *value;
+  json_object_foreach(json_object_get(json_object_get(nodepool, "metadata"), "annotations"), name, value) {
+    size_t n = strlen(LP_DRIFT_RECORD_PREFIX);
+    if (strncmp(name, LP_DRIFT_RECORD_PREFIX, n) != 0 || !name[n]) continue;
+    char *under = record_under(json_string_value(value));
+    if (under && strcmp(under, pool_inputs(g, key)) == 0) {
+      json_t *v = json_loads(json_string_value(value), 0, NULL);
+      const char *by = json_string_value(json_object_get(v, "nodeclaim"));
+      rank(
+          g, key, name + n, HELD,
+          lp_xasprintf("Drift reason %s cannot be resolved by replacement in NodePool %s (its annotation %s: "
+                       "replacement %s was %s under the node class, template and scripts in use)",
+                       name + n, key, name, by ? by : "?", LP_DRIFT_UNRESOLVABLE));
+      json_decref(v);
+    }
+    free(under);
+  }
+}
+
+lp_drift_gate *lp_drift_gate_new(lp_ctrl_env *env) {
+  lp_drift_gate *g = lp_xcalloc(1, sizeof *g);
+  g->env = env;
+  g->pools = json_object();
+  g->inputs = json_object();
+  lp_env_each(env, LP_KIND_NODECLAIM, gate_claim, g);
+  lp_env_each(env, LP_KIND_NODEPOOL, gate_pool, g);
+  return g;
+}
+
+void lp_drift_gate_free(lp_drift_gate *g) {
+  if (!g) return;
+  json_decref(g->pools);
+  json_decref(g->inputs);
+  free(g);
+}
+
+const char *lp_drift_gate_why(lp_drift_gate *g, const char *pool, const char *reason) {
+  json_t *e = json_object_get(json_object_get(g->pools, pool), reason);
+  json_int_t r = json_integer_value(json_object_get(e, "rank"));
+  return r == HELD || r == PROBING ? json_string_value(json_object_get(e, "why")) : NULL;
+}
+
+void lp_drift_gate_launched(lp_drift_gate *g, const char *pool, const char *reason, const char *replacement,
+                            const char *candidate) {
+  rank(g, pool, reason, PROBING, probing_why(pool, reason, replacement, candidate));
+}

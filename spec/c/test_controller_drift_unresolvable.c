@@ -124,7 +124,7 @@ static int settled_clean(ctrl_fixture *fx, const void *ud) {
   size_t i, dirty = 0;
   json_t *c;
   json_array_foreach(items, i, c) {
-    dirty += lp_condition_get(c, "Drifted") != NULL || lp_condition_get(c, LP_DRIFT_UNRESOLVABLE) != NULL;
+    dirty += lp_condition_get(c, "Drifted") != NULL || lp_condition_is(c, LP_DRIFT_UNRESOLVABLE, "True");
   }
   json_decref(items);
   return dirty == 0;
