@@ -5,12 +5,16 @@
  * replaced: its replacement drifts for the same reason, gets DriftUnresolvable, a Warning event on it
  * and on its NodePool, and no node of the pool is replaced for ImageDrift after that, whatever the
  * budget allows and however long one waits. A hot reload of a rule the replacements satisfy lets
- * replacing resume.
+ * replacing resume. Then the limits of the drift gate: under a budget that lets every node go, the
+ * unsatisfiable rule reloaded costs one replacement, not one per node; deleting the flagged replacement
+ * does not lift the block (the NodePool's drift-unresolvable.luaprov.io/<reason> record holds it); an
+ * edit of the node class does, for exactly one more replacement.
  *
  * The controllers' wall clock is the test's (ctrl_use_wall_clock): it stands still, and moves an hour
  * at once where the test says so, past the 10 minutes within which the same event is not repeated, so
  * "one event" is the condition's doing and not the deduplication's. Simulated time runs 20 times
  * faster than the wall clock, so instances boot in under a second. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +35,15 @@ static const lp_controller_def *const controllers[] = {
 /* Every node drifted, as "every image older than 30 days" is once the newest image is that old. */
 static const char *const policy_always =
     "-- test policy: every node is drifted for ImageDrift, replacements too\n"
+    "local M = {}\n"
+    "function M.is_drifted(_nodeclaim, _nodeclass, _instance, _ctx)\n"
+    "  return 'ImageDrift'\n"
+    "end\n"
+    "return M\n";
+
+/* The same rule brought back by another edit (scripts of other content: not the inputs of before). */
+static const char *const policy_again =
+    "-- test policy, reloaded again: every node is drifted for ImageDrift, replacements too\n"
     "local M = {}\n"
     "function M.is_drifted(_nodeclaim, _nodeclass, _instance, _ctx)\n"
     "  return 'ImageDrift'\n"
@@ -131,8 +144,46 @@ static int settled_clean(ctrl_fixture *fx, const void *ud) {
 }
 
 static int reloaded(ctrl_fixture *fx, const void *ud) {
-  (void)ud;
-  return lp_script_host_generation_id(fx->scripts) == 2;
+  return lp_script_host_generation_id(fx->scripts) == *(const uint64_t *)ud;
+}
+
+#define RECORD LP_DRIFT_RECORD_PREFIX "ImageDrift"
+
+/* The NodePool's record of ImageDrift (strdup'd), or NULL. */
+static char *pool_record(void) {
+  json_t *pool = ctrl_get(&f, DT_POOLS "/" DT_POOL);
+  const char *v = dt_annotation(pool, RECORD);
+  char *copy = v ? strdup(v) : NULL;
+  json_decref(pool);
+  return copy;
+}
+
+/* The most replacements launched seen by a waiting condition, and the NodeClaim it waits for. */
+static double most_launched;
+
+/* A ctrl_wait_for condition: a NodeClaim other than *(char **)ud is DriftUnresolvable=True (its name
+ * then in *(char **)ud, the old one freed); the most replacements launched meanwhile noted. */
+static int new_unresolvable(ctrl_fixture *fx, const void *ud) {
+  (void)fx;
+  char **name = (char **)ud;
+  if (launched() > most_launched) most_launched = launched();
+  char *seen = claim_with(LP_DRIFT_UNRESOLVABLE);
+  if (!seen || (*name && strcmp(seen, *name) == 0)) {
+    free(seen);
+    return 0;
+  }
+  free(*name);
+  *name = seen;
+  return 1;
+}
+
+/* Runs the loop for seconds, noting the most replacements launched. */
+static void watch_launches(double seconds) {
+  double deadline = lp_clock_monotonic() + seconds;
+  while (lp_clock_monotonic() < deadline) {
+    ctrl_run_for(&f, 0.2);
+    if (launched() > most_launched) most_launched = launched();
+  }
 }
 
 /* ---- the case ----------------------------------------------------------------------------------- */
@@ -191,7 +242,7 @@ static void test_unsatisfiable_rule(void) {
    * measured from) */
   now = lp_clock_wall();
   sim_tree_write_policy(tree, "drift", policy_fixed);
-  CHECK(ctrl_wait_for(&f, 10, reloaded, NULL));
+  CHECK(ctrl_wait_for(&f, 10, reloaded, &(uint64_t){2}));
   CHECK(ctrl_wait_for(&f, 60, settled_clean, &(int){2}));
   CHECK(claim_gone(&f, other));
   CHECK_INT(launched(), 2);
@@ -199,9 +250,79 @@ static void test_unsatisfiable_rule(void) {
   free(stuck);
 }
 
+/* Every node may go, and the unsatisfiable rule comes back: one replacement is made and judged, the
+ * other node waits for it (DisruptionBlocked "waits for ... to be judged"), then is held for good. */
+static char *flagged; /* the replacement DriftUnresolvable now */
+
+static void test_one_replacement_per_reason(void) {
+  dt_set_budgets(&f, "[{\"nodes\":\"100%\"}]");
+  double before = launched();
+  most_launched = before;
+  sim_tree_write_policy(tree, "drift", policy_again);
+  CHECK(ctrl_wait_for(&f, 10, reloaded, &(uint64_t){3}));
+  flagged = claim_with(LP_DRIFT_UNRESOLVABLE); /* none: the reload lifted the one before */
+  CHECK(flagged == NULL);
+  CHECK(ctrl_wait_for(&f, 60, new_unresolvable, &flagged));
+  watch_launches(3);
+  CHECK_INT(most_launched, before + 1);
+  CHECK_INT(launched(), before + 1);
+  json_t *items = dt_pool_claims(&f);
+  size_t i, waited = 0;
+  json_t *c;
+  json_array_foreach(items, i, c) {
+    waited += ctrl_has_event_message(&f, lp_obj_name(c), "DisruptionBlocked",
+                                     "Drift reason ImageDrift in NodePool " DT_POOL " waits for ");
+  }
+  json_decref(items);
+  CHECK(waited >= 1); /* the node not chosen first waited for the first replacement's verdict */
+  char *record = pool_record();
+  CHECK(record != NULL);
+  CHECK_CONTAINS(record, flagged);
+  free(record);
+}
+
+/* The flagged replacement deleted: no new one is made, the NodePool's record holds the block. */
+static void test_block_survives_deleting_the_replacement(void) {
+  double before = launched();
+  most_launched = before;
+  char path[256];
+  snprintf(path, sizeof path, DT_CLAIMS "/%s", flagged);
+  CHECK_INT(ctrl_kube_pack(&f, "DELETE", path, NULL), 200);
+  CHECK(ctrl_wait_for(&f, 30, claim_gone, flagged));
+  watch_launches(12); /* more than a pass interval */
+  CHECK_INT(most_launched, before);
+  json_t *items = dt_pool_claims(&f);
+  CHECK_INT(json_array_size(items), 1);
+  const char *left = lp_obj_name(json_array_get(items, 0));
+  CHECK(left &&
+        ctrl_has_event_message(&f, left, "DisruptionBlocked", "(its annotation " RECORD ": replacement "));
+  json_decref(items);
+}
+
+/* An edit of the node class lifts the block for exactly one more replacement, which is flagged again. */
+static void test_nodeclass_change_lifts_the_block(void) {
+  double before = launched();
+  most_launched = before;
+  CHECK_INT(ctrl_kube_pack(&f, "PATCH", "/apis/karpenter.alibabacloud.com/v1alpha1/ecsnodeclasses/default",
+                           "{s:{s:{s:s}}}", "spec", "tags", "team", "edited"),
+            200);
+  CHECK(ctrl_wait_for(&f, 60, new_unresolvable, &flagged));
+  watch_launches(12);
+  CHECK_INT(most_launched, before + 1);
+  CHECK_INT(launched(), before + 1);
+  char *record = pool_record();
+  CHECK(record != NULL);
+  CHECK_CONTAINS(record, flagged); /* recorded again, under the class as it is now */
+  free(record);
+  free(flagged);
+}
+
 int main(void) {
   start();
   RUN(test_unsatisfiable_rule);
+  RUN(test_one_replacement_per_reason);
+  RUN(test_block_survives_deleting_the_replacement);
+  RUN(test_nodeclass_change_lifts_the_block);
   stop();
   return check_summary();
 }
