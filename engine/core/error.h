@@ -66,7 +66,7 @@ lp_error *lp_error_inherit(lp_error *e, const lp_error *src);
 
 /* e's message followed by the action and request ID when known and not already in the message, "text
  * (action RunInstances, request ID 5A2B...)", for events and conditions; malloc'd. A mapping whose message
- * names them (Alibaba's "... (RequestId 5A2B..., HTTP 400)") is shown as it is, so every place says the
+ * names them ("RunInstances: ... (RequestId 5A2B..., HTTP 400)") is shown as it is, so every place says the
  * ID once and in the same words (docs/troubleshooting.md). */
 char *lp_error_describe(const lp_error *e);
 
