@@ -8,7 +8,7 @@
  * replacing resume. Then the limits of the drift gate: under a budget that lets every node go, the
  * unsatisfiable rule reloaded costs one replacement, not one per node; deleting the flagged replacement
  * does not lift the block (the NodePool's drift-unresolvable.luaprov.io/<reason> record holds it); an
- * edit of the node class does, for exactly one more replacement.
+ * edit of the node class or of the NodePool's template does, for exactly one more replacement.
  *
  * The controllers' wall clock is the test's (ctrl_use_wall_clock): it stands still, and moves an hour
  * at once where the test says so, past the 10 minutes within which the same event is not repeated, so
@@ -314,6 +314,23 @@ static void test_nodeclass_change_lifts_the_block(void) {
   CHECK(record != NULL);
   CHECK_CONTAINS(record, flagged); /* recorded again, under the class as it is now */
   free(record);
+}
+
+/* An edit of the NodePool's template lifts it too (the NodePool's static hash, which NodePoolDrifted
+ * compares, is not written here: only ImageDrift drifts): exactly one more replacement, made from the new
+ * template, flagged again. */
+static void test_template_change_lifts_the_block(void) {
+  double before = launched();
+  most_launched = before;
+  dt_set_generation(&f, "2");
+  CHECK(ctrl_wait_for(&f, 90, new_unresolvable, &flagged));
+  watch_launches(12);
+  CHECK_INT(most_launched, before + 1);
+  CHECK_INT(launched(), before + 1);
+  json_t *c = dt_claim(&f, flagged);
+  CHECK_STR(dt_annotation(c, LP_REPLACED_FOR_ANNOTATION), "ImageDrift");
+  CHECK_STR(lp_obj_label(c, "gen"), "2");
+  json_decref(c);
   free(flagged);
 }
 
@@ -323,6 +340,7 @@ int main(void) {
   RUN(test_one_replacement_per_reason);
   RUN(test_block_survives_deleting_the_replacement);
   RUN(test_nodeclass_change_lifts_the_block);
+  RUN(test_template_change_lifts_the_block);
   stop();
   return check_summary();
 }
