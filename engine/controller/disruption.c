@@ -50,8 +50,8 @@
  *   luaprov_voluntary_disruption_eligible_nodes{reason}  gauge, empty | underutilized | drifted
  *   luaprov_voluntary_disruption_decision_evaluation_duration_seconds{method, consolidation_type}
  * Events (on the candidate NodeClaim): Normal Disrupted, DisruptionLaunching, DisruptionTerminating,
- * DisruptionBlocked (do-not-disrupt, budget, replacement failed, policy veto), Unconsolidatable; Warning
- * DisruptionPolicyFailed; Warning InvalidDisruptionBudget on a NodePool whose budget cannot be read.
+ * DisruptionBlocked (do-not-disrupt, budget, replacement failed, policy veto, drift gate), Unconsolidatable;
+ * Warning DisruptionPolicyFailed; Warning InvalidDisruptionBudget on a NodePool whose budget cannot be read.
  * Logs (logger controller.disruption, info): "disrupting nodeclaim(s) via delete" (reason, nodeclaims,
  * nodepool), "disrupting nodeclaim(s) via replace" (reason, nodeclaim, nodepool, replacement),
  * "disruption decision dropped ... after validation" (method, why), "deleting replaced nodeclaim, its

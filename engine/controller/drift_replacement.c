@@ -190,6 +190,7 @@ void lp_drift_gate_free(lp_drift_gate *g) {
 }
 
 const char *lp_drift_gate_why(lp_drift_gate *g, const char *pool, const char *reason) {
+  if (!pool || !reason) return NULL;
   json_t *e = json_object_get(json_object_get(g->pools, pool), reason);
   json_int_t r = json_integer_value(json_object_get(e, "rank"));
   return r == HELD || r == PROBING ? json_string_value(json_object_get(e, "why")) : NULL;
