@@ -8,23 +8,63 @@
 
 #include "controller/conditions.h"
 
-/* FNV-1a over the NodePool's spec.template serialized with sorted keys: its requirements count too. */
-static uint64_t template_digest(const json_t *nodepool) {
-  char *text =
-      json_dumps(lp_obj_get(nodepool, "spec.template"), JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
-  uint64_t h = 1469598103934665603ULL;
+static uint64_t fnv1a(uint64_t h, const char *text) {
   for (const char *c = text ? text : ""; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+  return h;
+}
+
+#define FNV_OFFSET 1469598103934665603ULL
+
+/* FNV-1a of v serialized with sorted keys, continuing from h. */
+static uint64_t digest_json(uint64_t h, const json_t *v) {
+  char *text = v ? json_dumps(v, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY) : NULL;
+  h = fnv1a(h, text);
   free(text);
   return h;
 }
 
-/* "<node class resourceVersion>/<scripts' digest>/<template digest>" (digests 16 hex digits, malloc'd):
- * what decides drift besides the node itself. The class is only rewritten when it changes, and the
- * digests are of content, so all three hold across restarts. */
+/* A copy of v without its numbers, at any depth (new reference). */
+static json_t *without_numbers(const json_t *v) {
+  if (json_is_object(v)) {
+    json_t *out = json_object();
+    const char *key;
+    json_t *field;
+    json_object_foreach((json_t *)v, key, field) if (!json_is_number(field))
+        json_object_set_new(out, key, without_numbers(field));
+    return out;
+  }
+  if (json_is_array(v)) {
+    json_t *out = json_array();
+    size_t i;
+    json_t *item;
+    json_array_foreach(v, i, item) if (!json_is_number(item))
+        json_array_append_new(out, without_numbers(item));
+    return out;
+  }
+  return json_deep_copy(v);
+}
+
+/* What of the node class can decide drift: its spec, and its status without the conditions and without
+ * counters (numbers such as the free addresses of a subnet, which each launch changes and which say
+ * nothing about what a replacement would be). Its resourceVersion would do for the spec, but every
+ * status refresh would then count as a change and lift a block once per refresh. */
+static uint64_t nodeclass_digest(const json_t *nodeclass) {
+  uint64_t h = digest_json(FNV_OFFSET, lp_obj_get(nodeclass, "spec"));
+  json_t *status = without_numbers(lp_obj_get(nodeclass, "status"));
+  json_object_del(status, "conditions");
+  h = digest_json(h, status);
+  json_decref(status);
+  return h;
+}
+
+/* "<node class digest>/<scripts' digest>/<template digest>" (16 hex digits each, malloc'd): what decides
+ * drift besides the node itself. All three are digests of content, so they hold across restarts; the
+ * template's is of the NodePool's spec.template serialized with sorted keys, requirements included. */
 static char *inputs(lp_ctrl_env *env, const json_t *nodeclass, const json_t *nodepool) {
-  const char *rv = nodeclass ? lp_obj_resource_version(nodeclass) : NULL;
-  return lp_xasprintf("%s/%016" PRIx64 "/%016" PRIx64, rv ? rv : "",
-                      lp_cloudprovider_script_digest(lp_env_cloud(env)), template_digest(nodepool));
+  return lp_xasprintf("%016" PRIx64 "/%016" PRIx64 "/%016" PRIx64,
+                      nodeclass ? nodeclass_digest(nodeclass) : 0,
+                      lp_cloudprovider_script_digest(lp_env_cloud(env)),
+                      digest_json(FNV_OFFSET, lp_obj_get(nodepool, "spec.template")));
 }
 
 void lp_drift_stamp_replacement(lp_ctrl_env *env, json_t *replacement, const json_t *candidate,

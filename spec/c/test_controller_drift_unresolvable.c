@@ -299,6 +299,19 @@ static void test_block_survives_deleting_the_replacement(void) {
   json_decref(items);
 }
 
+/* A status write that changes only counters (a subnet's free addresses change with every launch) or
+ * conditions is not a change of what decides drift: the block holds. */
+static void test_status_counters_keep_the_block(void) {
+  double before = launched();
+  most_launched = before;
+  CHECK_INT(ctrl_kube_pack(&f, "PATCH",
+                           "/apis/karpenter.alibabacloud.com/v1alpha1/ecsnodeclasses/default/status",
+                           "{s:{s:i}}", "status", "freeAddressesProbe", 4711),
+            200);
+  watch_launches(12); /* more than a pass interval */
+  CHECK_INT(most_launched, before);
+}
+
 /* An edit of the node class lifts the block for exactly one more replacement, which is flagged again. */
 static void test_nodeclass_change_lifts_the_block(void) {
   double before = launched();
@@ -339,6 +352,7 @@ int main(void) {
   RUN(test_unsatisfiable_rule);
   RUN(test_one_replacement_per_reason);
   RUN(test_block_survives_deleting_the_replacement);
+  RUN(test_status_counters_keep_the_block);
   RUN(test_nodeclass_change_lifts_the_block);
   RUN(test_template_change_lifts_the_block);
   stop();
