@@ -4,8 +4,9 @@
  * loop (docs/controllers.md#when-replacing-cannot-resolve-a-drift).
  *
  * A drift replacement carries luaprov.io/replaced-for (the Drifted reason of the node it replaces) and
- * luaprov.io/replaced-under (the inputs that decide drift when it was made: its node class's
- * resourceVersion, the scripts' content digest and a digest of its NodePool's spec.template). Found drifted
+ * luaprov.io/replaced-under (the inputs that decide drift when it was made: digests of its node class's
+ * spec and status without conditions and numbers, of the scripts' content and of its NodePool's
+ * spec.template). Found drifted
  * for the same reason under the same inputs, it shows that replacing cannot resolve that reason: the drift
  * controller sets its DriftUnresolvable condition (True, reason the drift reason) and records the verdict
  * on the NodePool (annotation drift-unresolvable.luaprov.io/<reason> = {"under", "nodeclaim"}), and the
