@@ -3,10 +3,13 @@
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 BENCH_BUILD ?= build-bench
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= $(basename $(notdir $(wildcard spec/fuzz/fuzz_*.c)))
 JOBS       ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all build run test test-asan bench clean
+.PHONY: all build run test test-asan bench fuzz clean
 
 all: build
 
@@ -53,5 +56,15 @@ bench:
 	@npm ci --prefix spec/grpc --no-audit --no-fund >/dev/null
 	@spec/bench/run.sh $(BENCH_BUILD)
 
+# The libFuzzer targets of spec/fuzz, built with clang in $(FUZZ_BUILD), each run FUZZ_SECONDS over its
+# seeds (FUZZ_TARGETS=fuzz_json picks some). A crash leaves a minimised reproducer under
+# $(FUZZ_BUILD)/fuzz-runs/<target>/artifacts and the run fails (spec/fuzz/README.md).
+fuzz:
+	@tools/install-deps.sh fuzz
+	@spec/fuzz/build.sh $(FUZZ_BUILD) $(JOBS)
+	@failed=; for t in $(FUZZ_TARGETS); do echo "== $$t ($(FUZZ_SECONDS) s)"; \
+		spec/fuzz/run.sh $(FUZZ_BUILD) $$t $(FUZZ_SECONDS) || failed="$$failed $$t"; done; \
+		if [ -n "$$failed" ]; then echo "fuzz: failed:$$failed" >&2; exit 1; fi
+
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(BENCH_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(BENCH_BUILD) $(FUZZ_BUILD)

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages luaprov needs, only those missing.
-# usage: tools/install-deps.sh [build|test|bench]
+# usage: tools/install-deps.sh [build|test|bench|fuzz]
 #   build  compile and run the engine
 #   test   also the test tools (busted, luacheck, lyaml, clang-format, jq; node and npm for grpc-js;
-#          openssl and ss for the end-to-end tests' control plane)
+#          openssl and ss for the end-to-end tests' control plane; clang and its libFuzzer runtime for
+#          the suite's fuzz slice, spec/fuzz/README.md)
+#   fuzz   the build packages and clang with libFuzzer (`make fuzz`)
 #   bench  also the load generator used as the reference (wrk)
 # As root it runs apt-get; otherwise it prints the exact command to run and fails.
 set -euo pipefail
@@ -15,9 +17,10 @@ packages=(cmake make gcc pkg-config curl ca-certificates
   libprotobuf-c-dev protobuf-c-compiler)
 case "$profile" in
   build) ;;
-  test) packages+=(lua-busted lua-check lua-yaml clang-format jq nodejs npm openssl iproute2) ;;
+  test) packages+=(lua-busted lua-check lua-yaml clang-format jq nodejs npm openssl iproute2 clang libclang-rt-14-dev) ;;
   bench) packages+=(lua-busted lua-check lua-yaml clang-format jq nodejs npm openssl iproute2 wrk) ;;
-  *) echo "install-deps: unknown profile '$profile' (build, test or bench)" >&2; exit 2 ;;
+  fuzz) packages+=(clang libclang-rt-14-dev) ;;
+  *) echo "install-deps: unknown profile '$profile' (build, test, bench or fuzz)" >&2; exit 2 ;;
 esac
 
 missing=()
