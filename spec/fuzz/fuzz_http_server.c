@@ -1,9 +1,8 @@
 /* fuzz_http_server: the HTTP/1 server's request path (engine/http/server.c; README.md).
  *
- * One libuv loop holds the server on a loopback port for the whole run. Each input is one TCP
- * connection from a client on the same loop: it writes the bytes, shuts down its sending side and
- * reads until the server closes, then resets the connection (SO_LINGER 0, so no TIME_WAIT piles up
- * over millions of inputs). Inputs are usually several pipelined requests. The routes cover the ways
+ * One libuv loop holds the server on a loopback port for the whole run. Each input is the bytes of one
+ * TCP connection from a client on the same loop (fuzz_tcp_client.h), usually several pipelined
+ * requests. The routes cover the ways
  * a handler answers: at once, echoing the body, streaming chunks, and later from a timer (a response
  * still pending when the client goes).
  *
@@ -13,9 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <uv.h>
 
+#include "fuzz_tcp_client.h"
 #include "http/server.h"
 
 static uv_loop_t *loop;
@@ -72,64 +71,6 @@ static void h_later(const lp_http_request *req, lp_http_response *res, void *ud)
   uv_timer_start(&l->timer, later_tick, 0, 0);
 }
 
-/* ---- the client of one input ---- */
-
-typedef struct client {
-  uv_tcp_t tcp;
-  uv_connect_t connect;
-  uv_write_t write;
-  uv_shutdown_t shutdown;
-  uv_buf_t out;
-  char in[64 * 1024];
-  int done;
-} client;
-
-static void on_client_closed(uv_handle_t *h) {
-  client *c = h->data;
-  c->done = 1;
-}
-
-static void client_close(client *c) {
-  if (uv_is_closing((uv_handle_t *)&c->tcp)) return;
-  uv_os_fd_t fd;
-  if (uv_fileno((uv_handle_t *)&c->tcp, &fd) == 0) {
-    struct linger lg = {.l_onoff = 1, .l_linger = 0};
-    (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
-  }
-  uv_close((uv_handle_t *)&c->tcp, on_client_closed);
-}
-
-static void on_client_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
-  client *c = h->data;
-  *buf = uv_buf_init(c->in, sizeof c->in);
-}
-
-static void on_client_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
-  if (nread < 0) client_close(s->data);
-}
-
-static void on_shutdown(uv_shutdown_t *req, int status) {}
-
-static void on_written(uv_write_t *req, int status) {
-  client *c = req->data;
-  if (status < 0) {
-    client_close(c);
-    return;
-  }
-  if (uv_shutdown(&c->shutdown, (uv_stream_t *)&c->tcp, on_shutdown) < 0) client_close(c);
-}
-
-static void on_connected(uv_connect_t *req, int status) {
-  client *c = req->data;
-  if (status < 0) {
-    fprintf(stderr, "fuzz_http_server: connect: %s\n", uv_strerror(status));
-    abort();
-  }
-  uv_read_start((uv_stream_t *)&c->tcp, on_client_alloc, on_client_read);
-  c->write.data = c;
-  if (uv_write(&c->write, (uv_stream_t *)&c->tcp, &c->out, 1, on_written) < 0) client_close(c);
-}
-
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -155,14 +96,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  static client c;
-  memset(&c, 0, sizeof c);
-  struct sockaddr_in addr;
-  uv_ip4_addr("127.0.0.1", port, &addr);
-  uv_tcp_init(loop, &c.tcp);
-  c.tcp.data = c.connect.data = c.shutdown.data = &c;
-  c.out = uv_buf_init((char *)data, (unsigned)size);
-  if (uv_tcp_connect(&c.connect, &c.tcp, (const struct sockaddr *)&addr, on_connected) < 0) abort();
-  while (!c.done) uv_run(loop, UV_RUN_ONCE);
+  fuzz_client_run(loop, port, data, size);
   return 0;
 }
