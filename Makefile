@@ -30,7 +30,8 @@ run:
 # Every test under ctest: C unit tests, busted specs, integration tests, luacheck and clang-format, and
 # the end-to-end tests against a real control plane (tools/install-e2e.sh builds it from the Go module
 # proxy: about 10 minutes the first time, nothing after); the C and integration tests also run under
-# AddressSanitizer + UndefinedBehaviorSanitizer.
+# AddressSanitizer + UndefinedBehaviorSanitizer; and the fuzz slice (label fuzz: spec/fuzz built with clang,
+# each target run 25 s).
 # The sanitizer pass runs first so that the last summary line is the full suite's.
 test:
 	@tools/install-deps.sh test
