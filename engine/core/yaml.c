@@ -9,6 +9,15 @@
 #include "core/buf.h"
 
 #define MAX_DEPTH 128
+/* Aliases are expanded into copies, so a few hundred bytes of nested aliases ("billion laughs") would
+ * build billions of values. A document may produce its own node count plus this many values. */
+#define MAX_ALIAS_VALUES 100000
+
+typedef struct converter {
+  yaml_document_t *doc;
+  size_t left; /* values still allowed */
+  int too_many;
+} converter;
 
 static json_t *plain_scalar(const char *s, size_t len) {
   if (len == 0 || strcmp(s, "~") == 0 || strcmp(s, "null") == 0 || strcmp(s, "Null") == 0 ||
@@ -33,8 +42,13 @@ static json_t *plain_scalar(const char *s, size_t len) {
   return json_stringn(s, len);
 }
 
-static json_t *convert(yaml_document_t *doc, yaml_node_t *node, int depth) {
+static json_t *convert(converter *cv, yaml_node_t *node, int depth) {
   if (!node || depth > MAX_DEPTH) return NULL;
+  if (cv->left == 0) {
+    cv->too_many = 1;
+    return NULL;
+  }
+  cv->left--;
   switch (node->type) {
   case YAML_SCALAR_NODE: {
     const char *s = (const char *)node->data.scalar.value;
@@ -46,7 +60,7 @@ static json_t *convert(yaml_document_t *doc, yaml_node_t *node, int depth) {
     json_t *arr = json_array();
     for (yaml_node_item_t *item = node->data.sequence.items.start; item < node->data.sequence.items.top;
          item++) {
-      json_t *v = convert(doc, yaml_document_get_node(doc, *item), depth + 1);
+      json_t *v = convert(cv, yaml_document_get_node(cv->doc, *item), depth + 1);
       if (!v) {
         json_decref(arr);
         return NULL;
@@ -59,8 +73,8 @@ static json_t *convert(yaml_document_t *doc, yaml_node_t *node, int depth) {
     json_t *obj = json_object();
     for (yaml_node_pair_t *pair = node->data.mapping.pairs.start; pair < node->data.mapping.pairs.top;
          pair++) {
-      yaml_node_t *key = yaml_document_get_node(doc, pair->key);
-      json_t *v = convert(doc, yaml_document_get_node(doc, pair->value), depth + 1);
+      yaml_node_t *key = yaml_document_get_node(cv->doc, pair->key);
+      json_t *v = convert(cv, yaml_document_get_node(cv->doc, pair->value), depth + 1);
       if (!key || key->type != YAML_SCALAR_NODE || !v) {
         json_decref(v);
         json_decref(obj);
@@ -90,8 +104,13 @@ json_t *lp_yaml_parse(const char *text, size_t len, lp_error **err) {
     return NULL;
   }
   yaml_node_t *root = yaml_document_get_root_node(&doc);
-  json_t *value = root ? convert(&doc, root, 0) : json_null();
-  if (!value)
+  converter cv = {.doc = &doc, .left = (size_t)(doc.nodes.top - doc.nodes.start) + MAX_ALIAS_VALUES};
+  json_t *value = root ? convert(&cv, root, 0) : json_null();
+  if (!value && cv.too_many)
+    lp_error_set(err, "InvalidYAML",
+                 "unsupported YAML: aliases expand to more than %d values beyond the document's own",
+                 MAX_ALIAS_VALUES);
+  else if (!value)
     lp_error_set(err, "InvalidYAML", "unsupported YAML: non-scalar mapping keys or nesting deeper than %d",
                  MAX_DEPTH);
   yaml_document_delete(&doc);
