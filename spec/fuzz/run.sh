@@ -2,8 +2,8 @@
 # Runs one libFuzzer target for a while over its checked-in seeds (README.md).
 # usage: spec/fuzz/run.sh BUILD_DIR TARGET SECONDS [WORK_DIR]
 # New inputs go to WORK_DIR/corpus (the checked-in corpus is only read), crashes to WORK_DIR/artifacts.
-# On a crash, a hang or a leak it minimises the reproducer, prints both paths and how to replay them,
-# and exits 1.
+# On a crash, a hang or a leak it minimises the reproducer (at most 90 s), prints both paths and how
+# to replay them, and exits 1.
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 build="${1:?usage: run.sh BUILD_DIR TARGET SECONDS [WORK_DIR]}"
@@ -32,7 +32,8 @@ if [[ -z "$artifact" ]]; then
 fi
 repro="$work/artifacts/$artifact"
 small="$work/artifacts/minimized-$artifact"
-"$bin" -minimize_crash=1 -max_total_time=60 -timeout=10 -exact_artifact_path="$small" "$repro" \
+# libFuzzer's own -max_total_time does not bound minimising a timeout (each try runs to -timeout)
+timeout -k 5 90 "$bin" -minimize_crash=1 -max_total_time=60 -timeout=10 -exact_artifact_path="$small" "$repro" \
   >"$work/minimize.log" 2>&1
 echo "fuzz: $target failed (exit $rc)" >&2
 echo "fuzz: reproducer: $repro" >&2
