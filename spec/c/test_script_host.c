@@ -410,7 +410,8 @@ static void test_reload(void) {
   CHECK_STR(r->json, "[1]");
   lp_task_result_free(r);
 
-  /* A good file swaps in through the file watcher within 100 ms of the write. */
+  /* A good file swaps in through the file watcher (how soon is a figure, printed, not asserted: a
+   * loaded machine must not fail it; bench_reload measures reload latency). */
   char v2[sizeof probe_v1 + 16];
   snprintf(v2, sizeof v2, "%s", probe_v1);
   char *version = strstr(v2, "version = 1");
@@ -421,7 +422,6 @@ static void test_reload(void) {
     uv_run(&loop, UV_RUN_ONCE);
   double swap_ms = (lp_clock_monotonic() - written) * 1000.0;
   CHECK(lp_script_host_generation_id(h) == 2);
-  CHECK(swap_ms < 100.0);
   fprintf(stderr, "reload swapped %.1f ms after the write\n", swap_ms);
   r = call(h, "version_of", NULL);
   CHECK_STR(r->json, "[2]");
