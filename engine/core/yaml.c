@@ -10,12 +10,16 @@
 
 #define MAX_DEPTH 128
 /* Aliases are expanded into copies, so a few hundred bytes of nested aliases ("billion laughs") would
- * build billions of values. A document may produce its own node count plus this many values. */
+ * build billions of values, and a long scalar aliased many times gigabytes of text. A document may
+ * produce its own node count plus MAX_ALIAS_VALUES values, and its own length plus MAX_ALIAS_BYTES of
+ * scalar text. */
 #define MAX_ALIAS_VALUES 100000
+#define MAX_ALIAS_BYTES  (8u << 20)
 
 typedef struct converter {
   yaml_document_t *doc;
-  size_t left; /* values still allowed */
+  size_t left;       /* values still allowed */
+  size_t bytes_left; /* scalar bytes still allowed */
   int too_many;
 } converter;
 
@@ -53,6 +57,11 @@ static json_t *convert(converter *cv, yaml_node_t *node, int depth) {
   case YAML_SCALAR_NODE: {
     const char *s = (const char *)node->data.scalar.value;
     size_t len = node->data.scalar.length;
+    if (len > cv->bytes_left) {
+      cv->too_many = 1;
+      return NULL;
+    }
+    cv->bytes_left -= len;
     if (node->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return json_stringn(s, len);
     return plain_scalar(s, len);
   }
@@ -104,12 +113,15 @@ json_t *lp_yaml_parse(const char *text, size_t len, lp_error **err) {
     return NULL;
   }
   yaml_node_t *root = yaml_document_get_root_node(&doc);
-  converter cv = {.doc = &doc, .left = (size_t)(doc.nodes.top - doc.nodes.start) + MAX_ALIAS_VALUES};
+  converter cv = {.doc = &doc,
+                  .left = (size_t)(doc.nodes.top - doc.nodes.start) + MAX_ALIAS_VALUES,
+                  .bytes_left = len + MAX_ALIAS_BYTES};
   json_t *value = root ? convert(&cv, root, 0) : json_null();
   if (!value && cv.too_many)
     lp_error_set(err, "InvalidYAML",
-                 "unsupported YAML: aliases expand to more than %d values beyond the document's own",
-                 MAX_ALIAS_VALUES);
+                 "unsupported YAML: aliases expand to more than %d values or %u MiB of text beyond the "
+                 "document's own",
+                 MAX_ALIAS_VALUES, MAX_ALIAS_BYTES >> 20);
   else if (!value)
     lp_error_set(err, "InvalidYAML", "unsupported YAML: non-scalar mapping keys or nesting deeper than %d",
                  MAX_DEPTH);

@@ -1,8 +1,9 @@
 /* YAML documents as JSON values (libyaml): Kubernetes objects as `kubectl get -o yaml` prints them,
  * kubeconfig files. Plain scalars follow the YAML 1.2 core schema (null, true/false, integers,
  * floats); quoted scalars are always strings. Anchors and aliases are resolved (into copies, at most
- * 100 000 values beyond the document's own nodes: more is InvalidYAML, so a small file of nested aliases
- * cannot expand into billions of values); only the first document of a stream is read. */
+ * 100 000 values and 8 MiB of scalar text beyond the document's own: more is InvalidYAML, so a small
+ * file of aliases cannot expand into billions of values or gigabytes); only the first document of a
+ * stream is read. */
 #ifndef LUAPROV_CORE_YAML_H
 #define LUAPROV_CORE_YAML_H
 

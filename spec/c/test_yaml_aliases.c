@@ -1,6 +1,7 @@
 /* The YAML reader (engine/core/yaml.c) bounds what aliases expand to: a few hundred bytes of nested
  * aliases (a "billion laughs" document, kept as spec/fuzz/corpus/fuzz_eval_input/alias-bomb.yaml) are
- * refused with InvalidYAML at once instead of building hundreds of millions of values, while ordinary
+ * refused with InvalidYAML at once instead of building hundreds of millions of values, and so is a long
+ * scalar aliased many times (gigabytes of copies from a small file), while ordinary
  * anchors, and many aliases of a small anchor, still read. */
 #include <jansson.h>
 #include <stdio.h>
@@ -35,6 +36,23 @@ static void test_alias_bomb_refused(void) {
   free(doc);
 }
 
+/* One 1 MiB scalar aliased 20 times: few values, but 20 MiB of copies from a 1 MiB file. */
+static void test_long_scalar_aliased_refused(void) {
+  lp_buf b = LP_BUF_INIT;
+  lp_buf_puts(&b, "a: &a ");
+  for (int i = 0; i < (1 << 20); i++) lp_buf_putc(&b, 'x');
+  lp_buf_puts(&b, "\nb:\n");
+  for (int i = 0; i < 20; i++) lp_buf_puts(&b, "- *a\n");
+  lp_error *err = NULL;
+  json_t *v = lp_yaml_parse(b.data, b.len, &err);
+  CHECK(v == NULL);
+  CHECK(err && strcmp(err->code, "InvalidYAML") == 0);
+  if (err) CHECK_CONTAINS(err->message, "or 8 MiB of text beyond the document's own");
+  json_decref(v);
+  lp_error_free(err);
+  lp_buf_free(&b);
+}
+
 static void test_aliases_within_bounds(void) {
   /* 4 levels: 9^4 = 6561 strings, well inside the bound */
   char *doc = laughs(4);
@@ -53,6 +71,7 @@ static void test_aliases_within_bounds(void) {
 
 int main(void) {
   RUN(test_alias_bomb_refused);
+  RUN(test_long_scalar_aliased_refused);
   RUN(test_aliases_within_bounds);
   return check_summary();
 }
