@@ -36,7 +36,9 @@ static void arm_idle(lp_http_conn *c);
 
 static int on_message_begin(http_parser *p) {
   lp_http_conn *c = p->data;
-  c->header_deadline = uv_now(c->server->loop) + c->server->opts.header_timeout_ms;
+  /* The first request's deadline runs from the accept (a client that connects and says nothing holds a
+   * slot as surely as one that trickles); a later one's from its first byte. */
+  if (!c->header_deadline) c->header_deadline = uv_now(c->server->loop) + c->server->opts.header_timeout_ms;
   c->in_trailers = 0;
   arm_idle(c);
   lp_buf_reset(&c->head);
@@ -448,6 +450,7 @@ static void on_connection(uv_stream_t *listener, int status) {
   uv_tcp_nodelay(&c->tcp, 1);       /* streamed chunks are small and should not wait for Nagle */
   uv_tcp_keepalive(&c->tcp, 1, 60); /* a watch can stay silent for minutes; notice a peer that died */
   set_remote(c);
+  c->header_deadline = uv_now(s->loop) + s->opts.header_timeout_ms;
   arm_idle(c);
   conn_read_start(c);
 }

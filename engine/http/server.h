@@ -7,8 +7,8 @@
  * the configured limits are answered 413 (body) or 431 (headers) and the connection is closed;
  * malformed requests get 400 and the connection is closed; nothing a client sends can crash the
  * server. Idle keep-alive connections are closed after idle_timeout_ms, and a connection whose
- * request headers are not complete header_timeout_ms after their first byte is closed, however
- * steadily they trickle in. Trailer fields of chunked requests are read and dropped.
+ * request headers are not complete header_timeout_ms after their first byte (for the first request,
+ * after the accept) is closed, however steadily they trickle in. Trailer fields of chunked requests are read and dropped.
  * Loop thread only. */
 #ifndef LUAPROV_HTTP_SERVER_H
 #define LUAPROV_HTTP_SERVER_H
@@ -25,7 +25,7 @@ typedef struct lp_http_server_options {
   size_t max_header_bytes;    /* total request line + headers; 0 = 64 KiB */
   size_t max_body_bytes;      /* 0 = 8 MiB */
   unsigned idle_timeout_ms;   /* keep-alive idle close; 0 = 60 s */
-  unsigned header_timeout_ms; /* from a request's first byte to its last header; 0 = 10 s */
+  unsigned header_timeout_ms; /* to a request's last header; 0 = 10 s */
   unsigned max_connections;   /* further connections are accepted and closed at once; 0 = 1024 */
   const char *server_header;  /* "Server:" value; NULL = "luaprov" */
 } lp_http_server_options;

@@ -451,6 +451,32 @@ static void test_header_deadline_ends_trickling_clients(void) {
   fixture_stop(&fx);
 }
 
+/* A client that connects and sends nothing holds a slot as surely as a trickler: the first request's
+ * deadline runs from the accept, so silent clients are ended long before the 10 s idle timeout. */
+static void test_header_deadline_ends_silent_clients(void) {
+  enum { SILENT = 2 };
+  fixture fx;
+  lp_http_server_options opts = default_opts;
+  opts.max_connections = SILENT;
+  opts.header_timeout_ms = 300;
+  fixture_start(&fx, &opts);
+  client quiet[SILENT];
+  for (int i = 0; i < SILENT; i++) CHECK_INT(client_open(&quiet[i], fx.port), 0);
+  int ended = 0;
+  for (int tick = 0; tick < 250 && ended < SILENT; tick++) { /* 5 s at most, half the idle timeout */
+    ended = 0;
+    for (int i = 0; i < SILENT; i++) ended += ended_now(&quiet[i]);
+    usleep(20000);
+  }
+  CHECK_INT(ended, SILENT);
+  for (int i = 0; i < SILENT; i++) client_close(&quiet[i]);
+  client late;
+  CHECK_INT(client_open(&late, fx.port), 0); /* the slots are free again */
+  CHECK_INT(client_call(&late, GET("/hello")), 200);
+  client_close(&late);
+  fixture_stop(&fx);
+}
+
 int main(void) {
   for (size_t i = 0; i < sizeof big_body; i++) big_body[i] = (char)('a' + i % 26);
   RUN(test_size_limits);
@@ -464,5 +490,6 @@ int main(void) {
   RUN(test_server_close_ends_streams_and_waits);
   RUN(test_trailers_leave_the_request_intact);
   RUN(test_header_deadline_ends_trickling_clients);
+  RUN(test_header_deadline_ends_silent_clients);
   return check_summary();
 }
