@@ -20,6 +20,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "core/yaml.h"
+#include "script/endpoints.h"
 #include "script/host.h"
 #include "script/tree.h"
 
@@ -560,6 +561,7 @@ static json_t *evaluate(uv_loop_t *loop, lp_script_host *h, const eval_args *a, 
   }
   json_object_set_new(ctx, "cluster_id", json_string(a->cluster_id));
   if (a->endpoint) json_object_set_new(ctx, "endpoint", json_string(a->endpoint));
+  lp_endpoints_allow_configured(a->endpoint); /* the mapping may reach what it is pointed at */
   json_t *out = NULL;
   if (strcmp(a->what, "drift") == 0)
     out = eval_drift(h, ctx, objects, err);

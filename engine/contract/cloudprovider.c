@@ -19,6 +19,7 @@
 #include "contract/shapes.h"
 #include "core/cache.h"
 #include "core/log.h"
+#include "script/endpoints.h"
 
 /* ---- plumbing ------------------------------------------------------------------------------ */
 
@@ -212,6 +213,7 @@ lp_cloudprovider *lp_cloudprovider_new(const lp_cloudprovider_config *cfg) {
   cp->mapping = lp_xstrdup(cfg->mapping ? cfg->mapping : LUAPROV_CLOUDPROVIDER_MAPPING);
   read_exports(cp, cfg);
   if (cfg->endpoint) json_object_set_new(cp->ctx, "endpoint", json_string(cfg->endpoint));
+  lp_endpoints_allow_configured(cfg->endpoint); /* the mapping may reach what it is pointed at */
   cp->unavailable =
       lp_cache_new("unavailable-offerings", cfg->unavailable_ttl_s > 0 ? cfg->unavailable_ttl_s : 180, 100000,
                    lp_metrics_default());

@@ -11,6 +11,7 @@
 #include "core/log.h"
 #include "core/metrics.h"
 #include "script/call.h"
+#include "script/endpoints.h"
 
 /* ---- operations: start, finish, order ------------------------------------------------------ */
 
@@ -309,6 +310,7 @@ lp_nodegroups *lp_nodegroups_new(const lp_nodegroups_config *cfg) {
   const char *cluster = cfg->cluster ? cfg->cluster : getenv("CLUSTER_NAME");
   if (cluster && *cluster) json_object_set_new(ng->ctx, "cluster", json_string(cluster));
   if (cfg->endpoint && *cfg->endpoint) json_object_set_new(ng->ctx, "endpoint", json_string(cfg->endpoint));
+  lp_endpoints_allow_configured(cfg->endpoint); /* the mapping may reach what it is pointed at */
   ng->kick = lp_xcalloc(1, sizeof *ng->kick);
   uv_idle_init(ng->loop, ng->kick);
   ng->kick->data = ng;

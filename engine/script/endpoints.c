@@ -95,12 +95,6 @@ void lp_endpoints_allow_configured(const char *url) {
   configured[nconfigured++] = a;
 }
 
-void lp_endpoints_allow_call(const char *module, const json_t *args) {
-  char buf[256];
-  if (!mapping_of(module, buf, sizeof buf)) return;
-  lp_endpoints_allow_configured(json_string_value(json_object_get(json_array_get(args, 0), "endpoint")));
-}
-
 /* ---- declaration --------------------------------------------------------------------------- */
 
 static int valid_host_pattern(const char *s) {

@@ -11,8 +11,8 @@
  * own copy, out of the scripts' reach. Every module under providers.<name>/ may then send requests
  * only to: a declared host (any port), the host and port of a URL (or host) one of the declared
  * variables holds when the request is made (how --sim and an operator's override reach the
- * mapping), and every ctx.endpoint the engine has passed to a mapping (--endpoint,
- * lp_endpoints_allow_call). A mapping that declares nothing reaches only the last. Anything
+ * mapping), and every endpoint the engine was configured with (--endpoint, given
+ * by the contract or command that sets ctx.endpoint: lp_endpoints_allow_configured). A mapping that declares nothing reaches only the last. Anything
  * else, and any URL that is not http(s) or names a user ("http://u@host"), raises
  * "<file>:<line>: luaprov.http.request: host <host> is not an endpoint of providers.<name> (...)"
  * at the script's line. The request table is copied (raw) before the check, so what is checked is
@@ -32,15 +32,9 @@ void lp_endpoints_declare(lua_State *L, const char *module, int idx);
  * module named module (a providers.* module).                                   [-0, +0, m] */
 void lp_endpoints_guard_http(lua_State *L, int idx, const char *module);
 
-/* Allows url's host and port to every mapping from now on. NULL and "" are ignored; so is a URL
- * with no host. */
+/* Allows url's host and port to every mapping from now on: called by whoever configures a mapping
+ * with an endpoint (--endpoint: the simulator, a private gateway), never with what a script
+ * returned. NULL and "" are ignored; so is a URL with no host. */
 void lp_endpoints_allow_configured(const char *url);
-
-/* Before the engine calls module.function with args: when module is a mapping's and args[0] (the
- * ctx the engine builds, never a script) has a string "endpoint" (--endpoint: the simulator, a
- * private gateway), that endpoint is allowed (lp_endpoints_allow_configured). For provider_id the
- * first argument is the instance the mapping itself answered: only the mapping's own code could put
- * an "endpoint" there, and that code may declare any host anyway. */
-void lp_endpoints_allow_call(const char *module, const json_t *args);
 
 #endif

@@ -9,7 +9,6 @@
 #include "core/error_log.h"
 #include "core/log.h"
 #include "json.h"
-#include "script/endpoints.h"
 #include "script/handler.h"
 #include "script/host_internal.h"
 
@@ -391,7 +390,6 @@ lp_task *lp_script_host_call(lp_script_host *h, const char *module, const char *
   h->ntasks++;
   lp_gauge_set(h->tasks_gauge, LP_NO_LABELS, (double)h->ntasks);
 
-  lp_endpoints_allow_call(module, args);
   lua_State *L = lp_generation_state(t->generation);
   start_args a = {t, args, 0, NULL, NULL, NULL};
   lp_error *err = NULL;
