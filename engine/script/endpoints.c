@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "core/error.h"
+#include "script/module_name.h"
 #include "script/sandbox.h"
 
 #define ENDPOINTS_KEY "luaprov.endpoints" /* registry: mapping name -> {hosts = {...}, env = {...}} */
@@ -69,17 +70,6 @@ static int same_endpoint(const authority *allowed, const authority *req, const c
          (!allowed->port[0] || strcmp(allowed->port, effective_port(req, url)) == 0);
 }
 
-/* "providers.acme.client" -> "providers.acme" in buf; NULL when module is not a mapping's. */
-static const char *mapping_of(const char *module, char *buf, size_t cap) {
-  if (strncmp(module, "defaults.", 9) == 0) module += 9;
-  if (strncmp(module, "providers.", 10) != 0 || !module[10]) return NULL;
-  size_t n = 10 + strcspn(module + 10, ".");
-  if (n >= cap) return NULL;
-  memcpy(buf, module, n);
-  buf[n] = '\0';
-  return buf;
-}
-
 /* ---- configured endpoints (--endpoint) ---------------------------------------------------- */
 
 static authority *configured;
@@ -139,8 +129,8 @@ static void copy_list(lua_State *L, int decl, const char *mapping, const char *f
 
 void lp_endpoints_declare(lua_State *L, const char *module, int idx) {
   char buf[256];
-  const char *bare = strncmp(module, "defaults.", 9) == 0 ? module + 9 : module;
-  const char *mapping = mapping_of(module, buf, sizeof buf);
+  const char *bare = lp_module_bare(module);
+  const char *mapping = lp_module_mapping(module, buf, sizeof buf);
   if (!mapping || strcmp(mapping, bare) != 0 || !lua_istable(L, idx)) return;
   idx = lua_absindex(L, idx);
   lua_pushliteral(L, "endpoints");
@@ -281,7 +271,7 @@ static int guarded_request_all(lua_State *L) {
 
 void lp_endpoints_guard_http(lua_State *L, int idx, const char *module) {
   char buf[256];
-  const char *mapping = mapping_of(module, buf, sizeof buf);
+  const char *mapping = lp_module_mapping(module, buf, sizeof buf);
   idx = lua_absindex(L, idx);
   static const struct {
     const char *name;

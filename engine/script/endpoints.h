@@ -12,8 +12,9 @@
  * only to: a declared host (any port), the host and port of a URL (or host) one of the declared
  * variables holds when the request is made (how --sim and an operator's override reach the
  * mapping), and every endpoint the engine was configured with (--endpoint, given
- * by the contract or command that sets ctx.endpoint: lp_endpoints_allow_configured). A mapping that declares nothing reaches only the last. Anything
- * else, and any URL that is not http(s) or names a user ("http://u@host"), raises
+ * by the contract or command that sets ctx.endpoint: lp_endpoints_allow_configured). A mapping that declares
+ * nothing reaches only the last. Anything else, and any URL that is not http(s) or names a user
+ * ("http://u@host"), raises
  * "<file>:<line>: luaprov.http.request: host <host> is not an endpoint of providers.<name> (...)"
  * at the script's line. The request table is copied (raw) before the check, so what is checked is
  * what is sent. */

@@ -15,14 +15,14 @@
 #include "script/call.h"
 #include "script/endpoints.h"
 #include "script/lua_message.h"
+#include "script/module_name.h"
 #include "script/roles.h"
 #include "script/sandbox.h"
 #include "script/tree.h"
 
-#define LOADED_KEY      LP_GENERATION_LOADED_KEY /* module name -> value (or LOADING sentinel) */
-#define FILES_KEY       "luaprov.files"          /* module name -> file it came from */
-#define BINDINGS_KEY    "luaprov.module"         /* the luaprov table */
-#define DEFAULTS_PREFIX "defaults."              /* require "defaults.policies.drift": the shipped version */
+#define LOADED_KEY   LP_GENERATION_LOADED_KEY /* module name -> value (or LOADING sentinel) */
+#define FILES_KEY    "luaprov.files"          /* module name -> file it came from */
+#define BINDINGS_KEY "luaprov.module"         /* the luaprov table */
 
 typedef struct entry_module {
   char *name;
@@ -195,8 +195,8 @@ static size_t layer_count(char *const *layers) {
 static char *resolve_module(lp_generation *g, const char *module) {
   size_t n = layer_count(g->layers);
   if (n == 0) return NULL;
-  if (strncmp(module, DEFAULTS_PREFIX, strlen(DEFAULTS_PREFIX)) == 0)
-    return resolve_in(g->layers, n - 1, n - 1, module + strlen(DEFAULTS_PREFIX));
+  const char *bare = lp_module_bare(module);
+  if (bare != module) return resolve_in(g->layers, n - 1, n - 1, bare); /* the shipped layer only */
   return resolve_in(g->layers, 0, n - 1, module);
 }
 
@@ -273,7 +273,7 @@ static int sandbox_require(lua_State *L) {
     return 1;
   }
   if (requirer) {
-    char *problem = lp_role_require_problem(lp_role_of_module(requirer), lp_role_of_module(name), name);
+    char *problem = lp_role_require_problem(requirer, name);
     if (problem) {
       lua_pushstring(L, problem);
       free(problem);
@@ -289,9 +289,7 @@ static int sandbox_require(lua_State *L) {
   }
   lua_pop(L, 1);
   if (!valid_module_name(name)) return luaL_error(L, "invalid module name '%s'", name);
-  const char *bare =
-      strncmp(name, DEFAULTS_PREFIX, strlen(DEFAULTS_PREFIX)) == 0 ? name + strlen(DEFAULTS_PREFIX) : name;
-  if (!in_script_folder(bare))
+  if (!in_script_folder(lp_module_bare(name)))
     return luaL_error(L, "module '%s' is outside the script folders (policies., providers., sim.)", name);
   char *path = resolve_module(g, name);
   if (!path) {

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "script/endpoints.h"
+#include "script/module_name.h"
 #include "script/sandbox.h"
 
 #define ROLE(r) (1u << (r))
@@ -63,7 +64,7 @@ lp_role lp_role_of_module(const char *module) {
       {"luaprov.testkit.", 1, LP_ROLE_TESTKIT},
   };
   if (!module) return LP_ROLE_POLICY;
-  if (strncmp(module, "defaults.", 9) == 0) module += 9;
+  module = lp_module_bare(module);
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (names[i].prefix ? strncmp(module, names[i].name, strlen(names[i].name)) == 0
                         : strcmp(module, names[i].name) == 0)
@@ -146,7 +147,17 @@ void lp_role_push_bindings(lua_State *L, int src, lp_role role, const char *modu
   }
 }
 
-char *lp_role_require_problem(lp_role requirer, lp_role required, const char *module) {
+char *lp_role_require_problem(const char *requirer_module, const char *module) {
+  lp_role requirer = lp_role_of_module(requirer_module), required = lp_role_of_module(module);
+  char own[128], other[128];
+  const char *mine = lp_module_mapping(requirer_module, own, sizeof own);
+  const char *theirs = lp_module_mapping(module, other, sizeof other);
+  if (mine && theirs && strcmp(mine, theirs) != 0)
+    return lp_xasprintf(
+        "module '%s' is not available to the mapping %s: it is the mapping %s's, and a mapping "
+        "requires only its own modules (each reaches only its own endpoints; see "
+        "docs/lua-api.md#capabilities)",
+        module, mine, theirs);
   for (size_t i = 0; i < sizeof capabilities / sizeof capabilities[0]; i++) {
     const struct capability *c = &capabilities[i];
     if (!(c->roles & ROLE(required)) || (c->roles & ROLE(requirer))) continue;

@@ -40,9 +40,11 @@ const char *lp_role_title(lp_role role);
  * module's name.                                                              [-0, +1, m] */
 void lp_role_push_bindings(lua_State *L, int src, lp_role role, const char *module);
 
-/* NULL when a script of role requirer may require a module of role required; else a malloc'd
- * sentence saying why not, e.g. "module 'providers.acme.client' is not available to a drift
- * policy: a mapping's module may use luaprov.http, which a drift policy may not (...)". */
-char *lp_role_require_problem(lp_role requirer, lp_role required, const char *module);
+/* NULL when the module named requirer may require the module named module: module's role may use
+ * nothing requirer's role may not, and a mapping's file requires no other mapping's (each reaches
+ * only its own endpoints). Else a malloc'd sentence saying why not, e.g. "module
+ * 'providers.acme.client' is not available to a drift policy: it is a mapping's and may use
+ * luaprov.http, which a drift policy may not (...)". */
+char *lp_role_require_problem(const char *requirer, const char *module);
 
 #endif

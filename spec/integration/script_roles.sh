@@ -70,6 +70,14 @@ printf '%s\n' 'local luaprov = require "luaprov"' 'local M = {}' 'function M.is_
   '  luaprov.log.debug("checked")' '  return ""' 'end' 'return M' > t/policies/drift.lua
 "$LUAPROV" check t >/dev/null || fail "a policy using json, log, crypto and time: $("$LUAPROV" check t 2>&1)"
 
+# A mapping requires only its own modules: through another's it would reach that mapping's endpoints.
+rm -rf t && mkdir -p t/providers/bizfly
+printf '%s\n' 'local default = require "defaults.providers.bizfly"' 'local _ = require "providers.alibaba.client"' \
+  'return default' > t/providers/bizfly/init.lua
+check_says t "t/providers/bizfly/init.lua:2: module 'providers.alibaba.client' is not available to the mapping \
+providers.bizfly: it is the mapping providers.alibaba's, and a mapping requires only its own modules (each reaches \
+only its own endpoints; see docs/lua-api.md#capabilities)"
+
 # A mapping has no luaprov.stream (the simulators' handlers have).
 rm -rf t && mkdir -p t/providers/alibaba
 printf '%s\n' 'local default = require "defaults.providers.alibaba"' 'local luaprov = require "luaprov"' \
