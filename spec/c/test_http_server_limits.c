@@ -409,16 +409,21 @@ static int ended_now(client *cl) {
   return got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
 }
 
+/* A server with slots connections and a header deadline of 300 ms, far inside the 10 s idle timeout. */
+static void start_with_header_deadline(fixture *fx, unsigned slots) {
+  lp_http_server_options opts = default_opts;
+  opts.max_connections = slots;
+  opts.header_timeout_ms = 300;
+  fixture_start(fx, &opts);
+}
+
 /* Clients that send their headers a byte at a time keep resetting the idle timer; the header deadline
  * ends them all the same, so they cannot hold every connection slot. The idle timeout (10 s) is far
  * beyond the trickle, so only the deadline can end these connections. */
 static void test_header_deadline_ends_trickling_clients(void) {
   enum { TRICKLERS = 3 };
   fixture fx;
-  lp_http_server_options opts = default_opts;
-  opts.max_connections = TRICKLERS;
-  opts.header_timeout_ms = 300;
-  fixture_start(&fx, &opts);
+  start_with_header_deadline(&fx, TRICKLERS);
   client slow[TRICKLERS];
   for (int i = 0; i < TRICKLERS; i++) {
     CHECK_INT(client_open(&slow[i], fx.port), 0);
@@ -456,10 +461,7 @@ static void test_header_deadline_ends_trickling_clients(void) {
 static void test_header_deadline_ends_silent_clients(void) {
   enum { SILENT = 2 };
   fixture fx;
-  lp_http_server_options opts = default_opts;
-  opts.max_connections = SILENT;
-  opts.header_timeout_ms = 300;
-  fixture_start(&fx, &opts);
+  start_with_header_deadline(&fx, SILENT);
   client quiet[SILENT];
   for (int i = 0; i < SILENT; i++) CHECK_INT(client_open(&quiet[i], fx.port), 0);
   int ended = 0;
