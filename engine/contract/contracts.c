@@ -89,6 +89,9 @@ lp_error *lp_policy_answer_error(lp_generation *g, const char *module, const cha
 }
 
 #define MAX_DRIFT_REASONS 32
+/* A reason names a NodePool annotation, drift-unresolvable.luaprov.io/<reason>, whose part after the '/'
+ * Kubernetes caps at 63 characters: a longer one would make every write of that record fail. */
+#define MAX_DRIFT_REASON_CHARS 63
 
 char *lp_drift_reason_problem(const char *reason, const json_t *mapping_reasons) {
   const char *known[MAX_DRIFT_REASONS + 2] = {"NodeClassDrift"};
@@ -117,6 +120,10 @@ char *lp_drift_reason_problem(const char *reason, const json_t *mapping_reasons)
     problem = lp_xasprintf("is_drifted returned \"%s\"; a reason is \"\" or a CamelCase word like "
                            "\"NodeClassDrift\" (it becomes a Kubernetes condition reason)",
                            reason);
+  else if (strlen(reason) > MAX_DRIFT_REASON_CHARS)
+    problem = lp_xasprintf("is_drifted returned \"%s\"; a reason is at most %d characters (it names a "
+                           "NodePool annotation, drift-unresolvable.luaprov.io/<reason>)",
+                           reason, MAX_DRIFT_REASON_CHARS);
   lp_buf_free(&list);
   return problem;
 }
@@ -438,12 +445,13 @@ static void check_exports(lua_State *L, int idx, const char *file, lp_problems *
       reasons && !json_is_array(reasons) && !(json_is_object(reasons) && json_object_size(reasons) == 0);
   json_array_foreach(reasons, i, r) {
     const char *s = json_string_value(r);
-    bad |= !s || !*s || !(*s >= 'A' && *s <= 'Z');
+    bad |= !s || !*s || !(*s >= 'A' && *s <= 'Z') || strlen(s) > MAX_DRIFT_REASON_CHARS;
   }
   if (bad)
     lp_problems_add(problems, file, assignment_line(file, "drift_reasons"),
-                    "the CloudProvider mapping's drift_reasons must be a list of CamelCase words like "
-                    "\"NodeClassDrift\" (docs/contracts.md#policies)");
+                    "the CloudProvider mapping's drift_reasons must be a list of CamelCase words of at most "
+                    "%d characters like \"NodeClassDrift\" (docs/contracts.md#policies)",
+                    MAX_DRIFT_REASON_CHARS);
   json_decref(reasons);
 }
 

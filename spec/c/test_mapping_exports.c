@@ -418,6 +418,7 @@ static void test_load_refuses_broken_exports(void) {
        "nodeclass.group itself"},
       {"M.settings = { { name = 'Region' } }", "settings: settings[1].name is not a lower-case option name"},
       {"M.drift_reasons = { 'imageDrift' }", "drift_reasons must be a list of CamelCase words"},
+      {"M.drift_reasons = { 'Drift' .. string.rep('x', 59) }", "CamelCase words of at most 63 characters"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     write_mapping(cases[i].edit);

@@ -2,6 +2,7 @@
  * shape and rule CP4 (docs/contracts.md); YAML loading. */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 #include "contract/requirements.h"
@@ -224,6 +225,15 @@ static void test_instance_shape(void) {
   CHECK_CONTAINS(p, "did you mean \"NodeClassDrift\"?");
   free(p);
   CHECK(lp_drift_reason_problem("ImagDrift", NULL) == NULL); /* not declared: a reason of its own */
+  /* a reason names the NodePool annotation drift-unresolvable.luaprov.io/<reason>: 63 characters at most */
+  char reason[80] = "Drift";
+  memset(reason + 5, 'x', 58);
+  CHECK(lp_drift_reason_problem(reason, declared) == NULL);
+  strcat(reason, "x");
+  p = lp_drift_reason_problem(reason, declared);
+  CHECK_CONTAINS(p, "; a reason is at most 63 characters (it names a NodePool annotation, "
+                    "drift-unresolvable.luaprov.io/<reason>)");
+  free(p);
   json_decref(declared);
 }
 
