@@ -14,9 +14,10 @@
  * and NodePool template (lp_drift_unresolvable), also gets DriftUnresolvable=True with that reason, in the
  * same write, and its NodePool the record drift-unresolvable.luaprov.io/<reason> (lp_drift_record_wanted):
  * the disruption controller then replaces no node of the NodePool for that reason, even once the
- * replacement is gone. A drift replacement judged otherwise gets DriftUnresolvable=False: "Resolved" once
- * it is Initialized and not drifted for its reason, "InputsChanged" when the node class, the template or
- * the scripts changed (a hot reload) since it was made; either lets replacing go on.
+ * replacement is gone. A drift
+ * replacement judged otherwise gets DriftUnresolvable=False: "Resolved" once it is Initialized and not
+ * drifted for its reason, "InputsChanged" when the node class, the template or the scripts changed (a hot
+ * reload) since it was made; either lets replacing go on.
  *
  * What enqueues a NodeClaim besides its own changes: a change of its NodePool's spec or annotations
  * (every NodeClaim labelled with the pool), and any change of its node class (by
@@ -35,7 +36,8 @@
  * yet" (nodeclaim, code, error); warn "drift cannot be resolved by replacement, not replacing for this
  * reason" (nodeclaim, nodepool, reason, replaces), info "drift no longer unresolvable, replacing resumes"
  * (nodeclaim, nodepool). Events: Warning DriftUnresolvable on the NodeClaim and on its NodePool, when
- * the condition is set. Failures are the framework's "reconcile failed, will retry". */
+ * the condition is set; Warning DriftRecordFailed on the NodePool when the API server refuses the record
+ * for good (403, 422). Failures are the framework's "reconcile failed, will retry". */
 #include <stdlib.h>
 #include <string.h>
 
@@ -188,6 +190,7 @@ static void run_end(drift_run *r, lp_error *err, double requeue_s) {
   json_decref(r->claim);
   json_decref(r->nodepool);
   json_decref(r->nodeclass);
+  free(r->record);
   free(r);
 }
 
@@ -215,12 +218,20 @@ static void announce_unresolvable(const drift_write *w) {
   }
 }
 
+/* A refusal that retrying does not change (RBAC without patch on nodepools: 403; an annotation the API
+ * server rejects: 422) is also told on the NodePool, where an operator looks: without the record the
+ * block no longer survives the flagged replacement. */
 static void record_written(const lp_kube_reply *reply, void *ud) {
   drift_run *r = ud;
   lp_error *err = NULL;
   if (reply->error)
     err = lp_error_new(reply->error->code, "drift: recording on nodepool %s that nodeclaim %s is %s: %s",
                        lp_obj_name(r->nodepool), r->key, LP_DRIFT_UNRESOLVABLE, reply->error->message);
+  if (reply->error && (reply->status == 403 || reply->status == 422))
+    lp_env_event(r->env, r->nodepool, "Warning", "DriftRecordFailed",
+                 "cannot write annotation %s (NodeClaim %s is %s): %s; until it is written, replacing is "
+                 "blocked only while NodeClaim %s exists",
+                 r->record, r->key, LP_DRIFT_UNRESOLVABLE, reply->error->message, r->key);
   run_end(r, err, err ? 0 : requeue_of(r));
 }
 
@@ -232,9 +243,8 @@ static void end_recorded(drift_run *r, const char *reason, lp_error *err, double
     run_end(r, err, requeue_s);
     return;
   }
-  char *key = lp_xasprintf(LP_DRIFT_RECORD_PREFIX "%s", reason);
-  lp_env_annotate(r->env, LP_KIND_NODEPOOL, lp_obj_name(r->nodepool), key, value, record_written, r);
-  free(key);
+  r->record = lp_xasprintf(LP_DRIFT_RECORD_PREFIX "%s", reason);
+  lp_env_annotate(r->env, LP_KIND_NODEPOOL, lp_obj_name(r->nodepool), r->record, value, record_written, r);
   free(value);
 }
 

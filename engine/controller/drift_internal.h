@@ -57,6 +57,7 @@ struct drift_run {
   json_t *nodepool;  /* its NodePool (own reference) */
   json_t *nodeclass; /* its node class (own reference), or NULL when it is not cached */
   drift_step next;   /* where an instance-type fetch continues */
+  char *record;      /* the NodePool annotation being written (malloc'd), or NULL */
   drift_run *next_waiter;
   double now; /* wall time the reconcile started */
 };

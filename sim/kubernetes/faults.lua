@@ -19,9 +19,11 @@ local M = {}
 local rules = rules_mod.new()
 
 local STATUS = {
+  [403] = { "Forbidden", "forbidden: the caller's RBAC role does not allow this verb on this resource" },
   [409] = { "Conflict", "Operation cannot be fulfilled: the object has been modified; please apply your "
     .. "changes to the latest version and try again" },
   [410] = { "Expired", "The provided continue parameter is too old to display a consistent list result." },
+  [422] = { "Invalid", "the object is invalid: injected by the simulator" },
   [429] = { "TooManyRequests", "Too many requests, please try again later." },
   [500] = { "InternalError", "Internal error occurred: injected by the simulator" },
   [503] = { "ServiceUnavailable", "The server is currently unable to handle the request" },

@@ -8,7 +8,8 @@
  * replacing resume. Then the limits of the drift gate: under a budget that lets every node go, the
  * unsatisfiable rule reloaded costs one replacement, not one per node; deleting the flagged replacement
  * does not lift the block (the NodePool's drift-unresolvable.luaprov.io/<reason> record holds it); an
- * edit of the node class or of the NodePool's template does, for exactly one more replacement.
+ * edit of the node class or of the NodePool's template does, for exactly one more replacement; a record
+ * the API server refuses (403) is told by a Warning on the NodePool.
  *
  * The controllers' wall clock is the test's (ctrl_use_wall_clock): it stands still, and moves an hour
  * at once where the test says so, past the 10 minutes within which the same event is not repeated, so
@@ -312,21 +313,53 @@ static void test_status_counters_keep_the_block(void) {
   CHECK_INT(most_launched, before);
 }
 
-/* An edit of the node class lifts the block for exactly one more replacement, which is flagged again. */
+/* A ctrl_wait_for condition: the NodePool's record names the NodeClaim *(char **)ud. */
+static int recorded(ctrl_fixture *fx, const void *ud) {
+  (void)fx;
+  char *record = pool_record();
+  int by = record && strstr(record, *(char *const *)ud) != NULL;
+  free(record);
+  return by;
+}
+
+static int record_failed(ctrl_fixture *fx, const void *ud) {
+  (void)ud;
+  return ctrl_has_event(fx, DT_POOL, "DriftRecordFailed");
+}
+
+#define FORBIDDEN "nodepools.karpenter.sh \"" DT_POOL "\" is forbidden: cannot patch resource \"nodepools\""
+
+/* An edit of the node class lifts the block for exactly one more replacement, which is flagged again.
+ * The API server refuses the record at first (RBAC without patch on nodepools): a Warning on the
+ * NodePool says so, and the record is written once the patch is allowed (the reconcile's retry). */
 static void test_nodeclass_change_lifts_the_block(void) {
   double before = launched();
   most_launched = before;
+  json_t *rule = json_pack("{s:s, s:s, s:i, s:s}", "verb", "patch", "resource", "nodepools", "status", 403,
+                           "message", FORBIDDEN);
+  char *text = json_dumps(rule, JSON_COMPACT);
+  ctrl_kube_faults(&f, text, 0);
+  free(text);
+  json_decref(rule);
   CHECK_INT(ctrl_kube_pack(&f, "PATCH", "/apis/karpenter.alibabacloud.com/v1alpha1/ecsnodeclasses/default",
                            "{s:{s:{s:s}}}", "spec", "tags", "team", "edited"),
             200);
   CHECK(ctrl_wait_for(&f, 60, new_unresolvable, &flagged));
+  CHECK(ctrl_wait_for(&f, 30, record_failed, NULL));
+  char want[512];
+  snprintf(want, sizeof want,
+           "cannot write annotation " RECORD " (NodeClaim %s is " LP_DRIFT_UNRESOLVABLE "): ", flagged);
+  CHECK(ctrl_has_event_message(&f, DT_POOL, "DriftRecordFailed", want));
+  snprintf(want, sizeof want, "; until it is written, replacing is blocked only while NodeClaim %s exists",
+           flagged);
+  CHECK(ctrl_has_event_message(&f, DT_POOL, "DriftRecordFailed", want));
+  CHECK(ctrl_has_event_message(&f, DT_POOL, "DriftRecordFailed", FORBIDDEN));
+  CHECK(!recorded(&f, &flagged));
+  json_decref(ctrl_admin(&f, "kubernetes", "DELETE", "/_sim/faults", NULL));
   watch_launches(12);
   CHECK_INT(most_launched, before + 1);
   CHECK_INT(launched(), before + 1);
-  char *record = pool_record();
-  CHECK(record != NULL);
-  CHECK_CONTAINS(record, flagged); /* recorded again, under the class as it is now */
-  free(record);
+  CHECK(ctrl_wait_for(&f, 60, recorded, &flagged)); /* recorded again, under the class as it is now */
 }
 
 /* An edit of the NodePool's template lifts it too (the NodePool's static hash, which NodePoolDrifted
