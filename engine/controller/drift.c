@@ -14,7 +14,7 @@
  * and NodePool template (lp_drift_unresolvable), also gets DriftUnresolvable=True with that reason, in the
  * same write, and its NodePool the record drift-unresolvable.luaprov.io/<reason> (lp_drift_record_wanted):
  * the disruption controller then replaces no node of the NodePool for that reason, even once the
- * replacement is gone. A drift
+ * replacement is gone, unless another replacement made under the same inputs is judged Resolved. A drift
  * replacement judged otherwise gets DriftUnresolvable=False: "Resolved" once it is Initialized and not
  * drifted for its reason, "InputsChanged" when the node class, the template or the scripts changed (a hot
  * reload) since it was made; either lets replacing go on.

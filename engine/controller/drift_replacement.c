@@ -121,12 +121,17 @@ char *lp_drift_record_wanted(lp_ctrl_env *env, const json_t *claim, const json_t
 
 /* ---- the gate ---------------------------------------------------------------------------------- */
 
-/* What a (NodePool, reason) is in the gate, weakest first: a stronger one is not overwritten. */
-enum { FREE = 0, PROBING, PROVEN, HELD };
+/* What a (NodePool, reason) is in the gate, weakest first: a stronger one is not overwritten. A
+ * replacement judged Resolved under the inputs now (PROVEN) shows that replacing resolves the drift, so
+ * it outranks the NodePool's record (RECORDED), which may come from another replacement under the same
+ * inputs (a policy that looks at more than them); a NodeClaim DriftUnresolvable=True (HELD) still
+ * outranks it. */
+enum { FREE = 0, PROBING, RECORDED, PROVEN, HELD };
 
 struct lp_drift_gate {
   lp_ctrl_env *env;
-  json_t *pools;  /* NodePool -> {reason -> {"rank": FREE..HELD, "why": the DisruptionBlocked text}} */
+  json_t *pools;  /* NodePool -> {reason -> {"rank": FREE..HELD, "why": the DisruptionBlocked text, or null
+                   * when replacing may go on (FREE, PROVEN)}} */
   json_t *inputs; /* NodePool -> the inputs that hold now for its replacements */
 };
 
@@ -202,7 +207,7 @@ static void gate_pool(const char *key, json_t *nodepool, void *ud) {
       json_t *v = json_loads(json_string_value(value), 0, NULL);
       const char *by = json_string_value(json_object_get(v, "nodeclaim"));
       rank(
-          g, key, name + n, HELD,
+          g, key, name + n, RECORDED,
           lp_xasprintf("Drift reason %s cannot be resolved by replacement in NodePool %s (its annotation %s: "
                        "replacement %s was %s under the node class, template and scripts in use)",
                        name + n, key, name, by ? by : "?", LP_DRIFT_UNRESOLVABLE));
@@ -231,9 +236,7 @@ void lp_drift_gate_free(lp_drift_gate *g) {
 
 const char *lp_drift_gate_why(lp_drift_gate *g, const char *pool, const char *reason) {
   if (!pool || !reason) return NULL;
-  json_t *e = json_object_get(json_object_get(g->pools, pool), reason);
-  json_int_t r = json_integer_value(json_object_get(e, "rank"));
-  return r == HELD || r == PROBING ? json_string_value(json_object_get(e, "why")) : NULL;
+  return json_string_value(json_object_get(json_object_get(json_object_get(g->pools, pool), reason), "why"));
 }
 
 void lp_drift_gate_launched(lp_drift_gate *g, const char *pool, const char *reason, const char *replacement,

@@ -13,7 +13,8 @@
  * disruption controller replaces no node of the NodePool for that reason while the condition holds or the
  * record's inputs still do: deleting the replacement does not lift the block, a change of the node class,
  * the NodePool's template or the scripts (a reload) does. A replacement not drifted for its reason once
- * initialized gets DriftUnresolvable=False ("Resolved"): it is judged, replacing does resolve the drift.
+ * initialized gets DriftUnresolvable=False ("Resolved"): it is judged, replacing does resolve the drift,
+ * and made under the inputs now, it lifts the block of the record (not that of a NodeClaim still True).
  * Until one is judged, at most one replacement per NodePool and reason is on its way (lp_drift_gate), so an
  * unsatisfiable rule costs one node, whatever the budget. Everything is on the objects, nothing in memory:
  * a restart or a new leader finds the same.
@@ -54,9 +55,10 @@ char *lp_drift_record_wanted(lp_ctrl_env *env, const json_t *claim, const json_t
 /* ---- the disruption controller's gate ---------------------------------------------------------- */
 
 /* What drift replacement may do per NodePool and drift reason in one disruption pass, read from the
- * cached NodeClaims and NodePools when made: held (a NodeClaim DriftUnresolvable=True for it, or a
- * NodePool record under the inputs that hold now), proven (a replacement for it judged Resolved under
- * the inputs now: replace within the budget), probing (a replacement for it not judged yet), or free. */
+ * cached NodeClaims and NodePools when made, the first that applies: held (a NodeClaim
+ * DriftUnresolvable=True for it), proven (a replacement for it judged Resolved under the inputs that hold
+ * now: replace within the budget), recorded (a NodePool record under the inputs now: held), probing (a
+ * replacement for it not judged yet), or free. */
 typedef struct lp_drift_gate lp_drift_gate;
 
 lp_drift_gate *lp_drift_gate_new(lp_ctrl_env *env);

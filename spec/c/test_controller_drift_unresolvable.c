@@ -9,7 +9,8 @@
  * unsatisfiable rule reloaded costs one replacement, not one per node; deleting the flagged replacement
  * does not lift the block (the NodePool's drift-unresolvable.luaprov.io/<reason> record holds it); an
  * edit of the node class or of the NodePool's template does, for exactly one more replacement; a record
- * the API server refuses (403) is told by a Warning on the NodePool.
+ * the API server refuses (403) is told by a Warning on the NodePool; a replacement judged Resolved under
+ * the inputs now outranks a record under them.
  *
  * The controllers' wall clock is the test's (ctrl_use_wall_clock): it stands still, and moves an hour
  * at once where the test says so, past the 10 minutes within which the same event is not repeated, so
@@ -380,6 +381,57 @@ static void test_template_change_lifts_the_block(void) {
   free(flagged);
 }
 
+/* The name (strdup'd) of the NodeClaim that replaces the one named old, or NULL. */
+static char *replacement_of(const char *old) {
+  json_t *items = dt_pool_claims(&f);
+  char *name = NULL;
+  size_t i;
+  json_t *c;
+  json_array_foreach(items, i, c) {
+    const char *replaces = dt_annotation(c, DZ_ANNOTATION_REPLACES);
+    if (!name && replaces && strcmp(replaces, old) == 0) name = strdup(lp_obj_name(c));
+  }
+  json_decref(items);
+  return name;
+}
+
+/* A ctrl_wait_for condition: the NodeClaim named name (a const char *) is DriftUnresolvable=False,
+ * Resolved. */
+static int judged_resolved(ctrl_fixture *fx, const void *name) {
+  return name && ctrl_claim_condition(fx, name, LP_DRIFT_UNRESOLVABLE, "False", LP_DRIFT_RESOLVED);
+}
+
+/* A replacement judged Resolved under the inputs that hold now lifts the block of a NodePool record made
+ * under the same inputs: the record may come from another replacement flagged by a policy that looks at
+ * more than the inputs, and the Resolved one shows that replacing does resolve the drift. Here the rule
+ * is fixed (the replacements conform), a node is replaced and its replacement judged Resolved, then a
+ * record under the same inputs is written as another replacement's verdict would be: a node drifted next
+ * is still replaced. */
+static void test_resolved_replacement_outranks_the_record(void) {
+  sim_tree_write_policy(tree, "drift", policy_fixed);
+  CHECK(ctrl_wait_for(&f, 10, reloaded, &(uint64_t){4}));
+  double before = launched();
+  dt_post_claim(&f, "web-c");
+  CHECK(ctrl_wait_for(&f, 60, claim_gone, "web-c"));
+  char *proof = replacement_of("web-c");
+  CHECK(proof != NULL);
+  CHECK(ctrl_wait_for(&f, 30, judged_resolved, proof));
+  json_t *c = dt_claim(&f, proof);
+  json_t *record = json_pack("{s:s, s:s}", "nodeclaim", "web-flagged", "under",
+                             dt_annotation(c, LP_REPLACED_UNDER_ANNOTATION));
+  char *value = json_dumps(record, JSON_COMPACT | JSON_SORT_KEYS);
+  dt_patch_pool(&f, json_pack("{s:{s:{s:s}}}", "metadata", "annotations", RECORD, value));
+  free(value);
+  json_decref(record);
+  json_decref(c);
+
+  dt_post_claim(&f, "web-d");
+  CHECK(ctrl_wait_for(&f, 60, claim_gone, "web-d"));
+  CHECK(!ctrl_has_event_message(&f, "web-d", "DisruptionBlocked", "(its annotation " RECORD));
+  CHECK_INT(launched(), before + 2);
+  free(proof);
+}
+
 int main(void) {
   start();
   RUN(test_unsatisfiable_rule);
@@ -388,6 +440,7 @@ int main(void) {
   RUN(test_status_counters_keep_the_block);
   RUN(test_nodeclass_change_lifts_the_block);
   RUN(test_template_change_lifts_the_block);
+  RUN(test_resolved_replacement_outranks_the_record);
   stop();
   return check_summary();
 }
