@@ -23,6 +23,7 @@
 #define LP_ANNOTATION_HASH         "karpenter.k8s.alibabacloud/ecsnodeclass-hash"
 #define LP_ANNOTATION_HASH_VERSION "karpenter.k8s.alibabacloud/ecsnodeclass-hash-version"
 #endif
+#include "script/endpoints.h"
 #include "script/host.h"
 #include "sim/sim.h"
 
@@ -37,8 +38,9 @@ static inline json_t *mapping_call(lp_script_host *scripts, const char *function
 }
 
 /* The ctx the engine hands the mapping for the simulated account (region, cluster, the simulator's
- * endpoint); caller decrefs. */
+ * endpoint), the endpoint allowed as the engine allows the one it configures; caller decrefs. */
 static inline json_t *mapping_ctx(lp_sim *sim) {
+  lp_endpoints_allow_configured(lp_sim_url(sim, "alibaba"));
   return json_pack("{s:s, s:s, s:s}", "region", "cn-hangzhou", "cluster_id", "luaprov-sim", "endpoint",
                    lp_sim_url(sim, "alibaba"));
 }
