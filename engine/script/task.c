@@ -249,6 +249,7 @@ void lp_task_arm_deadline(lp_task *t) {
   t->deadline = lp_xmalloc(sizeof *t->deadline);
   uv_timer_init(t->host->loop, t->deadline);
   t->deadline->data = t;
+  uv_update_time(t->host->loop); /* the timer counts from the loop's cached time, which may be stale */
   uv_timer_start(t->deadline, deadline_expired, spent_ms < budget_ms ? (uint64_t)(budget_ms - spent_ms) : 0,
                  0);
 }
