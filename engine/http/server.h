@@ -8,8 +8,8 @@
  * malformed requests get 400 and the connection is closed; nothing a client sends can crash the
  * server. Idle keep-alive connections are closed after idle_timeout_ms, and a connection whose
  * request headers are not complete header_timeout_ms after their first byte (for the first request,
- * after the accept) is closed, however steadily they trickle in. Trailer fields of chunked requests are read and dropped.
- * Loop thread only. */
+ * after the accept) is closed, however steadily they trickle in. Trailer fields of chunked requests are read
+ * and dropped. Loop thread only. */
 #ifndef LUAPROV_HTTP_SERVER_H
 #define LUAPROV_HTTP_SERVER_H
 
