@@ -102,17 +102,26 @@ static double launched(void) {
   return ctrl_metric(&f, "luaprov_disruption_replacements_total", LP_LABELS("launched"));
 }
 
-/* The name (strdup'd) of the pool's NodeClaim with condition type True, or NULL. */
-static char *claim_with(const char *type) {
+/* The name (strdup'd) of the pool's first NodeClaim that match(claim, arg) accepts, or NULL. */
+static char *first_claim(int (*match)(const json_t *claim, const char *arg), const char *arg) {
   json_t *items = dt_pool_claims(&f);
   char *name = NULL;
   size_t i;
   json_t *c;
   json_array_foreach(items, i, c) {
-    if (!name && lp_condition_is(c, type, "True")) name = strdup(lp_obj_name(c));
+    if (!name && match(c, arg)) name = strdup(lp_obj_name(c));
   }
   json_decref(items);
   return name;
+}
+
+static int condition_true(const json_t *claim, const char *type) {
+  return lp_condition_is(claim, type, "True");
+}
+
+/* The name (strdup'd) of the pool's NodeClaim with condition type True, or NULL. */
+static char *claim_with(const char *type) {
+  return first_claim(condition_true, type);
 }
 
 static int has_unresolvable(ctrl_fixture *fx, const void *ud) {
@@ -381,18 +390,14 @@ static void test_template_change_lifts_the_block(void) {
   free(flagged);
 }
 
+static int replaces(const json_t *claim, const char *old) {
+  const char *replaced = dt_annotation(claim, DZ_ANNOTATION_REPLACES);
+  return replaced && strcmp(replaced, old) == 0;
+}
+
 /* The name (strdup'd) of the NodeClaim that replaces the one named old, or NULL. */
 static char *replacement_of(const char *old) {
-  json_t *items = dt_pool_claims(&f);
-  char *name = NULL;
-  size_t i;
-  json_t *c;
-  json_array_foreach(items, i, c) {
-    const char *replaces = dt_annotation(c, DZ_ANNOTATION_REPLACES);
-    if (!name && replaces && strcmp(replaces, old) == 0) name = strdup(lp_obj_name(c));
-  }
-  json_decref(items);
-  return name;
+  return first_claim(replaces, old);
 }
 
 /* A ctrl_wait_for condition: the NodeClaim named name (a const char *) is DriftUnresolvable=False,
