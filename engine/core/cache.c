@@ -30,6 +30,7 @@ struct lp_cache {
   entry *newest, *oldest;
   lp_clock_fn clock;
   void *clock_ud;
+  uint64_t changes;                               /* sets and deletes so far: lp_cache_changes */
   lp_metric *hits, *misses, *evictions, *entries; /* all NULL without a registry */
 };
 
@@ -171,6 +172,7 @@ void lp_cache_set(lp_cache *c, const char *key, size_t key_len, const void *valu
   double now = c->clock(c->clock_ud);
   double expires = now + (ttl_s > 0 ? ttl_s : c->ttl);
   uint64_t hash = hash_key(key, key_len);
+  c->changes++;
   entry **slot = slot_of(c, key, key_len, hash);
   if (*slot) {
     entry *e = *slot;
@@ -229,9 +231,24 @@ const void *lp_cache_get(lp_cache *c, const char *key, size_t key_len, size_t *v
 int lp_cache_delete(lp_cache *c, const char *key, size_t key_len) {
   entry *e = *slot_of(c, key, key_len, hash_key(key, key_len));
   if (!e) return 0;
+  c->changes++;
   remove_entry(c, e);
   update_entries_gauge(c);
   return 1;
+}
+
+uint64_t lp_cache_changes(const lp_cache *c) {
+  return c->changes;
+}
+
+double lp_cache_now(const lp_cache *c) {
+  return c->clock(c->clock_ud);
+}
+
+void lp_cache_each_live(const lp_cache *c, lp_cache_visit_fn visit, void *ud) {
+  double now = c->clock(c->clock_ud);
+  for (const entry *e = c->newest; e; e = e->older)
+    if (now < e->expires) visit(e->key, e->key_len, e->expires, ud);
 }
 
 size_t lp_cache_size(const lp_cache *c) {

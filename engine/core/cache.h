@@ -11,6 +11,7 @@
 #define LUAPROV_CORE_CACHE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/metrics.h"
 
@@ -42,6 +43,16 @@ const void *lp_cache_get(lp_cache *c, const char *key, size_t key_len, size_t *v
 
 /* Removes key; returns 1 when it was present (expired or not), 0 otherwise. */
 int lp_cache_delete(lp_cache *c, const char *key, size_t key_len);
+
+/* How many sets and deletes the cache has seen: a reader that derived something from the entries
+ * knows it is still current while this is unchanged and no entry it used has expired. */
+uint64_t lp_cache_changes(const lp_cache *c);
+/* The cache's clock now (expiry deadlines are on it). */
+double lp_cache_now(const lp_cache *c);
+/* Calls visit for every live entry, newest first, with its key and expiry deadline. visit must not
+ * change the cache. Does not count hits or reorder entries. */
+typedef void (*lp_cache_visit_fn)(const char *key, size_t key_len, double expires, void *ud);
+void lp_cache_each_live(const lp_cache *c, lp_cache_visit_fn visit, void *ud);
 
 /* Number of entries held, expired ones included until they are dropped. */
 size_t lp_cache_size(const lp_cache *c);
