@@ -59,6 +59,11 @@ static void deferred_fire(uv_timer_t *t) {
   uv_close((uv_handle_t *)t, deferred_closed);
 }
 
+void cp_finish_soon(op *o, json_t *value, lp_error *err) {
+  o->value = value;
+  cp_fail_soon(o, err);
+}
+
 /* Reports err after the current call returns: done never runs inside an lp_cp_* call. */
 void cp_fail_soon(op *o, lp_error *err) {
   o->error = err;
@@ -136,8 +141,10 @@ json_t *cp_ctx_args1(lp_cloudprovider *cp, json_t *a) {
 /* ---- lifecycle --------------------------------------------------------------------------- */
 
 static void destroy(lp_cloudprovider *cp);
-static void get_instance_types(lp_cloudprovider *cp, const json_t *nodeclass, lp_cp_done_fn done, void *ud);
+static void call_instance_types(lp_cloudprovider *cp, const json_t *nodeclass, int refresh,
+                                lp_cp_done_fn done, void *ud);
 
+/* The end of a background refresh of one class's instance types (types_done stored the answer). */
 static void refresh_done(json_t *value, lp_error *err, void *ud) {
   lp_cloudprovider *cp = ud;
   if (err)
@@ -148,27 +155,32 @@ static void refresh_done(json_t *value, lp_error *err, void *ud) {
   if (--cp->refreshing == 0 && cp->freed) destroy(cp);
 }
 
+static void refresh_in_background(lp_cloudprovider *cp, const json_t *nodeclass) {
+  cp->refreshing++;
+  call_instance_types(cp, nodeclass, 1, refresh_done, cp);
+}
+
 static void refresh_tick(uv_timer_t *t) {
   lp_cloudprovider *cp = t->data;
   const char *name;
   json_t *nodeclass;
-  json_object_foreach(cp->known_classes, name, nodeclass) {
-    cp->refreshing++;
-    get_instance_types(cp, nodeclass, refresh_done, cp); /* not remembered again: we iterate that map */
-  }
+  json_object_foreach(cp->known_classes, name, nodeclass) refresh_in_background(cp, nodeclass);
 }
 
-void cp_remember_class(lp_cloudprovider *cp, const json_t *nodeclass) {
+/* "apiVersion name": a class of the same name in an alias group (nodeclass_desc.h) is another one. */
+static char *class_key_of(const json_t *nodeclass) {
   const char *name = json_string_value(json_object_get(json_object_get(nodeclass, "metadata"), "name"));
-  if (!name) return;
-  /* by apiVersion too: a class of the same name in an alias group (nodeclass_desc.h) is another one */
   const char *api_version = json_string_value(json_object_get(nodeclass, "apiVersion"));
-  char *key = lp_xasprintf("%s %s", api_version ? api_version : "", name);
-  /* every Create passes the class: copy it only when it changed since the last call */
+  return lp_xasprintf("%s %s", api_version ? api_version : "", name ? name : "");
+}
+
+/* Remembers the class for the background refresh. */
+static void remember_class(lp_cloudprovider *cp, const char *key, const json_t *nodeclass) {
+  if (!json_string_value(json_object_get(json_object_get(nodeclass, "metadata"), "name"))) return;
+  /* every call passes the class: copy it only when it changed since the last one */
   json_t *known = json_object_get(cp->known_classes, key);
   if (!known || !json_equal(known, (json_t *)nodeclass))
     json_object_set_new(cp->known_classes, key, json_deep_copy(nodeclass));
-  free(key);
 }
 
 /* What the mapping exports besides functions, read once: the node class descriptor (pinned, so a
@@ -220,6 +232,7 @@ lp_cloudprovider *lp_cloudprovider_new(const lp_cloudprovider_config *cfg) {
   cp->max_launch_attempts = cfg->max_launch_attempts ? cfg->max_launch_attempts : 10;
   cp->launches = lp_metrics_counter(lp_metrics_default(), "luaprov_cloudprovider_launches_total",
                                     "Instance launch attempts by outcome.", LP_LABELS("result"));
+  cp->types = lp_types_cache_new(cp->unavailable, cfg->types_max_age_s > 0 ? cfg->types_max_age_s : 60);
   cp_drift_init(cp);
   cp_disruption_init(cp);
   cp->known_classes = json_object();
@@ -243,6 +256,7 @@ static void destroy(lp_cloudprovider *cp) {
   lp_nodeclass_desc_release(&cp->desc);
   json_decref(cp->nodeclass_json);
   json_decref(cp->drift_reasons);
+  lp_types_cache_free(cp->types);
   lp_cache_free(cp->unavailable);
   json_decref(cp->known_classes);
   free(cp);
@@ -265,6 +279,10 @@ void lp_cloudprovider_free(lp_cloudprovider *cp) {
   lp_cloudprovider_shutdown(cp);
   cp->freed = 1;
   if (cp->refreshing == 0) destroy(cp);
+}
+
+void lp_cloudprovider_set_clock(lp_cloudprovider *cp, lp_clock_fn clock, void *ud) {
+  lp_cache_set_clock(cp->unavailable, clock, ud); /* the held types read the same clock */
 }
 
 uint64_t lp_cloudprovider_script_generation(const lp_cloudprovider *cp) {
@@ -316,8 +334,8 @@ void cp_offering_key(char *out, size_t cap, const char *type, const json_t *offe
            json_string_value(json_object_get(offering, "capacity_type")));
 }
 
-/* Checks rule CP4 on every type and marks offerings the engine saw fail with NoStock recently. */
-lp_error *cp_checked_types(op *o, json_t *types) {
+/* Checks rule CP4 on every type; NULL when they all pass. */
+static lp_error *checked_types(op *o, json_t *types) {
   if (!json_is_array(types) && !(json_is_object(types) && json_object_size(types) == 0))
     return cp_contract_error(o, o->cp->mapping, "instance_types", lp_xstrdup("did not return a list"),
                              "docs/contracts.md#mappings");
@@ -327,48 +345,55 @@ lp_error *cp_checked_types(op *o, json_t *types) {
     char *problem = lp_check_instance_type(type);
     if (problem)
       return cp_contract_error(o, o->cp->mapping, "instance_types", problem, "rule CP4 in docs/contracts.md");
-    const char *name = json_string_value(json_object_get(type, "name"));
-    size_t k;
-    json_t *offering;
-    json_array_foreach(json_object_get(type, "offerings"), k, offering) {
-      char key[512];
-      cp_offering_key(key, sizeof key, name, offering);
-      size_t len;
-      if (lp_cache_get(o->cp->unavailable, key, strlen(key), &len))
-        json_object_set_new(offering, "available", json_false());
-    }
   }
   return NULL;
 }
 
+/* The mapping answered for o->nodeclass: a checked list replaces the class's entry (under the
+ * generation that computed it) and is answered with the unavailable offerings laid over it. */
 static void types_done(op *o, json_t *values, lp_error *err) {
-  if (err) {
-    cp_finish(o, NULL, err);
-    return;
-  }
-  json_t *types = json_incref(json_array_get(values, 0));
+  char *key = class_key_of(o->nodeclass);
+  json_t *types = err ? NULL : json_incref(json_array_get(values, 0));
   json_decref(values);
   if (json_is_object(types)) { /* an empty Lua table arrives as {} */
     json_decref(types);
     types = json_array();
   }
-  lp_error *problem = cp_checked_types(o, types);
-  if (problem) {
+  if (!err) err = checked_types(o, types);
+  if (err) {
     json_decref(types);
-    cp_finish(o, NULL, problem);
+    if (o->refresh) lp_types_cache_refresh_failed(o->cp->types, key);
+    free(key);
+    cp_finish(o, NULL, err);
     return;
   }
-  cp_finish(o, types, NULL);
+  json_t *view =
+      lp_types_cache_put(o->cp->types, key, lp_types_fingerprint(o->nodeclass), o->generation, types);
+  free(key);
+  cp_finish(o, view, NULL);
 }
 
-static void get_instance_types(lp_cloudprovider *cp, const json_t *nodeclass, lp_cp_done_fn done, void *ud) {
+static void call_instance_types(lp_cloudprovider *cp, const json_t *nodeclass, int refresh,
+                                lp_cp_done_fn done, void *ud) {
   op *o = cp_op_new(cp, done, ud);
-  cp_call(o, cp->mapping, "instance_types", cp_ctx_args1(cp, json_deep_copy(nodeclass)), types_done);
+  o->nodeclass = json_deep_copy(nodeclass);
+  o->refresh = refresh;
+  cp_call(o, cp->mapping, "instance_types", cp_ctx_args1(cp, json_incref(o->nodeclass)), types_done);
 }
 
 void lp_cp_get_instance_types(lp_cloudprovider *cp, const json_t *nodeclass, lp_cp_done_fn done, void *ud) {
-  cp_remember_class(cp, nodeclass);
-  get_instance_types(cp, nodeclass, done, ud);
+  char *key = class_key_of(nodeclass);
+  remember_class(cp, key, nodeclass);
+  json_t *types;
+  lp_types_state state = lp_types_cache_get(cp->types, key, lp_types_fingerprint(nodeclass),
+                                            lp_script_host_generation_id(cp->scripts), &types);
+  free(key);
+  if (state == LP_TYPES_MISS) {
+    call_instance_types(cp, nodeclass, 0, done, ud);
+    return;
+  }
+  if (state == LP_TYPES_STALE) refresh_in_background(cp, nodeclass); /* this caller is answered now */
+  cp_finish_soon(cp_op_new(cp, done, ud), types, NULL);
 }
 
 /* ---- Delete, Get, List ------------------------------------------------------------------- */

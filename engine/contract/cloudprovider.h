@@ -22,6 +22,7 @@
 #include <jansson.h>
 
 #include "contract/nodeclass_desc.h"
+#include "core/cache.h"
 #include "core/error.h"
 #include "script/host.h"
 
@@ -41,6 +42,9 @@ typedef struct lp_cloudprovider_config {
   /* how often the instance types (prices, availability) of every node class seen are refreshed in
    * the background; 0 = every 20 minutes (the mapping caches prices 30 minutes), < 0 = never */
   double refresh_interval_s;
+  /* how long a node class's instance types are answered from memory before a call also refreshes them
+   * in the background (that call and those during the refresh get the held list); 0 = 60 seconds */
+  double types_max_age_s;
 } lp_cloudprovider_config;
 
 typedef void (*lp_cp_done_fn)(json_t *value, lp_error *err, void *ud);
@@ -54,6 +58,10 @@ void lp_cloudprovider_free(lp_cloudprovider *cp);
  * with code "ShuttingDown", and the background refresh stops. Operations in flight are not touched
  * (closing the host cancels them). */
 void lp_cloudprovider_shutdown(lp_cloudprovider *cp);
+
+/* The clock of the provider's held answers: when offerings marked unavailable expire and when held
+ * instance types count as stale. NULL restores the monotonic clock. Tests move it. */
+void lp_cloudprovider_set_clock(lp_cloudprovider *cp, lp_clock_fn clock, void *ud);
 
 /* The script generation in service (it changes on every hot reload): what answers are cached against. */
 uint64_t lp_cloudprovider_script_generation(const lp_cloudprovider *cp);
@@ -91,7 +99,9 @@ void lp_cp_get_instance(lp_cloudprovider *cp, const char *provider_id, lp_cp_don
 /* Value: an array of NodeClaims, one per instance this cluster owns. */
 void lp_cp_list(lp_cloudprovider *cp, lp_cp_done_fn done, void *ud);
 /* Value: the validated instance types (the shape `luaprov eval instance-types` prints), offerings
- * marked unavailable when the engine saw a NoStock error for them recently. */
+ * marked unavailable when the engine saw a NoStock error for them recently. Answered from memory for
+ * a class whose spec, status, labels and annotations and the script generation are those of the last
+ * answer (types_max_age_s); the value is shared with that cache: read it, never modify it. */
 void lp_cp_get_instance_types(lp_cloudprovider *cp, const json_t *nodeclass, lp_cp_done_fn done, void *ud);
 /* Value: a JSON string, the DriftReason or "" when not drifted. */
 void lp_cp_is_drifted(lp_cloudprovider *cp, const json_t *nodeclaim, const json_t *nodeclass,

@@ -408,22 +408,16 @@ static void tags_done(op *o, json_t *values, lp_error *err) {
   launch_next(o);
 }
 
-static void create_types_done(op *o, json_t *values, lp_error *err) {
+static void create_types_done(json_t *types, lp_error *err, void *ud) {
+  op *o = ud;
   if (err) {
     cp_finish(o, NULL, err);
     return;
   }
-  json_t *types = json_array_get(values, 0);
-  lp_error *problem = cp_checked_types(o, types);
-  if (problem) {
-    json_decref(values);
-    cp_finish(o, NULL, problem);
-    return;
-  }
   char *why = NULL;
   o->allowed = allowed_offerings(o->nodeclaim, types);
-  o->candidates = launch_candidates(o->nodeclaim, json_is_array(types) ? types : NULL, &why);
-  json_decref(values);
+  o->candidates = launch_candidates(o->nodeclaim, types, &why);
+  json_decref(types);
   /* at most max_launch_attempts offerings are ever handed to create, the cheapest */
   while (json_array_size(o->candidates) > o->cp->max_launch_attempts)
     json_array_remove(o->candidates, json_array_size(o->candidates) - 1);
@@ -455,6 +449,5 @@ void lp_cp_create(lp_cloudprovider *cp, const json_t *nodeclaim, const json_t *n
                         json_string_value(json_object_get(json_object_get(nodeclass, "metadata"), "name"))));
     return;
   }
-  cp_remember_class(cp, nodeclass);
-  cp_call(o, cp->mapping, "instance_types", cp_ctx_args1(cp, json_deep_copy(nodeclass)), create_types_done);
+  lp_cp_get_instance_types(cp, nodeclass, create_types_done, o);
 }

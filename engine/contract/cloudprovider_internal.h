@@ -6,6 +6,7 @@
 #include "contract/cloudprovider.h"
 #include "core/cache.h"
 #include "core/metrics.h"
+#include "contract/types_cache.h"
 
 #define LOGGER "engine.cloudprovider"
 
@@ -22,6 +23,7 @@ struct lp_cloudprovider {
   int has_static_drift;
   json_t *drift_reasons; /* the mapping's `drift_reasons`: an array of strings */
   lp_cache *unavailable;
+  lp_types_cache *types; /* the checked instance types of every node class seen (types_cache.h) */
   unsigned max_launch_attempts;
   lp_metric *launches;
   lp_metric *drift_evaluations;      /* luaprov_drift_policy_evaluations_total{generation, result} */
@@ -34,9 +36,6 @@ struct lp_cloudprovider {
   int freed;           /* lp_cloudprovider_free ran; the last background call frees the struct */
   int shut_down;       /* lp_cloudprovider_shutdown ran: no script call starts any more */
 };
-
-/* Remembers the class for the background refresh (and starts it on first use). */
-void cp_remember_class(lp_cloudprovider *cp, const json_t *nodeclass);
 
 /* One operation in flight: the caller's callback plus whatever the steps carry along. */
 typedef struct op op;
@@ -61,11 +60,14 @@ struct op {
   json_t *error_detail; /* the mapping's structured error of the last call, e.g. {code, offerings} */
   uint64_t generation;  /* the script generation that ran the last call (0 before the first) */
   step_fn got;          /* get and get_instance: the step after the mapping's get */
+  int refresh;          /* instance types: a background refresh of the class's entry */
 };
 
 op *cp_op_new(lp_cloudprovider *cp, lp_cp_done_fn done, void *ud);
 /* Calls done with value and err (ownership passes) and frees the operation. */
 void cp_finish(op *o, json_t *value, lp_error *err);
+/* Reports value and err (ownership passes) after the current call returns. */
+void cp_finish_soon(op *o, json_t *value, lp_error *err);
 /* Reports err (and o->value) after the current call returns: done never runs inside an lp_cp_* call. */
 void cp_fail_soon(op *o, lp_error *err);
 /* "file: function: problem (rule)"; takes problem. */
@@ -74,8 +76,6 @@ lp_error *cp_contract_error(op *o, const char *module, const char *function, cha
 void cp_call(op *o, const char *module, const char *function, json_t *args, step_fn next);
 /* [ctx, a] with a stolen. */
 json_t *cp_ctx_args1(lp_cloudprovider *cp, json_t *a);
-/* Checks rule CP4 on every type and marks offerings seen out of stock recently; NULL when fine. */
-lp_error *cp_checked_types(op *o, json_t *types);
 /* "type|zone|capacity_type", the key of the unavailable-offerings cache. */
 void cp_offering_key(char *out, size_t cap, const char *type, const json_t *offering);
 

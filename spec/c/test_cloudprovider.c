@@ -57,6 +57,77 @@ static void test_instance_types(void) {
   json_decref(types);
 }
 
+static double held_now;
+static double held_clock(void *ud) {
+  (void)ud;
+  return held_now;
+}
+
+static json_t *held_types(lp_cloudprovider *cp, const json_t *nodeclass) {
+  lp_cp_outcome o = {0};
+  const char *code;
+  lp_cp_get_instance_types(cp, nodeclass, lp_cp_outcome_store, &o);
+  json_t *types = cpf_wait(&fx, &o, &code);
+  CHECK(code == NULL);
+  return types;
+}
+
+/* GetInstanceTypes answers from memory: the mapping runs again only for a changed class, and after a
+ * minute in the background; a mark of an unavailable offering shows at once. */
+static void test_instance_types_held(void) {
+  lp_cloudprovider *cp =
+      lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &fx.loop,
+                                                      .scripts = fx.scripts,
+                                                      .cluster_id = "luaprov-sim",
+                                                      .endpoint = lp_sim_url(fx.sim, "alibaba"),
+                                                      .refresh_interval_s = -1});
+  held_now = 5000;
+  lp_cloudprovider_set_clock(cp, held_clock, NULL);
+  lp_metric *calls = lp_metrics_counter(lp_metrics_default(), "luaprov_script_calls_total", "",
+                                        LP_LABELS("module", "function", "result"));
+  const char *const *labels = LP_LABELS("providers.alibaba", "instance_types", "ok");
+  double before = lp_metric_value(calls, labels);
+  json_t *first = held_types(cp, fx.nodeclass);
+  json_t *second = held_types(cp, fx.nodeclass);
+  CHECK(lp_metric_value(calls, labels) - before == 1);
+  CHECK(first && first == second); /* the same list, not a copy */
+  json_decref(second);
+
+  json_t *relabelled = json_deep_copy(fx.nodeclass);
+  json_object_set_new(json_object_get(relabelled, "metadata"), "labels", json_pack("{s:s}", "team", "b"));
+  json_decref(held_types(cp, relabelled));
+  CHECK(lp_metric_value(calls, labels) - before == 2);
+  json_t *changed_rv = json_deep_copy(relabelled);
+  json_object_set_new(json_object_get(changed_rv, "metadata"), "resourceVersion", json_string("999"));
+  json_decref(held_types(cp, changed_rv));
+  CHECK(lp_metric_value(calls, labels) - before == 2); /* a new resourceVersion alone changes nothing */
+
+  json_t *type = json_array_get(first, 0);
+  json_t *offering = json_array_get(json_object_get(type, "offerings"), 0);
+  const char *name = json_string_value(json_object_get(type, "name"));
+  const char *zone = json_string_value(json_object_get(offering, "zone"));
+  const char *capacity = json_string_value(json_object_get(offering, "capacity_type"));
+  lp_cp_mark_unavailable(cp, name, zone, capacity, "test: held types");
+  json_t *marked = held_types(cp, changed_rv);
+  json_t *marked_offering = json_array_get(json_object_get(json_array_get(marked, 0), "offerings"), 0);
+  CHECK(json_is_false(json_object_get(marked_offering, "available")));
+  CHECK(lp_metric_value(calls, labels) - before == 2);
+  json_decref(marked);
+
+  held_now += 61; /* the held answer is stale: answered, and refreshed behind the caller */
+  json_t *stale = held_types(cp, changed_rv);
+  CHECK(stale != NULL);
+  json_decref(stale);
+  for (int i = 0; i < 2000 && lp_metric_value(calls, labels) - before < 3; i++) uv_run(&fx.loop, UV_RUN_ONCE);
+  CHECK(lp_metric_value(calls, labels) - before == 3);
+  json_decref(held_types(cp, changed_rv));
+  CHECK(lp_metric_value(calls, labels) - before == 3);
+  json_decref(first);
+  json_decref(relabelled);
+  json_decref(changed_rv);
+  lp_cloudprovider_free(cp);
+}
+
 static void test_create_and_rules(void) {
   json_t *claim =
       cpf_nodeclaim("default-a1", "uid-a1", CPF_ON_DEMAND_REQ, "{\"cpu\":\"1\",\"memory\":\"2Gi\"}");
@@ -641,6 +712,7 @@ int main(void) {
   if (cpf_start(&fx) != 0) return 1;
 
   RUN(test_instance_types);
+  RUN(test_instance_types_held);
   RUN(test_create_and_rules);
   RUN(test_not_ready_and_no_capacity);
   RUN(test_nostock_fall_through);

@@ -219,10 +219,12 @@ static double test_clock(void *ud) {
   return lp_clock_monotonic() + test_clock_offset;
 }
 
-/* Two hours pass for the mapping's catalogue caches (they would refetch from the cloud). */
+/* Two hours pass for the mapping's catalogue caches (they would refetch from the cloud) and for the
+ * instance types the CloudProvider holds (stale: refreshed by the next call). */
 static void expire_mapping_caches(void) {
   static const char *const names[] = {"alibaba-instance-types", "alibaba-stock", "alibaba-zones"};
   test_clock_offset += 7200;
+  lp_cloudprovider_set_clock(f.cloud, test_clock, NULL);
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     lp_cache_set_clock(lp_cache_registry_get(names[i], 1, 1), test_clock, NULL);
 }
