@@ -45,6 +45,10 @@ void lp_controller_enqueue_after(lp_controller *c, const char *key, double secon
   if (!c->stopping && key && *key) lp_workqueue_requeue_after(c->queue, key, seconds);
 }
 
+void lp_controller_each_waiting(lp_controller *c, int (*fn)(const char *key, void *ud), void *ud) {
+  lp_workqueue_each_waiting(c->queue, fn, ud);
+}
+
 void lp_controller_done(lp_controller *c, const char *key, lp_error *err, double requeue_after_s) {
   const char *result = "success";
   if (err) {

@@ -109,6 +109,11 @@ void lp_controller_enqueue_after(lp_controller *c, const char *key, double secon
  * NodeClaims). */
 void lp_controller_enqueue_pool_claims(lp_controller *c, const char *nodepool);
 
+/* Calls fn(key, ud) for the keys waiting in this controller's queue, in the order they will be
+ * reconciled, until fn returns 0 (lp_workqueue_each_waiting): for a reconcile that prepares, in one
+ * call, what the keys served next will need. fn must not enqueue. */
+void lp_controller_each_waiting(lp_controller *c, int (*fn)(const char *key, void *ud), void *ud);
+
 /* Ends the reconcile of key. err (owned, freed here) NULL = success; otherwise it is logged and the key
  * retried with backoff. requeue_after_s > 0 (on success) reconciles the key again after that delay
  * (polling something the caches cannot tell: an instance shutting down, a drain in progress). */

@@ -258,6 +258,12 @@ void lp_workqueue_done(lp_workqueue *q, const char *key, lp_workqueue_result res
   maybe_close(q);
 }
 
+size_t lp_workqueue_each_waiting(const lp_workqueue *q, int (*fn)(const char *key, void *ud), void *ud) {
+  size_t i = 0;
+  while (i < q->len && fn(q->ring[(q->head + i) % q->cap], ud)) i++;
+  return i < q->len ? i + 1 : i;
+}
+
 size_t lp_workqueue_len(const lp_workqueue *q) {
   return q->len;
 }

@@ -78,6 +78,12 @@ void lp_workqueue_done(lp_workqueue *q, const char *key, lp_workqueue_result res
  * waits. lp_workqueue_shutdown ends a pause. */
 void lp_workqueue_pause(lp_workqueue *q, int paused);
 
+/* Calls fn(key, ud) for the keys waiting, in the order workers will be given them, until fn returns 0 or
+ * none is left; keys delayed (requeue_after, backoff) are not waiting yet. For a reconciler that reads
+ * ahead (the drift controller looks up, in one cloud call, the instances of the keys served next). fn
+ * must not add, requeue or finish keys. Returns how many keys fn was called with. */
+size_t lp_workqueue_each_waiting(const lp_workqueue *q, int (*fn)(const char *key, void *ud), void *ud);
+
 /* Keys waiting, and keys being processed. */
 size_t lp_workqueue_len(const lp_workqueue *q);
 size_t lp_workqueue_active(const lp_workqueue *q);

@@ -325,6 +325,57 @@ static void test_pause(void) {
   teardown();
 }
 
+/* What each_waiting's fn saw, and after how many keys it says stop (0: never). */
+static char seen[1024];
+static int stop_after, seen_count;
+
+static int collect(const char *key, void *ud) {
+  (void)ud;
+  size_t len = strlen(seen);
+  snprintf(seen + len, sizeof seen - len, "%s;", key);
+  return !stop_after || ++seen_count < stop_after;
+}
+
+static void peek(int stop, size_t want_calls, const char *want) {
+  seen[0] = '\0';
+  stop_after = stop;
+  seen_count = 0;
+  CHECK_INT(lp_workqueue_each_waiting(q, collect, NULL), want_calls);
+  CHECK_STR(seen, want);
+}
+
+/* The keys waiting, in the order workers get them: not the one being processed, not a delayed one; the
+ * ring's wrap-around kept. */
+static void test_each_waiting(void) {
+  setup(1);
+  w.hold = 1;
+  peek(0, 0, "");
+  for (int i = 0; i < 5; i++) {
+    char key[8];
+    snprintf(key, sizeof key, "k%d", i);
+    lp_workqueue_add(q, key);
+  }
+  lp_workqueue_requeue_after(q, "k9", 60);
+  RUN_UNTIL(w.total == 1, 1000);
+  peek(0, 4, "k1;k2;k3;k4;");
+  peek(2, 2, "k1;k2;");
+  w.hold = 0;
+  RUN_UNTIL(w.total == 5 && lp_workqueue_active(q) == 0, 1000);
+  peek(0, 0, "");
+  w.hold = 1;
+  for (int i = 10; i < 24; i++) { /* the ring of 16 starts at 5 now: these wrap around its end */
+    char key[8];
+    snprintf(key, sizeof key, "k%d", i);
+    lp_workqueue_add(q, key);
+  }
+  RUN_UNTIL(w.total == 6, 1000);
+  peek(0, 13, "k11;k12;k13;k14;k15;k16;k17;k18;k19;k20;k21;k22;k23;");
+  lp_workqueue_shutdown(q, 0, on_closed, NULL);
+  w.hold = 0;
+  RUN_UNTIL(w.closed, 1000);
+  teardown();
+}
+
 int main(void) {
   RUN(test_dedup_while_waiting);
   RUN(test_requeue_while_processing);
@@ -334,5 +385,6 @@ int main(void) {
   RUN(test_thousand_keys);
   RUN(test_shutdown);
   RUN(test_pause);
+  RUN(test_each_waiting);
   return check_summary();
 }
