@@ -462,6 +462,7 @@ static void validate_cloudprovider(lua_State *L, int idx, const char *file, lp_p
       {"create", LUA_TFUNCTION, 1, "(ctx, req)"},
       {"delete", LUA_TFUNCTION, 1, "(ctx, instance_id)"},
       {"get", LUA_TFUNCTION, 1, "(ctx, instance_id)"},
+      {"get_many", LUA_TFUNCTION, 0, "(ctx, instance_ids)"}, /* optional: a drift pass's lookups, batched */
       {"list", LUA_TFUNCTION, 1, "(ctx)"},
       {"resolve_nodeclass", LUA_TFUNCTION, 1, "(ctx, nodeclass)"},
       {"provider_id", LUA_TFUNCTION, 1, "(instance)"},

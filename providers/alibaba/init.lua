@@ -114,6 +114,13 @@ function M.get(ctx, instance_id)
   return instances.get(ctx, instance_id)
 end
 
+-- Optional in the contract: the engine's drift pass describes the instances of up to 100 NodeClaims at
+-- once (DescribeInstances InstanceIds, one call per 100 ids) instead of one get per NodeClaim. An id
+-- missing from the answer is not found; released instances are absent, as in get.
+function M.get_many(ctx, instance_ids)
+  return instances.describe(ctx, instance_ids)
+end
+
 function M.list(ctx)
   return instances.list(ctx)
 end

@@ -209,6 +209,32 @@ describe("alibaba instances against the simulator", function()
     assert.equals(2, sim:state().calls.DescribeInstances - before)
   end)
 
+  it("the mapping's get_many describes 100 ids in one call; a missing id is absent, a failure is the call's", function()
+    local mapping = require "providers.alibaba"
+    local launched = assert(c:call("ecs", "RunInstances", { RegionId = "cn-hangzhou", Amount = 99,
+      InstanceType = "ecs.g7.large", VSwitchId = VSWITCH, ImageId = IMAGE, SecurityGroupIds = { SG } }))
+    local ids = {}
+    for _, id in ipairs(launched.InstanceIdSets.InstanceIdSet) do ids[#ids + 1] = id end
+    ids[#ids + 1] = "i-bp1released000000"
+    local before = sim:state().calls.DescribeInstances or 0
+    local found = assert(mapping.get_many(ctx, ids))
+    assert.equals(1, sim:state().calls.DescribeInstances - before)
+    assert.equals(99, #found)
+    local seen = {}
+    for _, inst in ipairs(found) do
+      assert.equals("ecs.g7.large", inst.instance_type) -- the instance shape, as get answers it
+      seen[inst.id] = true
+    end
+    for i = 1, 99 do assert.is_true(seen[ids[i]], ids[i]) end
+    assert.is_nil(seen["i-bp1released000000"])
+    sim:fault { action = "DescribeInstances", code = "Forbidden.RAM", count = 1 }
+    local none, err = mapping.get_many(ctx, ids)
+    assert.is_nil(none)
+    assert.equals("DescribeInstances", err.action)
+    assert.is_string(err.request_id)
+    assert.matches(err.request_id, err.message, 1, true)
+  end)
+
   it("list returns every instance of the cluster, 100 per page", function()
     local function launch(amount, cluster)
       assert(c:call("ecs", "RunInstances", { RegionId = "cn-hangzhou", Amount = amount, InstanceType = "ecs.g7.large",

@@ -14,8 +14,8 @@ local json = luaprov.json
 describe("the Alibaba CloudProvider mapping", function()
   it("exports the contract of providers/alibaba/README.md", function()
     assert.equals("alibabacloud", rawget(mapping, "name"))
-    for _, f in ipairs { "instance_types", "create", "delete", "get", "list", "resolve_nodeclass", "nodeclass_hash",
-      "provider_id", "parse_provider_id", "registered" } do
+    for _, f in ipairs { "instance_types", "create", "delete", "get", "get_many", "list", "resolve_nodeclass",
+      "nodeclass_hash", "provider_id", "parse_provider_id", "registered" } do
       assert.is_function(rawget(mapping, f), f)
     end
     assert.equals(nodeclass.resolve, mapping.resolve_nodeclass)
@@ -79,20 +79,22 @@ describe("the Alibaba CloudProvider mapping", function()
     before_each(function()
       seen = {}
       fake(launch, "create")
-      for _, f in ipairs { "delete", "get", "list" } do fake(instances, f) end
+      for _, f in ipairs { "delete", "get", "describe", "list" } do fake(instances, f) end
     end)
     after_each(function()
       for _, s in ipairs(saved) do s[1][s[2]] = s[3] end
       saved = {}
     end)
 
-    it("create -> launch.create, delete, get, list with the same arguments", function()
-      local ctx, req = { region = "cn-hangzhou" }, { offerings = {} }
+    it("create -> launch.create, delete, get, get_many -> describe, list with the same arguments", function()
+      local ctx, req, ids = { region = "cn-hangzhou" }, { offerings = {} }, { "i-3", "i-4" }
       assert.equals("create-result", mapping.create(ctx, req))
       assert.equals("delete-result", mapping.delete(ctx, "i-1"))
       assert.equals("get-result", mapping.get(ctx, "i-2"))
+      assert.equals("describe-result", mapping.get_many(ctx, ids))
       assert.equals("list-result", mapping.list(ctx))
-      assert.same({ { "create", ctx, req }, { "delete", ctx, "i-1" }, { "get", ctx, "i-2" }, { "list", ctx } }, seen)
+      assert.same({ { "create", ctx, req }, { "delete", ctx, "i-1" }, { "get", ctx, "i-2" }, { "describe", ctx, ids },
+        { "list", ctx } }, seen)
     end)
   end)
 
