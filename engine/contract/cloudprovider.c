@@ -41,6 +41,7 @@ static void op_free(op *o) {
   json_decref(o->instance);
   json_decref(o->error_detail);
   free(o->provider_id);
+  free(o->instance_id);
   free(o);
 }
 
@@ -87,29 +88,36 @@ typedef struct call_ctx {
   step_fn next;
 } call_ctx;
 
+lp_error *cp_task_outcome(const lp_task_result *r, json_t **values, json_t **detail) {
+  *values = NULL;
+  if (r->error) return lp_error_copy(r->error);
+  json_error_t jerr;
+  json_t *all = json_loads(r->json, JSON_DECODE_ANY, &jerr);
+  /* (nil, {code=, message=}) or (nil, "message"): the mapping's operational failure */
+  json_t *first = json_array_get(all, 0), *second = json_array_get(all, 1);
+  if (json_is_null(first) && second && !json_is_null(second)) {
+    lp_error *err = lp_error_from_table(second);
+    if (detail) *detail = json_incref(second);
+    json_decref(all);
+    return err;
+  }
+  *values = all;
+  return NULL;
+}
+
 static void call_done(const lp_task_result *r, void *ud) {
   call_ctx *c = ud;
   op *o = c->o;
   step_fn next = c->next;
   free(c);
   o->generation = r->generation;
-  if (r->error) {
-    next(o, NULL, lp_error_copy(r->error));
-    return;
-  }
-  json_error_t jerr;
-  json_t *values = json_loads(r->json, JSON_DECODE_ANY, &jerr);
-  /* (nil, {code=, message=}) or (nil, "message"): the mapping's operational failure */
-  json_t *first = json_array_get(values, 0), *second = json_array_get(values, 1);
-  if (json_is_null(first) && second && !json_is_null(second)) {
-    lp_error *err = lp_error_from_table(second);
+  json_t *values, *detail = NULL;
+  lp_error *err = cp_task_outcome(r, &values, &detail);
+  if (detail) {
     json_decref(o->error_detail);
-    o->error_detail = json_incref(second); /* for steps that read more of it */
-    json_decref(values);
-    next(o, NULL, err);
-    return;
+    o->error_detail = detail; /* for steps that read more of it */
   }
-  next(o, values, NULL);
+  next(o, values, err);
 }
 
 void cp_call(op *o, const char *module, const char *function, json_t *args, step_fn next) {
@@ -459,8 +467,8 @@ void lp_cp_delete(lp_cloudprovider *cp, const json_t *nodeclaim, lp_cp_done_fn d
   cp_call(o, cp->mapping, "parse_provider_id", json_pack("[s]", pid), delete_parsed);
 }
 
-/* The instance a mapping `get` returned, checked against the instance shape. */
-json_t *cp_got_instance(op *o, json_t *values, lp_error *err) {
+/* The instance a mapping `get` (or `get_many`) returned, checked against the instance shape. */
+json_t *cp_got_instance(op *o, const char *function, json_t *values, lp_error *err) {
   if (err) {
     if (strcmp(err->code, "NotFound") == 0) {
       lp_error *gone = lp_error_new("NodeClaimNotFound", "instance %s not found", o->provider_id);
@@ -474,15 +482,16 @@ json_t *cp_got_instance(op *o, json_t *values, lp_error *err) {
   char *problem = lp_check_instance(instance);
   if (problem) {
     json_decref(values);
-    cp_finish(o, NULL,
-              cp_contract_error(o, o->cp->mapping, "get", problem, "docs/contracts.md#the-instance-shape"));
+    cp_finish(
+        o, NULL,
+        cp_contract_error(o, o->cp->mapping, function, problem, "docs/contracts.md#the-instance-shape"));
     return NULL;
   }
   return instance;
 }
 
 static void get_done(op *o, json_t *values, lp_error *err) {
-  json_t *instance = cp_got_instance(o, values, err);
+  json_t *instance = cp_got_instance(o, "get", values, err);
   if (!instance) return;
   if (strcmp(json_string_value(json_object_get(instance, "state")), "terminated") == 0) {
     json_decref(values);
@@ -495,7 +504,7 @@ static void get_done(op *o, json_t *values, lp_error *err) {
 }
 
 static void instance_done(op *o, json_t *values, lp_error *err) {
-  json_t *instance = cp_got_instance(o, values, err);
+  json_t *instance = cp_got_instance(o, "get", values, err);
   if (!instance) return;
   json_incref(instance);
   json_decref(values);

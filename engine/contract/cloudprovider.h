@@ -106,6 +106,26 @@ void lp_cp_get_instance_types(lp_cloudprovider *cp, const json_t *nodeclass, lp_
 /* Value: a JSON string, the DriftReason or "" when not drifted. */
 void lp_cp_is_drifted(lp_cloudprovider *cp, const json_t *nodeclaim, const json_t *nodeclass,
                       lp_cp_done_fn done, void *ud);
+/* At most this many instance IDs go to one call of the mapping's optional get_many. */
+#define LP_CP_LOOKUP_MAX 100
+/* How many NodeClaims' instances one lookup serves in service now: LP_CP_LOOKUP_MAX when the mapping
+ * exports get_many (looked up once per script generation), 1 when it does not. What a caller of
+ * lp_cp_is_drifted_many gathers. */
+size_t lp_cloudprovider_lookup_batch(lp_cloudprovider *cp);
+
+/* done(index, value, err, ud) of lp_cp_is_drifted_many: the answer for items[index], owned as
+ * lp_cp_done_fn's. */
+typedef void (*lp_cp_each_fn)(size_t index, json_t *value, lp_error *err, void *ud);
+/* IsDrifted of several NodeClaims at once: items is [[nodeclaim, nodeclass], ...] (borrowed, copied), and
+ * each gets exactly what lp_cp_is_drifted answers for it (values, error codes and messages, metrics), except
+ * that the instances of those the policy's static_drift leaves undecided are looked up together once every
+ * item got that far: the mapping's get_many(ctx, instance_ids) with at most LP_CP_LOOKUP_MAX distinct IDs a
+ * call (an ID missing from its answer is NodeClaimNotFound for the NodeClaims of that ID alone; a call that
+ * fails fails the NodeClaims of its IDs with its error, code, action and request ID kept; an answer that is
+ * no list is a Contract error for them), or, without get_many, the mapping's get for each. done runs once
+ * per item, on later loop turns, in no set order; ud must live until the last. An empty items answers
+ * nothing. */
+void lp_cp_is_drifted_many(lp_cloudprovider *cp, const json_t *items, lp_cp_each_fn done, void *ud);
 /* Value: [{"condition_type", "condition_status", "toleration_seconds"}]. */
 void lp_cp_repair_policies(lp_cloudprovider *cp, lp_cp_done_fn done, void *ud);
 

@@ -21,6 +21,9 @@ struct lp_cloudprovider {
   /* whether the drift policy exports the optional static_drift, looked up once per generation */
   uint64_t static_drift_generation;
   int has_static_drift;
+  /* whether the mapping exports the optional get_many, looked up once per generation */
+  uint64_t get_many_generation;
+  int has_get_many;
   json_t *drift_reasons; /* the mapping's `drift_reasons`: an array of strings */
   lp_cache *unavailable;
   lp_types_cache *types; /* the checked instance types of every node class seen (types_cache.h) */
@@ -54,13 +57,15 @@ struct op {
   json_t *chosen_type;
   json_t *instance;
   char *provider_id;
-  uv_timer_t *defer;    /* to report a failure found before any script ran, outside the caller's call */
-  json_t *value;        /* a deferred outcome's value (the disruption policy's answer without a module) */
-  lp_error *error;      /* a deferred failure */
-  json_t *error_detail; /* the mapping's structured error of the last call, e.g. {code, offerings} */
-  uint64_t generation;  /* the script generation that ran the last call (0 before the first) */
-  step_fn got;          /* get and get_instance: the step after the mapping's get */
-  int refresh;          /* instance types: a background refresh of the class's entry */
+  uv_timer_t *defer;       /* to report a failure found before any script ran, outside the caller's call */
+  json_t *value;           /* a deferred outcome's value (the disruption policy's answer without a module) */
+  lp_error *error;         /* a deferred failure */
+  json_t *error_detail;    /* the mapping's structured error of the last call, e.g. {code, offerings} */
+  uint64_t generation;     /* the script generation that ran the last call (0 before the first) */
+  step_fn got;             /* get and get_instance: the step after the mapping's get */
+  char *instance_id;       /* is_drifted_many: the instance ID get_many is to describe */
+  struct drift_many *many; /* is_drifted_many: the batch this NodeClaim's IsDrifted belongs to, or NULL */
+  int refresh;             /* instance types: a background refresh of the class's entry */
 };
 
 op *cp_op_new(lp_cloudprovider *cp, lp_cp_done_fn done, void *ud);
@@ -72,6 +77,9 @@ void cp_finish_soon(op *o, json_t *value, lp_error *err);
 void cp_fail_soon(op *o, lp_error *err);
 /* "file: function: problem (rule)"; takes problem. */
 lp_error *cp_contract_error(op *o, const char *module, const char *function, char *problem, const char *rule);
+/* A finished task's outcome: NULL and *values the results array, or the error (the task's own, or the
+ * mapping's (nil, err), whose err table goes to *detail when detail is not NULL; caller decrefs). */
+lp_error *cp_task_outcome(const lp_task_result *r, json_t **values, json_t **detail);
 /* Calls module.function(args...) (args stolen) as a task; next gets the results array or an error. */
 void cp_call(op *o, const char *module, const char *function, json_t *args, step_fn next);
 /* [ctx, a] with a stolen. */
@@ -86,10 +94,10 @@ typedef void (*cp_with_id_fn)(op *o, const char *instance_id);
 /* Handles parse_provider_id's answer (values, err owned): calls then with the instance ID, or finishes
  * the operation with NodeClaimNotFound (unparsable) or a Contract error (no instance_id). */
 void cp_parsed_for(op *o, json_t *values, lp_error *err, cp_with_id_fn then);
-/* The instance a mapping `get` returned, checked against the instance shape. On failure the operation is
- * finished (NotFound becomes NodeClaimNotFound), values freed, and NULL returned; otherwise the
- * instance, borrowed from values. */
-json_t *cp_got_instance(op *o, json_t *values, lp_error *err);
+/* The instance a mapping's get (or get_many: function names it in a Contract error) returned, values
+ * [instance], checked against the instance shape. On failure the operation is finished (NotFound becomes
+ * NodeClaimNotFound), values freed, and NULL returned; otherwise the instance, borrowed from values. */
+json_t *cp_got_instance(op *o, const char *function, json_t *values, lp_error *err);
 
 /* The counter luaprov_<policy>_policy_evaluations_total{generation, result} of a policy's answers
  * (results lists the result labels, for the help line), registered in lp_metrics_default. */

@@ -113,6 +113,7 @@ static void state_free(void *state) {
   /* a standby reports nothing: the leader's gauge is the one that counts */
   json_object_foreach(st->drifted_per_pool, pool, count) lp_gauge_set(st->gauge, LP_LABELS(pool), 0);
   uv_close((uv_handle_t *)st->reload_watch, reload_watch_closed);
+  drift_asks_free(st);
   lp_cache_free(st->policy);
   json_decref(st->types);
   json_decref(st->nodeclasses);
@@ -364,14 +365,21 @@ void drift_verdict(drift_run *r, drift_outcome outcome, const char *reason, cons
 
 /* ---- reconcile ----------------------------------------------------------------------------- */
 
+json_t *drift_nodepool_of(drift_state *st, lp_ctrl_env *env, const json_t *claim) {
+  const char *pool = claim ? lp_obj_label(claim, DRIFT_LABEL_POOL) : NULL;
+  json_t *nodepool = pool ? lp_env_get(env, LP_KIND_NODEPOOL, pool) : NULL;
+  if (!nodepool || lp_obj_deleting(claim) ||
+      !lp_nodeclass_ref_supported(st->nodeclasses, lp_obj_get(claim, "spec.nodeClassRef")))
+    return NULL;
+  return nodepool;
+}
+
 static void reconcile(lp_controller *c, const char *key) {
   lp_ctrl_env *env = lp_controller_env(c);
   drift_state *st = lp_controller_state(c);
   json_t *claim = lp_env_get(env, LP_KIND_NODECLAIM, key);
-  const char *pool = claim ? lp_obj_label(claim, DRIFT_LABEL_POOL) : NULL;
-  json_t *nodepool = pool ? lp_env_get(env, LP_KIND_NODEPOOL, pool) : NULL;
-  if (!nodepool || lp_obj_deleting(claim) ||
-      !lp_nodeclass_ref_supported(st->nodeclasses, lp_obj_get(claim, "spec.nodeClassRef"))) {
+  json_t *nodepool = drift_nodepool_of(st, env, claim);
+  if (!nodepool) {
     lp_controller_done(c, key, NULL, 0);
     return;
   }

@@ -26,6 +26,7 @@
 
 #include "contract/requirements.h"
 #include "contract/shapes.h"
+#include "controller/conditions.h"
 #include "controller/drift_internal.h"
 #include "controller/nodepool.h"
 #include "core/clock.h"
@@ -41,46 +42,57 @@ static void provider_check(drift_run *r);
 
 /* ---- 1. static ------------------------------------------------------------------------------ */
 
-static int static_drift(drift_run *r) {
-  const char *have = lp_obj_annotation(r->claim, LP_NODEPOOL_HASH_ANNOTATION);
-  const char *version = lp_obj_annotation(r->claim, LP_NODEPOOL_HASH_VERSION_ANNOTATION);
-  const char *pool_version = lp_obj_annotation(r->nodepool, LP_NODEPOOL_HASH_VERSION_ANNOTATION);
+/* Checks 1 and 2 need only the objects: non-zero when they find drift, with what the condition says in
+ * message (cap bytes). */
+static int static_found(const json_t *claim, const json_t *nodepool, char *message, size_t cap) {
+  const char *have = lp_obj_annotation(claim, LP_NODEPOOL_HASH_ANNOTATION);
+  const char *version = lp_obj_annotation(claim, LP_NODEPOOL_HASH_VERSION_ANNOTATION);
+  const char *pool_version = lp_obj_annotation(nodepool, LP_NODEPOOL_HASH_VERSION_ANNOTATION);
   if (!have || !version || strcmp(version, LP_NODEPOOL_HASH_VERSION) != 0 ||
       (pool_version && strcmp(pool_version, LP_NODEPOOL_HASH_VERSION) != 0))
     return 0;
   char want[17];
-  lp_nodepool_hash(r->nodepool, want);
+  lp_nodepool_hash(nodepool, want);
   if (strcmp(want, have) == 0) return 0;
+  snprintf(message, cap, "NodePool template hash %s differs from the NodeClaim's %s", want, have);
+  return 1;
+}
+
+static int static_drift(drift_run *r) {
   char message[128];
-  snprintf(message, sizeof message, "NodePool template hash %s differs from the NodeClaim's %s", want, have);
+  if (!static_found(r->claim, r->nodepool, message, sizeof message)) return 0;
   drift_verdict(r, DRIFT_FOUND, "NodePoolDrifted", message, NULL);
   return 1;
 }
 
 /* ---- 2. requirements ------------------------------------------------------------------------- */
 
-static int requirements_drift(drift_run *r) {
-  const json_t *reqs = json_object_get(
-      json_object_get(json_object_get(json_object_get(r->nodepool, "spec"), "template"), "spec"),
-      "requirements");
+static int requirements_found(const json_t *claim, const json_t *nodepool, char *message, size_t cap) {
+  const json_t *reqs =
+      json_object_get(json_object_get(json_object_get(json_object_get(nodepool, "spec"), "template"), "spec"),
+                      "requirements");
   size_t i;
   const json_t *req;
   json_array_foreach(reqs, i, req) {
     const char *key = json_string_value(json_object_get(req, "key"));
     if (!key) continue;
-    const char *value = lp_obj_label(r->claim, key);
+    const char *value = lp_obj_label(claim, key);
     if (lp_requirement_allows(req, value)) continue;
     char *values = json_dumps(json_object_get(req, "values"), JSON_COMPACT | JSON_ENCODE_ANY);
     const char *op = json_string_value(json_object_get(req, "operator"));
-    char message[512];
-    snprintf(message, sizeof message, "label %s%s%s does not satisfy the NodePool's requirement %s %s %s",
-             key, value ? "=" : " is missing and", value ? value : "", key, op ? op : "?",
-             values ? values : "[]");
+    snprintf(message, cap, "label %s%s%s does not satisfy the NodePool's requirement %s %s %s", key,
+             value ? "=" : " is missing and", value ? value : "", key, op ? op : "?", values ? values : "[]");
     free(values);
-    drift_verdict(r, DRIFT_FOUND, "RequirementsDrifted", message, NULL);
     return 1;
   }
   return 0;
+}
+
+static int requirements_drift(drift_run *r) {
+  char message[512];
+  if (!requirements_found(r->claim, r->nodepool, message, sizeof message)) return 0;
+  drift_verdict(r, DRIFT_FOUND, "RequirementsDrifted", message, NULL);
+  return 1;
 }
 
 /* ---- 3. instance type not found -------------------------------------------------------------- */
@@ -206,10 +218,20 @@ static void instance_type_check(drift_run *r) {
 
 /* "<node class resourceVersion>\n<script generation>\n": the prefix a cached answer must have to be
  * used, so a changed class or a reloaded policy is asked again. */
-static char *policy_prefix(const drift_run *r) {
-  const char *rv = lp_obj_resource_version(r->nodeclass);
+static char *prefix_of(lp_ctrl_env *env, const json_t *nodeclass) {
+  const char *rv = lp_obj_resource_version(nodeclass);
   return lp_xasprintf("%s\n%llu\n", rv ? rv : "",
-                      (unsigned long long)lp_cloudprovider_script_generation(lp_env_cloud(r->env)));
+                      (unsigned long long)lp_cloudprovider_script_generation(lp_env_cloud(env)));
+}
+
+static char *policy_prefix(const drift_run *r) {
+  return prefix_of(r->env, r->nodeclass);
+}
+
+/* Non-zero when the policy's answer for uid is cached under prefix. */
+static int answer_cached(const drift_state *st, const char *uid, const char *prefix) {
+  const char *hit = uid ? lp_cache_get(st->policy, uid, strlen(uid), NULL) : NULL;
+  return hit && strncmp(hit, prefix, strlen(prefix)) == 0;
 }
 
 static void policy_verdict(drift_run *r, const char *reason) {
@@ -250,6 +272,177 @@ static void policy_answered(json_t *value, lp_error *err, void *ud) {
   json_decref(value);
 }
 
+/* ---- 4b. asking in batches ------------------------------------------------------------------ */
+
+/* When the mapping looks instances up many at once (lp_cloudprovider_lookup_batch > 1), a reconcile that
+ * must ask the policy asks for the NodeClaims waiting next in the queue too, those that will have to ask as
+ * well, up to the batch (lp_cp_is_drifted_many): a cold pass over N NodeClaims costs N / 100 lookups, not N.
+ * Each answer is the one lp_cp_is_drifted gives for its NodeClaim, taken by that NodeClaim's reconcile as
+ * if it had asked itself (the same verdict, cache entry, logs and metrics), unless the node class or the
+ * scripts changed since it was asked (the prefix): then that reconcile asks again. The reconcile that
+ * asked ends only after the last answer of its batch, so no batch outlives the reconciles (state_free). An
+ * answer no reconcile takes (a NodeClaim a check before the policy found drifted, or deleted) is dropped
+ * after resync seconds. */
+struct drift_ask {
+  char *uid;
+  char *prefix; /* prefix_of the NodeClaim's node class when asked */
+  double at;    /* lp_env_monotonic when asked */
+  int answered;
+  json_t *value; /* the answer, once answered (owned until taken) */
+  lp_error *err;
+  drift_run *waiter; /* a reconcile of the NodeClaim waiting for the answer, or NULL */
+  drift_ask *next;
+};
+
+/* One lp_cp_is_drifted_many: asks[0] is its leader's, the reconcile that asked (its waiter). */
+typedef struct drift_batch {
+  drift_state *st;
+  drift_run *leader;
+  drift_ask **asks;
+  size_t n, answered;
+} drift_batch;
+
+static void ask_batched(drift_run *r);
+
+static drift_ask *ask_find(drift_state *st, const char *uid) {
+  drift_ask *a = st->asks;
+  while (a && strcmp(a->uid, uid) != 0) a = a->next;
+  return a;
+}
+
+static void ask_free(drift_state *st, drift_ask *a) {
+  for (drift_ask **p = &st->asks; *p; p = &(*p)->next) {
+    if (*p == a) {
+      *p = a->next;
+      break;
+    }
+  }
+  json_decref(a->value);
+  lp_error_free(a->err);
+  free(a->uid);
+  free(a->prefix);
+  free(a);
+}
+
+void drift_asks_free(drift_state *st) {
+  while (st->asks) ask_free(st, st->asks);
+}
+
+/* r takes its answer a (answered), as from lp_cp_is_drifted; one asked under other inputs is asked again. */
+static void take(drift_run *r, drift_ask *a) {
+  char *prefix = policy_prefix(r);
+  int same = strcmp(prefix, a->prefix) == 0;
+  free(prefix);
+  json_t *value = a->value;
+  lp_error *err = a->err;
+  a->value = NULL;
+  a->err = NULL;
+  ask_free(r->st, a);
+  if (same) {
+    policy_answered(value, err, r);
+    return;
+  }
+  json_decref(value);
+  lp_error_free(err);
+  ask_batched(r);
+}
+
+static void batch_answered(size_t index, json_t *value, lp_error *err, void *ud) {
+  drift_batch *b = ud;
+  drift_ask *a = b->asks[index];
+  a->answered = 1;
+  a->value = value;
+  a->err = err;
+  if (index > 0 && a->waiter) take(a->waiter, a);
+  if (++b->answered < b->n) return;
+  drift_run *leader = b->leader;
+  drift_ask *own = b->asks[0];
+  free(b->asks);
+  free(b);
+  take(leader, own);
+}
+
+/* What a reconcile gathers for its batch. */
+typedef struct gathering {
+  drift_run *r;
+  json_t *items;  /* [[nodeclaim, nodeclass], ...] for lp_cp_is_drifted_many */
+  drift_batch *b; /* asks[0..n) filled as items are */
+  size_t max;
+} gathering;
+
+static drift_ask *ask_new(drift_batch *b, const char *uid, const json_t *nodeclass) {
+  drift_ask *a = lp_xcalloc(1, sizeof *a);
+  a->uid = lp_xstrdup(uid);
+  a->prefix = prefix_of(b->leader->env, nodeclass);
+  a->at = lp_env_monotonic(b->leader->env);
+  a->next = b->st->asks;
+  b->st->asks = a;
+  b->asks[b->n++] = a;
+  return a;
+}
+
+/* Adds the NodeClaim of key, waiting in the queue, when it will ask the policy as the gathering reconcile
+ * does: evaluated, Launched, its node class cached, passing checks 1 and 2, no answer cached or asked.
+ * Check 3 is left out: it runs for NodeClaims older than an hour only, and one it finds drifted only
+ * leaves its answer untaken. Stops at max. */
+static int gather(const char *key, void *ud) {
+  gathering *g = ud;
+  drift_state *st = g->r->st;
+  lp_ctrl_env *env = g->r->env;
+  const json_t *claim = lp_env_get(env, LP_KIND_NODECLAIM, key);
+  const json_t *nodepool = drift_nodepool_of(st, env, claim);
+  const json_t *nodeclass =
+      nodepool ? lp_env_nodeclass_of(env, lp_obj_get(claim, "spec.nodeClassRef")) : NULL;
+  const char *uid = lp_obj_uid(claim), *pid = lp_obj_str(claim, "status.providerID");
+  char message[512];
+  if (!nodeclass || !uid || !pid || !*pid || !lp_condition_is(claim, "Launched", "True") ||
+      ask_find(st, uid) || static_found(claim, nodepool, message, sizeof message) ||
+      requirements_found(claim, nodepool, message, sizeof message))
+    return 1;
+  char *prefix = prefix_of(env, nodeclass);
+  int cached = answer_cached(st, uid, prefix);
+  free(prefix);
+  if (cached) return 1;
+  ask_new(g->b, uid, nodeclass);
+  json_array_append_new(g->items, json_pack("[OO]", claim, nodeclass));
+  return json_array_size(g->items) < g->max;
+}
+
+/* Drops the answers nobody took within resync seconds. */
+static void sweep(drift_state *st, double now) {
+  for (drift_ask *a = st->asks, *next; a; a = next) {
+    next = a->next;
+    if (a->answered && !a->waiter && now - a->at >= st->resync_s) ask_free(st, a);
+  }
+}
+
+/* r's answer: taken when a batch brought it, awaited when one is bringing it, else asked with the
+ * NodeClaims waiting next. */
+static void ask_batched(drift_run *r) {
+  drift_state *st = r->st;
+  const char *uid = lp_obj_uid(r->claim);
+  drift_ask *a = ask_find(st, uid);
+  if (a && a->answered) {
+    take(r, a);
+    return;
+  }
+  if (a) {
+    a->waiter = r;
+    return;
+  }
+  sweep(st, lp_env_monotonic(r->env));
+  size_t max = lp_cloudprovider_lookup_batch(lp_env_cloud(r->env));
+  drift_batch *b = lp_xcalloc(1, sizeof *b);
+  b->st = st;
+  b->leader = r;
+  b->asks = lp_xcalloc(max, sizeof *b->asks);
+  ask_new(b, uid, r->nodeclass)->waiter = r; /* taken when the batch ends; never swept before */
+  gathering g = {.r = r, .items = json_pack("[[OO]]", r->claim, r->nodeclass), .b = b, .max = max};
+  if (max > 1) lp_controller_each_waiting(r->c, gather, &g);
+  lp_cp_is_drifted_many(lp_env_cloud(r->env), g.items, batch_answered, b);
+  json_decref(g.items);
+}
+
 static void provider_check(drift_run *r) {
   if (!r->nodeclass) { /* nothing to compare the instance with until the class is cached again */
     drift_verdict(r, DRIFT_UNKNOWN, NULL, NULL, NULL);
@@ -267,7 +460,10 @@ static void provider_check(drift_run *r) {
     return;
   }
   free(prefix);
-  lp_cp_is_drifted(lp_env_cloud(r->env), r->claim, r->nodeclass, policy_answered, r);
+  if (uid && lp_cloudprovider_lookup_batch(lp_env_cloud(r->env)) > 1)
+    ask_batched(r);
+  else
+    lp_cp_is_drifted(lp_env_cloud(r->env), r->claim, r->nodeclass, policy_answered, r);
 }
 
 void drift_check(drift_run *r) {

@@ -26,12 +26,15 @@
 
 /* An instance-type fetch in flight for one node class, and the runs waiting for it. */
 typedef struct drift_fetch drift_fetch;
+/* An IsDrifted asked in a batch for a NodeClaim (drift_checks.c), kept until its reconcile takes it. */
+typedef struct drift_ask drift_ask;
 
 /* The controller's state (state_new). */
 typedef struct drift_state {
   lp_cache *policy;     /* NodeClaim uid -> "<node class rv>\n<script generation>\n<reason>", TTL resync */
   json_t *types;        /* node class name -> {"at": monotonic, "types": {name: {"zone|ct": true}}} */
   drift_fetch *fetches; /* GetInstanceTypes calls in flight, one per node class */
+  drift_ask *asks;      /* IsDrifted asked in batches: in flight, or answered and not taken yet */
   json_t *nodeclasses;  /* lp_cloudprovider_supported_nodeclasses: what "managed" means */
   json_t *drifted;      /* NodeClaim name -> NodePool, for every cached Drifted=True NodeClaim */
   json_t *drifted_per_pool; /* NodePool -> count of the above */
@@ -71,6 +74,10 @@ typedef enum {
 
 /* ---- drift.c ------------------------------------------------------------------------------- */
 
+/* The NodePool of claim (borrowed) when the controller evaluates claim: claim cached, not being deleted,
+ * of a node class this provider serves, its NodePool cached; otherwise NULL. */
+json_t *drift_nodepool_of(drift_state *st, lp_ctrl_env *env, const json_t *claim);
+
 /* Ends the run: writes the Drifted condition when the outcome changes it (reason and message are
  * copied; NULL unless DRIFT_FOUND), counts and logs. err (owned) instead fails the reconcile. */
 void drift_verdict(drift_run *r, drift_outcome outcome, const char *reason, const char *message,
@@ -81,5 +88,8 @@ void drift_verdict(drift_run *r, drift_outcome outcome, const char *reason, cons
 /* Runs the checks in order on a launched NodeClaim: static (NodePool hash), requirements, instance
  * type not found, the provider's IsDrifted; ends with drift_verdict. */
 void drift_check(drift_run *r);
+/* Frees the answers asked in batches that no reconcile took (state_free: none is in flight then, every
+ * batch's reconcile having ended). */
+void drift_asks_free(drift_state *st);
 
 #endif
