@@ -145,12 +145,15 @@ int main(void) {
   /* 2. IsDrifted through the Lua policy for 10,000 NodeClaims */
   const char *hash_key = lp_cloudprovider_nodeclass(cp)->hash_annotation;
   const char *version_key = lp_cloudprovider_nodeclass(cp)->hash_version_annotation;
-  json_t *claim = json_pack("{s:{s:s, s:{s:s, s:s}}, s:{s:s}}", "metadata", "name", "n", "annotations",
-                            hash_key, "h1", version_key, "lp1", "status", "providerID", "cn-hangzhou.i-1");
+  /* with the uid and resourceVersion every object read from the API server carries */
+  json_t *claim = json_pack("{s:{s:s, s:s, s:s, s:{s:s, s:s}}, s:{s:s}}", "metadata", "name", "n", "uid",
+                            "6a1f-claim", "resourceVersion", "101", "annotations", hash_key, "h1",
+                            version_key, "lp1", "status", "providerID", "cn-hangzhou.i-1");
   json_t *klass =
-      json_pack("{s:{s:s, s:{s:s, s:s}}, s:{s:[{s:s}], s:[{s:s}], s:[{s:s, s:s}]}}", "metadata", "name",
-                "default", "annotations", hash_key, "h1", version_key, "lp1", "status", "images", "id", "m-1",
-                "securityGroups", "id", "sg-1", "vSwitches", "id", "vsw-1", "zoneID", "cn-hangzhou-h");
+      json_pack("{s:{s:s, s:s, s:s, s:{s:s, s:s}}, s:{s:[{s:s}], s:[{s:s}], s:[{s:s, s:s}]}}", "metadata",
+                "name", "default", "uid", "6a1f-class", "resourceVersion", "7", "annotations", hash_key, "h1",
+                version_key, "lp1", "status", "images", "id", "m-1", "securityGroups", "id", "sg-1",
+                "vSwitches", "id", "vsw-1", "zoneID", "cn-hangzhou-h");
   json_t *inst = json_pack("{s:s, s:s, s:[s], s:s}", "id", "i-1", "image_id", "m-1", "security_group_ids",
                            "sg-1", "vswitch_id", "vsw-1");
   int n = 10000;
