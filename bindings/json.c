@@ -214,23 +214,26 @@ static int is_identifier(const char *s, size_t n) {
   return 1;
 }
 
+/* Appends one step of a path the way a script would index it: .name (name at the start), ["a/b"],
+ * [2] (key NULL). */
+static void put_step(lp_buf *path, const char *key, size_t klen, lua_Integer index) {
+  if (!key) {
+    lp_buf_printf(path, "[%lld]", (long long)index);
+  } else if (is_identifier(key, klen)) {
+    if (path->len > 0) lp_buf_putc(path, '.');
+    lp_buf_append(path, key, klen);
+  } else {
+    lp_buf_putc(path, '[');
+    lp_buf_json_string(path, key, klen);
+    lp_buf_putc(path, ']');
+  }
+}
+
 /* Fails the encoding with "cannot encode <what> at <path>", the path written the way a script
  * would index the value: metadata.labels["kubernetes.io/hostname"], spec.taints[2].key. */
 static int encode_fail(encoder *e, int depth, const char *what) {
   lp_buf path = LP_BUF_INIT;
-  for (int i = 0; i < depth; i++) {
-    const path_step *p = &e->path[i];
-    if (!p->key) {
-      lp_buf_printf(&path, "[%lld]", (long long)p->index);
-    } else if (is_identifier(p->key, p->klen)) {
-      if (i > 0) lp_buf_putc(&path, '.');
-      lp_buf_append(&path, p->key, p->klen);
-    } else {
-      lp_buf_putc(&path, '[');
-      lp_buf_json_string(&path, p->key, p->klen);
-      lp_buf_putc(&path, ']');
-    }
-  }
+  for (int i = 0; i < depth; i++) put_step(&path, e->path[i].key, e->path[i].klen, e->path[i].index);
   if (depth > 0)
     lp_error_set(e->err, "InvalidValue", "cannot encode %s at %s", what, lp_buf_cstr(&path));
   else
@@ -394,8 +397,13 @@ static int encode_value(encoder *e, int idx, int depth) {
     lp_buf_json_string(e->out, s, n);
     return 0;
   }
-  case LUA_TTABLE:
-    return encode_table(e, idx, depth);
+  case LUA_TTABLE: {
+    if (!lua_checkstack(L, 3)) return encode_fail(e, depth, "a value nested too deep for the Lua stack");
+    if (!lp_json_push_view_contents(L, idx)) return encode_table(e, idx, depth);
+    int rc = encode_table(e, lua_gettop(L), depth); /* a view encodes as what it shows */
+    lua_pop(L, 1);
+    return rc;
+  }
   case LUA_TLIGHTUSERDATA:
     if (lp_json_is_null(L, idx)) {
       lp_buf_puts(e->out, "null");
@@ -416,6 +424,194 @@ int lp_json_encode(lua_State *L, int idx, lp_buf *out, lp_error **err) {
   free(e.members);
   lua_settop(L, top);
   return rc;
+}
+
+/* }============================================================ */
+
+/* {============================================================ read-only views */
+
+/* A view of a JSON container is three tables: the empty table scripts hold, its own metatable and the
+ * contents, reached only through that metatable's __index (so reads cost a table lookup, not a call).
+ * Every write lands on the empty table and so in __newindex, which refuses it; the metatable is
+ * protected, so a script cannot reach the contents to change them. Child containers in the contents
+ * are views themselves. The metatable keeps the view's path for the error message. */
+#define VIEW_PATH_KEY "path"
+
+static int view_newindex(lua_State *L);
+
+/* The contents of the view at idx pushed, or 0 with nothing pushed when idx is not a view. */
+int lp_json_push_view_contents(lua_State *L, int idx) {
+  if (!lua_checkstack(L, 2) || !lua_getmetatable(L, idx)) return 0;
+  lua_pushliteral(L, "__newindex"); /* raw: a script's metatable may have a metatable of its own */
+  if (lua_rawget(L, -2) != LUA_TFUNCTION || lua_tocfunction(L, -1) != view_newindex) {
+    lua_pop(L, 2);
+    return 0;
+  }
+  lua_pop(L, 1);
+  lua_pushliteral(L, "__index");
+  lua_rawget(L, -2);
+  lua_remove(L, -2);
+  return 1;
+}
+
+/* The innermost frame with a line: a write through table.insert is placed at the script's call. */
+static void push_where(lua_State *L) {
+  lua_Debug ar;
+  for (int level = 1; lua_getstack(L, level, &ar); level++) {
+    if (lua_getinfo(L, "Sl", &ar) && ar.currentline > 0) {
+      lua_pushfstring(L, "%s:%d: ", ar.short_src, ar.currentline);
+      return;
+    }
+  }
+  lua_pushliteral(L, "");
+}
+
+int lp_json_view_refuse(lua_State *L, int view, int key) {
+  view = lua_absindex(L, view);
+  key = lua_absindex(L, key);
+  scratch *s = push_scratch(L); /* holds the path while Lua allocates */
+  lua_getmetatable(L, view);
+  lua_getfield(L, -1, VIEW_PATH_KEY);
+  size_t n;
+  const char *path = lua_tolstring(L, -1, &n);
+  lp_buf_append(&s->buf, path ? path : "", path ? n : 0);
+  lua_pop(L, 2);
+  if (lua_type(L, key) == LUA_TSTRING) {
+    const char *k = lua_tolstring(L, key, &n);
+    put_step(&s->buf, k, n, 0);
+  } else if (lua_isinteger(L, key)) {
+    put_step(&s->buf, NULL, 0, lua_tointeger(L, key));
+  } else {
+    lp_buf_printf(&s->buf, "[%s]", luaL_typename(L, key));
+  }
+  push_where(L);
+  lua_pushfstring(L, "cannot set %s: " LP_JSON_READ_ONLY, lp_buf_cstr(&s->buf));
+  lua_concat(L, 2);
+  scratch_release(s);
+  return lua_error(L);
+}
+
+static int view_newindex(lua_State *L) {
+  return lp_json_view_refuse(L, 1, 2);
+}
+
+/* next over the view's contents: the iterator state is the view, never the contents. pairs hands
+ * this function to scripts, so it checks what it is given. */
+static int view_next(lua_State *L) {
+  lua_settop(L, 2);
+  if (!lua_istable(L, 1) || !lp_json_push_view_contents(L, 1))
+    return luaL_argerror(L, 1, "a read-only view expected");
+  lua_insert(L, 2);
+  return lua_next(L, 2) ? 2 : (lua_pushnil(L), 1);
+}
+
+static int view_pairs(lua_State *L) {
+  lua_pushcfunction(L, view_next);
+  lua_pushvalue(L, 1);
+  lua_pushnil(L);
+  return 3;
+}
+
+/* Only ever called as a view's own __len (its metatable is protected): no check. */
+static int view_len(lua_State *L) {
+  lua_getmetatable(L, 1);
+  lua_getfield(L, -1, "__index");
+  lua_pushinteger(L, (lua_Integer)lua_rawlen(L, -1));
+  return 1;
+}
+
+/* What a view costs in the state's heap, roughly: three tables with their parts per container, a
+ * slot per member, the strings. The object cache bounds its total with it. */
+#define VIEW_CONTAINER_BYTES 420
+#define VIEW_MEMBER_BYTES    40
+
+typedef struct view_builder {
+  lua_State *L;
+  int array_mt; /* absolute stack index */
+  lp_buf *path; /* of the container being built; parked in a scratch box */
+  size_t bytes;
+} view_builder;
+
+static void set_method(lua_State *L, const char *name, lua_CFunction fn) {
+  lua_pushcfunction(L, fn);
+  lua_setfield(L, -2, name);
+}
+
+/* Pushes the view of v (a scalar as itself). Returns -1 (partial values left for the caller to drop)
+ * when v nests deeper than JSON_MAX_DEPTH. */
+static int push_view(view_builder *b, json_t *v, int depth) {
+  lua_State *L = b->L;
+  if (depth > JSON_MAX_DEPTH || !lua_checkstack(L, 6)) return -1;
+  int is_object = json_is_object(v);
+  if (!is_object && !json_is_array(v)) {
+    if (json_is_string(v)) b->bytes += json_string_length(v) + VIEW_MEMBER_BYTES;
+    return push_json(L, v, depth, b->array_mt);
+  }
+  size_t n = is_object ? json_object_size(v) : json_array_size(v);
+  int size = n > INT_MAX ? 0 : (int)n;
+  size_t mark = b->path->len;
+  lua_createtable(L, is_object ? 0 : size, is_object ? size : 0);
+  int contents = lua_gettop(L);
+  if (is_object) {
+    const char *key;
+    size_t klen;
+    json_t *item;
+    json_object_keylen_foreach(v, key, klen, item) {
+      put_step(b->path, key, klen, 0);
+      lua_pushlstring(L, key, klen);
+      if (push_view(b, item, depth + 1)) return -1;
+      lua_rawset(L, contents);
+      b->path->len = mark;
+      b->bytes += klen + VIEW_MEMBER_BYTES;
+    }
+  } else {
+    for (size_t i = 0; i < n; i++) {
+      put_step(b->path, NULL, 0, (lua_Integer)i + 1);
+      if (push_view(b, json_array_get(v, i), depth + 1)) return -1;
+      lua_rawseti(L, contents, (lua_Integer)i + 1);
+      b->path->len = mark;
+      b->bytes += VIEW_MEMBER_BYTES;
+    }
+    lua_pushvalue(L, b->array_mt); /* the encoder reads the contents: tagged, an empty one stays [] */
+    lua_setmetatable(L, contents);
+  }
+  lua_createtable(L, 0, 0); /* the view */
+  lua_createtable(L, 0, 6); /* its metatable */
+  lua_pushvalue(L, contents);
+  lua_setfield(L, -2, "__index");
+  set_method(L, "__newindex", view_newindex);
+  set_method(L, "__pairs", view_pairs);
+  if (is_object) {
+    lua_pushboolean(L, 0);
+  } else {
+    set_method(L, "__len", view_len);
+    lua_pushvalue(L, b->array_mt); /* getmetatable(arr) == json.array_mt holds for views too */
+  }
+  lua_setfield(L, -2, "__metatable");
+  lua_pushlstring(L, b->path->data ? b->path->data : "", mark);
+  lua_setfield(L, -2, VIEW_PATH_KEY);
+  lua_setmetatable(L, -2);
+  lua_remove(L, contents);
+  b->bytes += VIEW_CONTAINER_BYTES + mark;
+  return 0;
+}
+
+size_t lp_json_push_view(lua_State *L, const json_t *value) {
+  int top = lua_gettop(L);
+  scratch *s = push_scratch(L);
+  lp_json_push_array_mt(L);
+  view_builder b = {L, top + 2, &s->buf, 0};
+  /* jansson's iteration API is not const-correct; nothing here modifies the tree */
+  if (push_view(&b, (json_t *)value, 1)) {
+    lua_settop(L, top + 1);
+    scratch_release(s);
+    lua_pop(L, 1);
+    luaL_error(L, "JSON value nested deeper than %d levels", JSON_MAX_DEPTH);
+  }
+  scratch_release(s);
+  lua_replace(L, top + 1); /* the view where the box was */
+  lua_settop(L, top + 1);
+  return b.bytes;
 }
 
 /* }============================================================ */

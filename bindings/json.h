@@ -41,6 +41,23 @@ void lp_json_push_value(lua_State *L, const json_t *value);
  * "InvalidValue") and out possibly partially written.                        [-0, +0, m] */
 int lp_json_encode(lua_State *L, int idx, lp_buf *out, lp_error **err);
 
+/* Read-only views (the engine hands Kubernetes objects to scripts this way, docs/lua-api.md):
+ * lp_json_push_view pushes a view of value, a table that reads like lp_json_push_value's (fields,
+ * ipairs, #, pairs, getmetatable(arr) == array_mt, lp_json_encode gives the same bytes) and refuses
+ * every write with "<file>:<line>: cannot set <path>: " LP_JSON_READ_ONLY, the path written as
+ * lp_json_encode writes paths (metadata.labels.team, spec.taints[2]). A scalar is pushed as itself.
+ * Returns an estimate of the bytes the view takes in the state's heap. Raises as
+ * lp_json_push_value does.                                                    [-0, +1, v] */
+#define LP_JSON_READ_ONLY "arguments that are Kubernetes objects are read-only (copy the table to change it)"
+size_t lp_json_push_view(lua_State *L, const json_t *value);
+/* A view is an empty table: raw access (lua_next, lua_rawget, lua_rawlen) sees nothing. When the
+ * value at idx is a view, pushes the table of its contents and returns 1 (the contents are the
+ * engine's: read them, never write them or hand them to a script); else pushes nothing, returns 0.
+ * Nested tables in the contents are views.                                    [-0, +(0|1), -] */
+int lp_json_push_view_contents(lua_State *L, int idx);
+/* Raises the read-only error for a write of the key at index key into the view at index view. */
+int lp_json_view_refuse(lua_State *L, int view, int key);
+
 /* Pushes luaprov.json.null / the array metatable (created once per state).   [-0, +1, m] */
 void lp_json_push_null(lua_State *L);
 void lp_json_push_array_mt(lua_State *L);

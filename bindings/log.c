@@ -90,6 +90,7 @@ static int log_at(lua_State *L, lp_log_level level) {
   lua_settop(L, 2);
   const lp_lua_host *host = lp_bindings_host(L);
   const char *logger = host && host->logger_name ? host->logger_name(L, host->ud) : "script";
+  if (lua_istable(L, 2) && lp_json_push_view_contents(L, 2)) lua_replace(L, 2); /* obj.metadata.labels */
   lp_field fields[MAX_FIELDS];
   size_t n = lua_istable(L, 2) ? read_fields(L, 2, fields) : 0;
   lp_log_emit(level, logger, msg, fields, n);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "json.h"
 #include "script/call.h"
 #include "script/pattern.h"
 
@@ -244,6 +245,25 @@ static int sandbox_setmetatable(lua_State *L) {
   return 1;
 }
 
+/* next, rawget, rawlen (upvalue 1: Lua's own) on a read-only view (bindings/json.h) act on what it
+ * shows: a view is an empty table, and `next(obj.metadata.labels) == nil` must not call every object
+ * empty. rawset refuses a view as an assignment would. */
+static int sandbox_raw_view(lua_State *L) {
+  if (lua_istable(L, 1) && lp_json_push_view_contents(L, 1)) lua_replace(L, 1);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, LUA_MULTRET);
+  return lua_gettop(L);
+}
+
+static int sandbox_rawset(lua_State *L) {
+  if (lua_istable(L, 1) && lp_json_push_view_contents(L, 1)) return lp_json_view_refuse(L, 1, 2);
+  lua_pushvalue(L, lua_upvalueindex(1));
+  lua_insert(L, 1);
+  lua_call(L, lua_gettop(L) - 1, 1);
+  return 1;
+}
+
 /* The coroutine a task runs on belongs to the host: a script resuming or closing it would wake it
  * while the host still waits for its request or timer. */
 static int is_task_thread(lua_State *co) {
@@ -363,6 +383,16 @@ void lp_sandbox_push_env(lua_State *L, const char *script_name, lua_CFunction re
 
   lua_pushcfunction(L, sandbox_getmetatable);
   lua_setfield(L, env, "getmetatable");
+
+  static const char *const raw_functions[] = {"next", "rawget", "rawlen", NULL};
+  for (const char *const *name = raw_functions; *name; name++) {
+    lua_getfield(L, env, *name);
+    lua_pushcclosure(L, sandbox_raw_view, 1);
+    lua_setfield(L, env, *name);
+  }
+  lua_getfield(L, env, "rawset");
+  lua_pushcclosure(L, sandbox_rawset, 1);
+  lua_setfield(L, env, "rawset");
 
   lua_getfield(L, env, "setmetatable");
   lua_pushcclosure(L, sandbox_setmetatable, 1);
