@@ -16,6 +16,7 @@
 #include "script/endpoints.h"
 #include "script/lua_message.h"
 #include "script/module_name.h"
+#include "script/objects.h"
 #include "script/roles.h"
 #include "script/sandbox.h"
 #include "script/tree.h"
@@ -29,6 +30,10 @@ typedef struct entry_module {
   char *file; /* NULL when absent */
   int ref;    /* registry ref of the module value, LUA_NOREF when absent */
 } entry_module;
+
+/* The object cache's bounds: the views of a few thousand objects, at most a quarter of the heap cap. */
+#define OBJECT_CACHE_ENTRIES 8192
+#define OBJECT_CACHE_SHARE   4
 
 struct lp_generation {
   lua_State *L;
@@ -44,6 +49,7 @@ struct lp_generation {
   char **layers; /* NULL-terminated copies */
   entry_module *entries;
   size_t nentries;
+  lp_object_cache *objects; /* the views of the Kubernetes objects calls passed (objects.h) */
 };
 
 void lp_script_limits_resolve(lp_script_limits *limits) {
@@ -496,6 +502,7 @@ lp_generation *lp_generation_load(const lp_generation_config *cfg, lp_problems *
   g->layers = lp_xcalloc(n + 1, sizeof *g->layers);
   for (size_t i = 0; i < n; i++) g->layers[i] = lp_xstrdup(cfg->layers[i]);
   g->digest = lp_layers_digest(cfg->layers);
+  g->objects = lp_object_cache_new(OBJECT_CACHE_ENTRIES, g->limits.memory_bytes / OBJECT_CACHE_SHARE);
 
   g->L = lua_newstate(capped_alloc, g);
   if (!g->L) {
@@ -538,6 +545,7 @@ lp_generation *lp_generation_ref(lp_generation *g) {
 void lp_generation_unref(lp_generation *g) {
   if (!g || --g->refs > 0) return;
   if (g->L) lua_close(g->L);
+  lp_object_cache_free(g->objects);
   for (size_t i = 0; i < g->nentries; i++) {
     free(g->entries[i].name);
     free(g->entries[i].file);
@@ -578,6 +586,14 @@ int lp_generation_push_module(lp_generation *g, const char *module) {
   }
   lua_rawgeti(g->L, LUA_REGISTRYINDEX, e->ref);
   return 1;
+}
+
+void lp_generation_push_argument(lp_generation *g, const json_t *value) {
+  lp_object_cache_push(g->objects, g->L, value);
+}
+
+const lp_object_cache *lp_generation_objects(const lp_generation *g) {
+  return g->objects;
 }
 
 const char *lp_generation_module_file(const lp_generation *g, const char *module) {

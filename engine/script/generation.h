@@ -13,6 +13,7 @@
 #ifndef LUAPROV_SCRIPT_GENERATION_H
 #define LUAPROV_SCRIPT_GENERATION_H
 
+#include <jansson.h>
 #include <lua.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -21,6 +22,7 @@
 
 typedef struct lp_generation lp_generation;
 typedef struct lp_lua_host lp_lua_host;
+typedef struct lp_object_cache lp_object_cache;
 
 typedef struct lp_script_limits {
   size_t memory_bytes;      /* cap on the generation's Lua heap; 0 = 64 MiB */
@@ -98,6 +100,13 @@ size_t lp_generation_memory(const lp_generation *g);
 
 /* Pushes the value an entry module returned, or nil when the module is absent. [-0, +1, -] */
 int lp_generation_push_module(lp_generation *g, const char *module);
+/* Pushes an argument of a script call on g's state: a Kubernetes object as the read-only view g
+ * keeps of that version (made now when it has none; script/objects.h), anything else converted
+ * afresh. Raises on memory, like any push.                                      [-0, +1, v] */
+void lp_generation_push_argument(lp_generation *g, const json_t *value);
+/* g's object cache (entries and bytes, for tests and metrics). */
+const lp_object_cache *lp_generation_objects(const lp_generation *g);
+
 /* The file an entry module was loaded from, NULL when absent. */
 const char *lp_generation_module_file(const lp_generation *g, const char *module);
 /* Content hash of every file the generation read (to skip no-op reloads). */

@@ -347,7 +347,7 @@ static int start_coroutine(lua_State *L) {
   lua_State *co = lua_newthread(L);
   if (!lua_checkstack(co, (int)nargs + 1)) return luaL_error(L, "too many arguments for a script call");
   lua_insert(L, -2);
-  for (size_t i = 0; i < nargs; i++) lp_json_push_value(L, json_array_get(a->args, i));
+  for (size_t i = 0; i < nargs; i++) lp_generation_push_argument(t->generation, json_array_get(a->args, i));
   lua_xmove(L, co, (int)nargs + 1);
   t->co = co;
   t->co_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* pops the thread */
