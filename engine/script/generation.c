@@ -31,6 +31,9 @@ typedef struct entry_module {
   int ref;    /* registry ref of the module value, LUA_NOREF when absent */
 } entry_module;
 
+/* Task coroutines kept for reuse: about the calls a busy loop has in flight at once. */
+#define THREAD_POOL 32
+
 /* The object cache's bounds: the views of a few thousand objects, at most a quarter of the heap cap. */
 #define OBJECT_CACHE_ENTRIES 8192
 #define OBJECT_CACHE_SHARE   4
@@ -50,6 +53,11 @@ struct lp_generation {
   entry_module *entries;
   size_t nentries;
   lp_object_cache *objects; /* the views of the Kubernetes objects calls passed (objects.h) */
+  struct {
+    lua_State *co;
+    int ref;
+  } threads[THREAD_POOL]; /* finished task coroutines, for the next tasks */
+  int nthreads;
 };
 
 void lp_script_limits_resolve(lp_script_limits *limits) {
@@ -590,6 +598,21 @@ int lp_generation_push_module(lp_generation *g, const char *module) {
 
 void lp_generation_push_argument(lp_generation *g, const json_t *value) {
   lp_object_cache_push(g->objects, g->L, value);
+}
+
+lua_State *lp_generation_take_thread(lp_generation *g, int *ref) {
+  if (g->nthreads == 0) return NULL;
+  g->nthreads--;
+  *ref = g->threads[g->nthreads].ref;
+  return g->threads[g->nthreads].co;
+}
+
+int lp_generation_give_thread(lp_generation *g, lua_State *co, int ref) {
+  if (g->nthreads == THREAD_POOL) return 0;
+  g->threads[g->nthreads].co = co;
+  g->threads[g->nthreads].ref = ref;
+  g->nthreads++;
+  return 1;
 }
 
 const lp_object_cache *lp_generation_objects(const lp_generation *g) {

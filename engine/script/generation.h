@@ -104,6 +104,12 @@ int lp_generation_push_module(lp_generation *g, const char *module);
  * keeps of that version (made now when it has none; script/objects.h), anything else converted
  * afresh. Raises on memory, like any push.                                      [-0, +1, v] */
 void lp_generation_push_argument(lp_generation *g, const json_t *value);
+/* Finished task coroutines kept for the next tasks: a coroutine that returned normally has an empty
+ * stack and can run another function, and reusing it saves creating a thread and growing its stack
+ * on every call. take returns one (and its registry reference) or NULL; give keeps co (its stack
+ * emptied by the caller) and returns 1, or returns 0 when the pool is full (the caller lets it go). */
+lua_State *lp_generation_take_thread(lp_generation *g, int *ref);
+int lp_generation_give_thread(lp_generation *g, lua_State *co, int ref);
 /* g's object cache (entries and bytes, for tests and metrics). */
 const lp_object_cache *lp_generation_objects(const lp_generation *g);
 

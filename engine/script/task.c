@@ -41,8 +41,13 @@ static void release_task(lp_task *t) {
     /* a script may keep a reference to this thread (coroutine.running()): it must not point at the
      * task once the task is gone */
     *(lp_thread_ctx **)lua_getextraspace(t->co) = NULL;
-    lua_resetthread(t->co); /* runs pending to-be-closed variables, drops the stack */
-    luaL_unref(L, LUA_REGISTRYINDEX, t->co_ref);
+    lua_Debug ar;
+    int returned = lua_status(t->co) == LUA_OK && !lua_getstack(t->co, 0, &ar); /* not parked, not dead */
+    if (returned) lua_settop(t->co, 0);
+    if (!returned || !lp_generation_give_thread(t->generation, t->co, t->co_ref)) {
+      lua_resetthread(t->co); /* runs pending to-be-closed variables, drops the stack */
+      luaL_unref(L, LUA_REGISTRYINDEX, t->co_ref);
+    }
     t->co = NULL;
   }
   if (h->current) lp_gauge_set(h->memory_gauge, LP_NO_LABELS, (double)lp_generation_memory(h->current));
@@ -344,13 +349,22 @@ static int start_coroutine(lua_State *L) {
   }
   size_t nargs = a->args ? json_array_size(a->args) : 0;
   luaL_checkstack(L, (int)nargs + 4, "too many arguments");
-  lua_State *co = lua_newthread(L);
+  int ref;
+  lua_State *co = lp_generation_take_thread(t->generation, &ref);
+  if (co) {
+    t->co = co; /* the task owns it from here: released with the task whatever happens below */
+    t->co_ref = ref;
+  } else {
+    co = lua_newthread(L);
+    lua_insert(L, -2);
+  }
   if (!lua_checkstack(co, (int)nargs + 1)) return luaL_error(L, "too many arguments for a script call");
-  lua_insert(L, -2);
   for (size_t i = 0; i < nargs; i++) lp_generation_push_argument(t->generation, json_array_get(a->args, i));
   lua_xmove(L, co, (int)nargs + 1);
-  t->co = co;
-  t->co_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* pops the thread */
+  if (!t->co) {
+    t->co = co;
+    t->co_ref = luaL_ref(L, LUA_REGISTRYINDEX); /* pops the thread */
+  }
   a->nargs = (int)nargs;
   return 0;
 }

@@ -70,6 +70,9 @@ static const char probe_v1[] =
     "  return out\n"
     "end\n"
     "function M.nap(seconds) luaprov.time.sleep(seconds) return 'rested' end\n"
+    "function M.busy(n) local x = 0 for i = 1, n do x = x + i end return x end\n"
+    "function M.keep_thread() kept = coroutine.running() return coroutine.status(kept) end\n"
+    "function M.resume_kept() return coroutine.resume(kept) end\n"
     "return M\n";
 
 static lp_script_host *new_host(int watch) {
@@ -202,6 +205,23 @@ static void test_budget(void) {
   /* a coroutine the script creates runs on the calling task's budget */
   r = call(h, "try", json_pack("[s]", "local co = coroutine.wrap(function() while true do end end) co()"));
   CHECK(r->error && strcmp(r->error->code, "Budget") == 0);
+  lp_task_result_free(r);
+
+  /* Task coroutines are reused once a call returns: each call still starts with the whole budget (two
+   * calls of about 3.5 million instructions pass under 5 million), and a thread a script kept from an
+   * earlier call stays out of its reach. */
+  for (int i = 0; i < 2; i++) {
+    r = call(h, "busy", json_pack("[i]", 1000000));
+    CHECK(r->error == NULL);
+    lp_task_result_free(r);
+  }
+  r = call(h, "keep_thread", NULL);
+  CHECK_STR(r->json, "[\"running\"]");
+  lp_task_result_free(r);
+  r = call(h, "resume_kept", NULL);
+  /* refused, whether the thread is this call's own again or a finished one */
+  CHECK(r->error ? strstr(r->error->message, "cannot be resumed") != NULL
+                 : strncmp(r->json, "[false", 6) == 0);
   lp_task_result_free(r);
 
   r = call(h, "echo", json_pack("[si]", "still", 42)); /* the engine stays up */
