@@ -17,15 +17,26 @@ local function annotation(object, key)
   return annotations and annotations[key]
 end
 
--- Set of the `field` values of a status list; nil when the list is missing or empty.
-local function id_set(list, field)
+-- Whether the status list holds an item whose `field` is value; nil when the list is missing or empty.
+-- A scan, not a set: the lists hold a handful of items, and the engine calls this for every node
+-- (a table per call is garbage the collector then pays for).
+local function listed(list, field, value)
   if type(list) ~= "table" or #list == 0 then return nil end
-  local set = {}
+  if value == nil or value == false then return false end
   for _, item in ipairs(list) do
-    if type(item) == "table" and item[field] then set[item[field]] = true end
+    if type(item) == "table" and item[field] == value then return true end
   end
-  return set
+  return false
 end
+
+local function contains(list, value)
+  for _, v in ipairs(list) do
+    if v == value then return true end
+  end
+  return false
+end
+
+local NONE = {} -- the groups of an instance that lists none (only read)
 
 -- NodeClassDrift needs no API call: both objects carry the hash of the hashed NodeClass fields. A
 -- hash-version mismatch means the hash algorithm changed, not the class, so it is not drift.
@@ -42,9 +53,9 @@ end
 
 -- Drift when the instance's value is not among the ids the class resolved into status[field].
 local function membership_drift(nodeclass, field, value, reason, what)
-  local ids = id_set(nodeclass.status and nodeclass.status[field], "id")
-  if not ids then return nil, "no " .. what .. " are resolved in the ECSNodeClass status yet" end
-  if not ids[value] then return reason end
+  local found = listed(nodeclass.status and nodeclass.status[field], "id", value)
+  if found == nil then return nil, "no " .. what .. " are resolved in the ECSNodeClass status yet" end
+  if not found then return reason end
   return ""
 end
 
@@ -54,15 +65,16 @@ end
 
 -- Exact set equality: an extra group on either side is drift.
 function M.security_group_drift(nodeclass, instance)
-  local wanted = id_set(nodeclass.status and nodeclass.status.securityGroups, "id")
-  if not wanted then return nil, "no security groups are resolved in the ECSNodeClass status yet" end
-  local actual = {}
-  for _, id in ipairs(instance.security_group_ids or {}) do
-    if not wanted[id] then return "SecurityGroupDrift" end
-    actual[id] = true
+  local wanted = nodeclass.status and nodeclass.status.securityGroups
+  if type(wanted) ~= "table" or #wanted == 0 then
+    return nil, "no security groups are resolved in the ECSNodeClass status yet"
   end
-  for id in pairs(wanted) do
-    if not actual[id] then return "SecurityGroupDrift" end
+  local actual = instance.security_group_ids or NONE
+  for _, id in ipairs(actual) do
+    if not listed(wanted, "id", id) then return "SecurityGroupDrift" end
+  end
+  for _, item in ipairs(wanted) do
+    if type(item) == "table" and item.id and not contains(actual, item.id) then return "SecurityGroupDrift" end
   end
   return ""
 end
