@@ -130,6 +130,7 @@ int lp_script_pcall(lua_State *L, int nargs, int nresults, lp_error **err, char 
   if (status == LUA_OK) return 0;
   if (status == LUA_ERRMEM) {
     lua_pop(L, 1);
+    if (g) lp_generation_drop_objects(g);
     lua_gc(L, LUA_GCCOLLECT);
     return -1;
   }
@@ -191,7 +192,10 @@ int lp_script_resume(lua_State *L, lua_State *co, int nargs, int *nresults, lp_e
   if (status == LUA_ERRMEM) memory_error(L, err); /* before leaving: that clears the record */
   if (g) lp_generation_enter(g, outer);
   if (status == LUA_OK || status == LUA_YIELD) return status;
-  if (status == LUA_ERRMEM) return -1;
+  if (status == LUA_ERRMEM) {
+    if (g) lp_generation_drop_objects(g);
+    return -1;
+  }
   const char *code = status_code(co, status);
   coroutine_error ce = {co, NULL, NULL, NULL};
   lp_error *describe_err = NULL;

@@ -43,12 +43,14 @@ void lp_thread_ctx_reset(lua_State *L, long limit);
  * On LUA_OK returns 0 with nresults values on the stack in place of function and arguments.
  * On failure returns -1, pops function and arguments, sets *err (message "file:line: text") and,
  * when traceback is not NULL, *traceback (caller frees; NULL when unavailable, as after a memory
- * error). After a memory error the state's garbage is collected before returning. [-(n+1), +(r|0), -] */
+ * error). After a memory error the generation's cached object views are dropped (lp_generation_drop_objects)
+ * and the state's garbage is collected before returning. [-(n+1), +(r|0), -] */
 int lp_script_pcall(lua_State *L, int nargs, int nresults, lp_error **err, char **traceback);
 
 /* Resumes the coroutine co (created from the main thread L) with nargs values on its stack.
  * Returns LUA_OK (finished: *nresults values on co's stack), LUA_YIELD (parked or preempted), or
- * -1 with *err and *traceback set (co is dead; the caller closes it). [-(nargs), +(nresults), -] */
+ * -1 with *err and *traceback set (co is dead; the caller closes it); after a memory error the
+ * generation's cached object views are dropped.                      [-(nargs), +(nresults), -] */
 int lp_script_resume(lua_State *L, lua_State *co, int nargs, int *nresults, lp_error **err, char **traceback);
 
 /* Runs fn(L) with light userdata ud as its only argument, protected, on L's main thread, under the

@@ -615,6 +615,10 @@ int lp_generation_give_thread(lp_generation *g, lua_State *co, int ref) {
   return 1;
 }
 
+void lp_generation_drop_objects(lp_generation *g) {
+  lp_object_cache_clear(g->objects, g->L);
+}
+
 const lp_object_cache *lp_generation_objects(const lp_generation *g) {
   return g->objects;
 }

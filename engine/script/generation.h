@@ -104,6 +104,9 @@ int lp_generation_push_module(lp_generation *g, const char *module);
  * keeps of that version (made now when it has none; script/objects.h), anything else converted
  * afresh. Raises on memory, like any push.                                      [-0, +1, v] */
 void lp_generation_push_argument(lp_generation *g, const json_t *value);
+/* Forgets the views of the object cache, so that they never make a call fail: after the heap hit its
+ * cap (the one door into Lua, call.h, calls it then). Allocates nothing. */
+void lp_generation_drop_objects(lp_generation *g);
 /* Finished task coroutines kept for the next tasks: a coroutine that returned normally has an empty
  * stack and can run another function, and reusing it saves creating a thread and growing its stack
  * on every call. take returns one (and its registry reference) or NULL; give keeps co (its stack

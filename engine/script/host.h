@@ -71,7 +71,9 @@ int lp_script_host_reload(lp_script_host *h, const char *trigger, int force, lp_
 #define LP_ERR_NOT_EXPORTED "NotExported"
 
 /* Starts function of module with args (a JSON array; the reference is stolen; NULL = no arguments).
- * Returns the task (for lp_task_cancel) or NULL if done will report an immediate failure. */
+ * Returns the task (for lp_task_cancel) or NULL if done will report an immediate failure. The values
+ * in args must not be changed afterwards, even those the caller still references: the generation
+ * may keep a Kubernetes object argument to recognise it in a later call (script/objects.h). */
 lp_task *lp_script_host_call(lp_script_host *h, const char *module, const char *function, json_t *args,
                              lp_task_done_fn done, void *ud);
 

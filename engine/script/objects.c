@@ -7,7 +7,9 @@
 #include "core/error.h"
 #include "json.h"
 
-#define OBJECTS_KEY "luaprov.objects" /* registry table: identity -> light userdata (its entry) */
+/* The registry key (its address) of the table identity -> light userdata (its entry): a light
+ * userdata key, so that clearing after a memory error needs no string. */
+static const char objects_key;
 
 typedef struct entry {
   char key[256]; /* "uid\0resourceVersion" */
@@ -101,11 +103,11 @@ void lp_object_cache_push(lp_object_cache *c, lua_State *L, const json_t *value)
     lp_json_push_value(L, value);
     return;
   }
-  if (lua_getfield(L, LUA_REGISTRYINDEX, OBJECTS_KEY) != LUA_TTABLE) {
+  if (lua_rawgetp(L, LUA_REGISTRYINDEX, &objects_key) != LUA_TTABLE) {
     lua_pop(L, 1);
     lua_newtable(L);
     lua_pushvalue(L, -1);
-    lua_setfield(L, LUA_REGISTRYINDEX, OBJECTS_KEY);
+    lua_rawsetp(L, LUA_REGISTRYINDEX, &objects_key);
   }
   int objects = lua_gettop(L);
   lua_pushlstring(L, key, klen);
@@ -141,6 +143,20 @@ void lp_object_cache_push(lp_object_cache *c, lua_State *L, const json_t *value)
   while ((c->entries > c->max_entries || c->bytes > c->max_bytes) && c->tail != e)
     drop(c, L, objects, c->tail);
   lua_remove(L, objects);
+}
+
+void lp_object_cache_clear(lp_object_cache *c, lua_State *L) {
+  if (!c->head) return; /* nothing to forget (and maybe no table: nothing below may allocate) */
+  lua_pushnil(L);       /* the objects table goes with its names: a new one is made on the next miss */
+  lua_rawsetp(L, LUA_REGISTRYINDEX, &objects_key);
+  for (entry *e = c->head, *next; e; e = next) {
+    next = e->next;
+    luaL_unref(L, LUA_REGISTRYINDEX, e->ref);
+    json_decref(e->value);
+    free(e);
+  }
+  c->head = c->tail = NULL;
+  c->entries = c->bytes = 0;
 }
 
 size_t lp_object_cache_entries(const lp_object_cache *c) {

@@ -5,8 +5,9 @@
  * An object is a JSON object whose metadata has non-empty string uid and resourceVersion: the API
  * server gives every change a new resourceVersion, so the pair names one content. The engine may
  * still pass a copy it changed without a write (a status it has just computed), so a hit is served
- * only when the value is the one converted (the same jansson value, or an equal one); otherwise the
- * entry is converted again. Anything else is converted afresh on every call, as before.
+ * only when the value is the one converted (the same jansson value, which callers never change once
+ * passed, or an equal one); otherwise the entry is converted again. Anything else is converted afresh
+ * on every call, as before.
  *
  * Bounded: at most max_entries objects and an estimate of max_bytes of views, the least recently
  * used going first. The views live in the generation's heap and count against its memory cap; the
@@ -29,6 +30,10 @@ void lp_object_cache_free(lp_object_cache *c);
  * an object not seen at this version, or a fresh conversion (lp_json_push_value) of anything else.
  * Raises on memory and on nesting deeper than 128 levels.                      [-0, +1, v] */
 void lp_object_cache_push(lp_object_cache *c, lua_State *L, const json_t *value);
+
+/* Forgets every object (their views stay alive while calls hold them). Allocates nothing: for when
+ * the state has run out of memory, so the views the cache kept never make a call fail. */
+void lp_object_cache_clear(lp_object_cache *c, lua_State *L);
 
 /* Objects held, and the estimated bytes of their views. */
 size_t lp_object_cache_entries(const lp_object_cache *c);

@@ -1,7 +1,8 @@
 /* Kubernetes objects passed to script calls (script/objects.h): one read-only view per object
  * version and generation, shared by the calls that pass that version; a new resourceVersion, a
  * changed content or a new generation gives a new table; writes fail with the documented error at
- * the script's line; reads (fields, pairs, ipairs, #, next, rawget, json.encode) see the object. */
+ * the script's line; reads (fields, pairs, ipairs, #, next, rawget, json.encode) see the object; a
+ * call that runs out of memory drops the cached views. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,7 @@ static const char probe[] =
     "  c.metadata.name = 'changed'\n"
     "  return c.metadata.name, obj.metadata.name\n"
     "end\n"
+    "function M.hog() local t = {} for i = 1, 1e8 do t[i] = {i} end end\n"
     "return M\n";
 
 static void write_probe(void) {
@@ -69,12 +71,17 @@ static json_t *object(const char *version, const char *name) {
   return o;
 }
 
-static lp_script_host *new_host(void) {
-  lp_script_host_config cfg = {.loop = &loop, .defaults_dir = tree, .modules = modules};
+static lp_script_host *new_host_capped(size_t memory_bytes) {
+  lp_script_host_config cfg = {
+      .loop = &loop, .defaults_dir = tree, .modules = modules, .limits = {.memory_bytes = memory_bytes}};
   lp_problems problems = {0};
   lp_script_host *h = lp_script_host_new(&cfg, &problems);
   lp_problems_free(&problems);
   return h;
+}
+
+static lp_script_host *new_host(void) {
+  return new_host_capped(0);
 }
 
 static int closed;
@@ -208,6 +215,25 @@ static void test_reads_see_the_object(void) {
   close_host(h);
 }
 
+/* The cached views never make a call fail for memory: a call that hits the cap drops them. */
+static void test_memory_error_drops_views(void) {
+  lp_script_host *h = new_host_capped(4u << 20);
+  if (!h) return;
+  json_decref(values(h, "same", object("101", "n1")));
+  const lp_object_cache *objects = lp_generation_objects(lp_script_host_current(h));
+  CHECK_INT(lp_object_cache_entries(objects), 1);
+  lp_task_result *r = lp_script_host_call_sync(h, "sim.objects", "hog", NULL);
+  CHECK(r->error && strcmp(r->error->code, "Memory") == 0);
+  lp_task_result_free(r);
+  CHECK_INT(lp_object_cache_entries(objects), 0);
+  CHECK_INT(lp_object_cache_bytes(objects), 0);
+  json_t *again = values(h, "same", object("101", "n1")); /* converted again, and cached again */
+  CHECK(again && json_is_false(json_array_get(again, 1)));
+  CHECK_INT(lp_object_cache_entries(objects), 1);
+  json_decref(again);
+  close_host(h);
+}
+
 int main(void) {
   lp_log_configure(LP_LOG_ERROR, LP_LOG_FORMAT_JSON, 2);
   snprintf(tree, sizeof tree, "/tmp/luaprov-objects-XXXXXX");
@@ -222,6 +248,7 @@ int main(void) {
   RUN(test_reload_gives_new_tables);
   RUN(test_writes_are_refused);
   RUN(test_reads_see_the_object);
+  RUN(test_memory_error_drops_views);
 
   uv_run(&loop, UV_RUN_DEFAULT);
   uv_loop_close(&loop);
