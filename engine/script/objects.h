@@ -1,6 +1,6 @@
 /* The object cache of a generation: a Kubernetes object passed to a script call is converted once per
  * version and the same read-only view (bindings/json.h) handed to every call that passes that version
- * again, instead of a new Lua copy per call (docs/lua-api.md#arguments).
+ * again, instead of a new Lua copy per call (docs/lua-api.md#kubernetes-objects-are-read-only).
  *
  * An object is a JSON object whose metadata has non-empty string uid and resourceVersion: the API
  * server gives every change a new resourceVersion, so the pair names one content. The engine may
