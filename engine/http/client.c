@@ -11,6 +11,8 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include "core/log.h"
 #include "core/metrics.h"
@@ -22,6 +24,9 @@ typedef struct sock_ctx {
   lp_http_client *client;
   struct sock_ctx *prev, *next;
   int closing;
+  int events; /* what poll is started with; 0 = stopped */
+  int owned;  /* a connection socket from on_open_socket: curl closes it through on_close_socket */
+  int parked; /* curl stopped watching it between transfers: an idle kept-alive connection */
 } sock_ctx;
 
 typedef enum { CALL_RUNNING, CALL_WAITING, CALL_DONE } call_state;
@@ -69,7 +74,15 @@ static void on_handle_closed(uv_handle_t *h) {
   maybe_free(c);
 }
 
-/* ---- sockets: one uv_poll per curl socket, found again through curl_multi_assign ---- */
+/* ---- sockets: one uv_poll per curl socket, found again through curl_multi_assign ----
+ *
+ * curl drops a kept-alive connection's socket (CURL_POLL_REMOVE) when its transfer ends and announces
+ * it again for the next one. Closing the poll there and making a new one per request cost a uv_poll
+ * init (an ioctl), two epoll_ctl and a handle close per request. Connection sockets are therefore
+ * opened and closed through curl's socket callbacks (on_open_socket, on_close_socket): their poll
+ * lives as long as the descriptor, "parked" while curl does not watch it (unreferenced, so an idle
+ * connection does not keep the loop alive) and closed before curl closes the descriptor, as libuv
+ * requires. Other sockets curl announces (a resolver's) keep one poll per announcement. */
 
 static void on_sock_closed(uv_handle_t *h) {
   sock_ctx *s = h->data;
@@ -92,12 +105,77 @@ static void sock_close(sock_ctx *s) {
   uv_close((uv_handle_t *)&s->poll, on_sock_closed);
 }
 
+static sock_ctx *sock_new(lp_http_client *c, curl_socket_t fd) {
+  sock_ctx *s = lp_xcalloc(1, sizeof *s);
+  if (uv_poll_init_socket(c->loop, &s->poll, fd) != 0) {
+    free(s);
+    return NULL;
+  }
+  s->fd = fd;
+  s->client = c;
+  s->poll.data = s;
+  s->next = c->socks;
+  if (c->socks) c->socks->prev = s;
+  c->socks = s;
+  c->open_handles++;
+  return s;
+}
+
+/* Linear: only when curl announces a socket it had dropped, and there are at most max_total. */
+static sock_ctx *sock_find(lp_http_client *c, curl_socket_t fd) {
+  for (sock_ctx *s = c->socks; s; s = s->next)
+    if (s->fd == fd) return s;
+  return NULL;
+}
+
+/* libuv's uv_poll_start always removes the descriptor from epoll and adds it again: only when the
+ * events change. */
+static void sock_watch(sock_ctx *s, int events, uv_poll_cb cb) {
+  if (events == s->events) return;
+  s->events = events;
+  if (events)
+    uv_poll_start(&s->poll, events, cb);
+  else
+    uv_poll_stop(&s->poll);
+}
+
+static void sock_park(sock_ctx *s) {
+  s->parked = 1;
+  uv_unref((uv_handle_t *)&s->poll);
+}
+
+static curl_socket_t on_open_socket(void *userp, curlsocktype purpose, struct curl_sockaddr *addr) {
+  lp_http_client *c = userp;
+  curl_socket_t fd = socket(addr->family, addr->socktype, addr->protocol);
+  if (fd == CURL_SOCKET_BAD) return fd;
+  sock_ctx *s = c->closing ? NULL : sock_new(c, fd);
+  if (!s) {
+    close(fd);
+    return CURL_SOCKET_BAD;
+  }
+  s->owned = 1;
+  sock_park(s); /* not watched until curl announces it */
+  return fd;
+}
+
+static int on_close_socket(void *userp, curl_socket_t fd) {
+  sock_ctx *s = sock_find(userp, fd);
+  if (s) sock_close(s); /* stops polling at once: the descriptor closes right after */
+  return close(fd);
+}
+
 static void drain(lp_http_client *c);
 
 static void on_poll(uv_poll_t *p, int status, int events) {
   sock_ctx *s = p->data;
   lp_http_client *c = s->client;
   if (c->closing) return;
+  if (s->parked) {
+    /* the peer closed or wrote to an idle connection: curl finds out when it next picks it; until
+     * then a level-triggered watch would fire on every iteration */
+    sock_watch(s, 0, on_poll);
+    return;
+  }
   int flags = 0;
   if (status < 0) {
     flags = CURL_CSELECT_ERR; /* libuv reports POLLERR as a status; curl must see it to fail the socket */
@@ -114,35 +192,37 @@ static int on_curl_socket(CURL *easy, curl_socket_t fd, int what, void *userp, v
   lp_http_client *c = userp;
   sock_ctx *s = socketp;
   if (what == CURL_POLL_REMOVE) {
-    /* during curl_multi_cleanup the socket hash is being torn down: leave it alone */
-    if (s && !c->closing) curl_multi_assign(c->multi, fd, NULL);
-    if (s) sock_close(s);
+    if (!s) return 0;
+    if (c->closing) {
+      sock_close(s); /* curl_multi_cleanup is tearing the socket hash down: no curl_multi_assign */
+      return 0;
+    }
+    curl_multi_assign(c->multi, fd, NULL);
+    if (s->owned)
+      sock_park(s); /* still watched for what the peer does; see on_poll */
+    else
+      sock_close(s);
     return 0;
   }
   if (c->closing) {
     /* curl_multi_cleanup may announce a last read on a connection it is about to close */
-    if (s && !s->closing) uv_poll_stop(&s->poll);
+    if (s && !s->closing) sock_watch(s, 0, on_poll);
     return 0;
   }
   if (!s) {
-    s = lp_xcalloc(1, sizeof *s);
-    if (uv_poll_init_socket(c->loop, &s->poll, fd) != 0) {
-      free(s);
+    s = sock_find(c, fd);
+    if (s && s->parked) {
+      s->parked = 0;
+      uv_ref((uv_handle_t *)&s->poll);
+    } else if (!s && !(s = sock_new(c, fd))) {
       return -1;
     }
-    s->fd = fd;
-    s->client = c;
-    s->poll.data = s;
-    s->next = c->socks;
-    if (c->socks) c->socks->prev = s;
-    c->socks = s;
-    c->open_handles++;
     curl_multi_assign(c->multi, fd, s); /* documented as allowed inside the socket callback */
   }
   int events = 0;
   if (what & CURL_POLL_IN) events |= UV_READABLE;
   if (what & CURL_POLL_OUT) events |= UV_WRITABLE;
-  uv_poll_start(&s->poll, events, on_poll);
+  sock_watch(s, events, on_poll);
   return 0;
 }
 
@@ -333,6 +413,10 @@ lp_http_call *lp_http_client_request(lp_http_client *c, const lp_http_request_op
     call->easy = lp_http_exchange_easy(&call->ex);
   if (call->easy) {
     curl_easy_setopt(call->easy, CURLOPT_PRIVATE, (char *)call);
+    curl_easy_setopt(call->easy, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
+    curl_easy_setopt(call->easy, CURLOPT_OPENSOCKETDATA, c);
+    curl_easy_setopt(call->easy, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
+    curl_easy_setopt(call->easy, CURLOPT_CLOSESOCKETDATA, c);
     if (start_attempt(call) == 0) return call;
   }
   /* done must never run inside this function: the caller may not be ready for it yet */

@@ -443,13 +443,15 @@ static void on_done(lp_http_result *r, void *ud) {
   s->e->done++;
 }
 
-static void env_start(env *e, const lp_http_client_options *copts) {
+/* sopts NULL for a 16 MiB body limit and the server's other defaults. */
+static void env_start_server(env *e, const lp_http_client_options *copts,
+                             const lp_http_server_options *sopts) {
   memset(e, 0, sizeof *e);
   memset(&srv, 0, sizeof srv);
   uv_loop_init(&e->loop);
   server_loop = &e->loop;
   lp_http_server_options so = {.max_body_bytes = (size_t)16 << 20};
-  e->server = lp_http_server_new(&e->loop, &so);
+  e->server = lp_http_server_new(&e->loop, sopts ? sopts : &so);
   add_routes(e->server);
   lp_error *err = NULL;
   CHECK_INT(lp_http_server_listen(e->server, "127.0.0.1", 0, &err), 0);
@@ -461,6 +463,10 @@ static void env_start(env *e, const lp_http_client_options *copts) {
   CHECK(e->client != NULL);
   uv_timer_init(&e->loop, &e->watchdog);
   e->watchdog.data = e;
+}
+
+static void env_start(env *e, const lp_http_client_options *copts) {
+  env_start_server(e, copts, NULL);
 }
 
 static void on_watchdog(uv_timer_t *t) {

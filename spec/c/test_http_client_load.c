@@ -1,6 +1,7 @@
 /* The HTTP client under load, against the engine's own HTTP server on a loopback port: large bodies
- * both ways, streaming and body limits, connection reuse, many concurrent requests, closing the
- * client with requests in flight, and the synchronous API. The loop, server and client every test
+ * both ways, streaming and body limits, connection reuse (and the idle connection's watch), many
+ * concurrent requests, closing the client with requests in flight, and the
+ * synchronous API. The loop, server and client every test
  * starts and finishes (env_start / env_finish) are in http_test_support.h. */
 #include <pthread.h>
 
@@ -196,6 +197,80 @@ static void test_connection_reuse(void) {
   env_finish(&e);
 }
 
+/* The client's socket watches (uv_poll handles; the server's are uv_tcp). */
+typedef struct polls {
+  int n, referenced, active;
+  uv_handle_t *last;
+} polls;
+
+static void count_poll(uv_handle_t *h, void *arg) {
+  polls *p = arg;
+  if (h->type != UV_POLL || uv_is_closing(h)) return;
+  p->n++;
+  p->referenced += uv_has_ref(h);
+  p->active += uv_is_active(h);
+  p->last = h;
+}
+
+static polls client_polls(env *e) {
+  polls p = {0};
+  uv_walk(&e->loop, count_poll, &p);
+  return p;
+}
+
+/* curl drops a kept-alive socket at the end of every transfer; the client keeps its watch for the
+ * next one rather than making a new one per request, and unreferenced, so an idle connection never
+ * keeps the loop running. */
+static void test_idle_connection_watch(void) {
+  env e;
+  env_start(&e, NULL);
+  CHECK_INT(fetch(&e, "/hello", NULL)->status, 200);
+  polls first = client_polls(&e);
+  CHECK_INT(first.n, 1);
+  CHECK_INT(first.referenced, 0);
+  CHECK_INT(fetch(&e, "/hello", NULL)->status, 200);
+  polls second = client_polls(&e);
+  CHECK_INT(second.n, 1);
+  CHECK(second.last == first.last); /* the same watch */
+  CHECK_INT(second.referenced, 0);
+  CHECK_INT(srv.nremotes, 1);
+  env_finish(&e);
+}
+
+typedef struct watch_probe {
+  env *e;
+  uv_timer_t timer;
+  int stopped;
+} watch_probe;
+
+static void probe_watch(uv_timer_t *t) {
+  watch_probe *w = t->data;
+  polls p = client_polls(w->e);
+  w->stopped = p.n == 1 && p.active == 0;
+}
+
+/* The server closes the idle connection: its watch stops (a level-triggered watch left on would fire on
+ * every loop iteration until the next request), the next request opens a new connection, and the old
+ * socket's watch is closed with it. */
+static void test_idle_connection_closed_by_server(void) {
+  lp_http_server_options so = {.idle_timeout_ms = 30};
+  env e;
+  env_start_server(&e, NULL, &so);
+  CHECK_INT(fetch(&e, "/hello", NULL)->status, 200);
+  watch_probe w = {.e = &e};
+  uv_timer_init(&e.loop, &w.timer);
+  w.timer.data = &w;
+  uv_timer_start(&w.timer, probe_watch, 10, 10);
+  run_until(&e, &w.stopped, 1, 5000);
+  uv_close((uv_handle_t *)&w.timer, NULL);
+  lp_http_result *r = fetch(&e, "/hello", NULL);
+  CHECK_INT(r->status, 200);
+  CHECK_STR(r->body, "hello world");
+  CHECK_INT(srv.nremotes, 2);
+  CHECK_INT(client_polls(&e).n, 1);
+  env_finish(&e);
+}
+
 static void test_many_concurrent(void) {
   enum { N = 200 };
   lp_http_client_options o = {.max_per_host = 4};
@@ -341,6 +416,8 @@ int main(void) {
   RUN(test_streaming);
   RUN(test_too_large);
   RUN(test_connection_reuse);
+  RUN(test_idle_connection_watch);
+  RUN(test_idle_connection_closed_by_server);
   RUN(test_many_concurrent);
   RUN(test_close_in_flight);
   RUN(test_sync);
