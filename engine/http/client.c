@@ -35,7 +35,7 @@ struct lp_http_call {
   lp_http_client *client;
   lp_http_call *prev, *next;
   lp_http_exchange ex;
-  CURL *easy; /* kept across attempts so its options need setting once */
+  CURL *easy; /* kept across attempts so its options need setting once; from the client's idle ones */
   int in_multi;
   int finish_pending; /* failed before any transfer: the timer delivers the result */
   call_state state;
@@ -52,6 +52,11 @@ struct lp_http_client {
   lp_http_call *calls; /* every call whose done has not run */
   size_t in_flight;
   sock_ctx *socks;
+  /* Easy handles of finished calls, reset, for the next calls: a new handle per request cost an
+   * allocation of curl's handle and buffers and a teardown each time. At most max_per_host, the
+   * concurrency a client usually sees. */
+  CURL **idle;
+  unsigned nidle;
   unsigned open_handles; /* uv handles not yet closed: the client is freed when this reaches 0 */
   int closing;
   void (*on_closed)(void *ud);
@@ -259,13 +264,23 @@ static void on_call_closed(uv_handle_t *h) {
   maybe_free(c);
 }
 
+/* Resets first: the handle points into the call (error buffer, headers, body) until then. */
+static void release_easy(lp_http_client *c, CURL *easy) {
+  if (c->closing || c->nidle == c->settings.max_per_host) {
+    curl_easy_cleanup(easy);
+    return;
+  }
+  curl_easy_reset(easy);
+  c->idle[c->nidle++] = easy;
+}
+
 static void finish(lp_http_call *call) {
   if (call->state == CALL_DONE) return;
   lp_http_client *c = call->client;
   call->state = CALL_DONE;
   if (call->in_multi) curl_multi_remove_handle(c->multi, call->easy);
   call->in_multi = 0;
-  if (call->easy) curl_easy_cleanup(call->easy);
+  if (call->easy) release_easy(c, call->easy);
   call->easy = NULL;
   if (call->prev)
     call->prev->next = call->next;
@@ -377,6 +392,7 @@ lp_http_client *lp_http_client_new(uv_loop_t *loop, const lp_http_client_options
   uv_timer_init(loop, &c->timer);
   c->timer.data = c;
   c->open_handles = 1;
+  c->idle = lp_xcalloc(c->settings.max_per_host, sizeof *c->idle);
   /* per attempt, by method and status class only: URLs and hosts would make the series unbounded */
   lp_metrics *m = lp_metrics_default();
   c->requests =
@@ -410,7 +426,7 @@ lp_http_call *lp_http_client_request(lp_http_client *c, const lp_http_request_op
   if (c->closing)
     lp_http_exchange_cancel(&call->ex);
   else if (!call->ex.error)
-    call->easy = lp_http_exchange_easy(&call->ex);
+    call->easy = lp_http_exchange_easy(&call->ex, c->nidle ? c->idle[--c->nidle] : NULL);
   if (call->easy) {
     curl_easy_setopt(call->easy, CURLOPT_PRIVATE, (char *)call);
     curl_easy_setopt(call->easy, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
@@ -444,6 +460,9 @@ static void on_close_step(uv_timer_t *t) {
   /* cached connections close now; curl calls on_curl_socket again, which shutdown mode tolerates */
   curl_multi_cleanup(c->multi);
   c->multi = NULL;
+  while (c->nidle) curl_easy_cleanup(c->idle[--c->nidle]);
+  free(c->idle);
+  c->idle = NULL;
   while (c->socks) sock_close(c->socks);
   uv_close((uv_handle_t *)&c->timer, on_handle_closed);
 }

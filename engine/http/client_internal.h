@@ -74,9 +74,10 @@ void lp_http_settings_free(lp_http_settings *s);
  * attempts and goes straight to lp_http_exchange_result. */
 void lp_http_exchange_init(lp_http_exchange *ex, const lp_http_settings *s, const lp_http_request_opts *req);
 
-/* A new easy handle configured for ex (callbacks write into ex, so ex must not move). Returns NULL
- * with ex->error set when curl refuses the handle. */
-CURL *lp_http_exchange_easy(lp_http_exchange *ex);
+/* An easy handle configured for ex (callbacks write into ex, so ex must not move): reuse when given,
+ * which must carry no options (new, or after curl_easy_reset), else a new one. Returns NULL with
+ * ex->error set when curl refuses the handle, which is then cleaned up (reuse included). */
+CURL *lp_http_exchange_easy(lp_http_exchange *ex, CURL *reuse);
 
 /* Clears the previous attempt's response; call before each transfer. */
 void lp_http_exchange_begin(lp_http_exchange *ex);

@@ -248,9 +248,9 @@ static size_t write_cb(char *p, size_t size, size_t n, void *ud) {
   return len;
 }
 
-CURL *lp_http_exchange_easy(lp_http_exchange *ex) {
+CURL *lp_http_exchange_easy(lp_http_exchange *ex, CURL *reuse) {
   const lp_http_settings *s = ex->settings;
-  CURL *e = curl_easy_init();
+  CURL *e = reuse ? reuse : curl_easy_init();
   if (!e) {
     fail_early(ex, "curl_easy_init failed");
     return NULL;
@@ -502,7 +502,7 @@ lp_http_result *lp_http_request_sync(const lp_http_client_options *copts, const 
   lp_http_settings_init(&settings, copts);
   lp_http_exchange ex;
   lp_http_exchange_init(&ex, &settings, req);
-  CURL *easy = ex.error ? NULL : lp_http_exchange_easy(&ex);
+  CURL *easy = ex.error ? NULL : lp_http_exchange_easy(&ex, NULL);
   /* one easy handle for every attempt keeps its connection, so retries reuse it */
   for (long delay = 0; easy && delay >= 0;) {
     lp_http_exchange_begin(&ex);

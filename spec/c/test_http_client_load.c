@@ -1,6 +1,6 @@
 /* The HTTP client under load, against the engine's own HTTP server on a loopback port: large bodies
- * both ways, streaming and body limits, connection reuse (and the idle connection's watch), many
- * concurrent requests, closing the client with requests in flight, and the
+ * both ways, streaming and body limits, connection reuse (the idle connection's watch, easy handles
+ * that start clean), many concurrent requests, closing the client with requests in flight, and the
  * synchronous API. The loop, server and client every test
  * starts and finishes (env_start / env_finish) are in http_test_support.h. */
 #include <pthread.h>
@@ -97,7 +97,22 @@ static void h_slow(const lp_http_request *req, lp_http_response *res, void *ud) 
   start_later(res, 1, slow_tick, 3);
 }
 
+/* Records what the request carried, for the handle reuse test; answers "seen". */
+static struct {
+  char method[16];
+  size_t body_len;
+  int probed;
+} seen;
+
+static void h_seen(const lp_http_request *req, lp_http_response *res, void *ud) {
+  snprintf(seen.method, sizeof seen.method, "%s", req->method);
+  seen.body_len = req->body_len;
+  seen.probed = lp_http_request_header(req, "x-probe") != NULL;
+  lp_http_respond(res, 200, "text/plain", "seen", 4);
+}
+
 static void add_routes(lp_http_server *s) {
+  lp_http_server_route(s, NULL, "/seen", h_seen, NULL);
   lp_http_server_route(s, "GET", "/hello", h_hello, NULL);
   lp_http_server_route(s, NULL, "/hang", h_hang, NULL);
   lp_http_server_route(s, NULL, "/flaky", h_flaky, NULL);
@@ -271,6 +286,41 @@ static void test_idle_connection_closed_by_server(void) {
   env_finish(&e);
 }
 
+/* Sequential requests run on the previous request's easy handle: nothing of one (method, body, headers,
+ * HEAD's no-body) may carry into the next. */
+static void test_reused_handles_start_clean(void) {
+  env e;
+  env_start(&e, NULL);
+  lp_http_header probe = {"X-Probe", "1"};
+  lp_http_request_opts post = LP_HTTP_REQUEST_OPTS_INIT, head = LP_HTTP_REQUEST_OPTS_INIT,
+                       del = LP_HTTP_REQUEST_OPTS_INIT;
+  post.method = "POST";
+  post.body = "abc";
+  post.body_len = 3;
+  post.headers = &probe;
+  post.nheaders = 1;
+  head.method = "HEAD";
+  del.method = "DELETE";
+  CHECK_INT(fetch(&e, "/seen", &post)->status, 200);
+  CHECK_STR(seen.method, "POST");
+  CHECK_INT(seen.body_len, 3);
+  CHECK_INT(seen.probed, 1);
+  lp_http_result *get = fetch(&e, "/seen", NULL);
+  CHECK_STR(get->body, "seen");
+  CHECK_STR(seen.method, "GET");
+  CHECK_INT(seen.body_len, 0);
+  CHECK_INT(seen.probed, 0);
+  lp_http_result *h = fetch(&e, "/seen", &head);
+  CHECK_INT(h->status, 200);
+  CHECK_INT(h->body_len, 0);
+  CHECK_INT(fetch(&e, "/seen", &del)->status, 200);
+  CHECK_STR(seen.method, "DELETE");
+  get = fetch(&e, "/seen", NULL);
+  CHECK_STR(get->body, "seen");
+  CHECK_STR(seen.method, "GET");
+  env_finish(&e);
+}
+
 static void test_many_concurrent(void) {
   enum { N = 200 };
   lp_http_client_options o = {.max_per_host = 4};
@@ -418,6 +468,7 @@ int main(void) {
   RUN(test_connection_reuse);
   RUN(test_idle_connection_watch);
   RUN(test_idle_connection_closed_by_server);
+  RUN(test_reused_handles_start_clean);
   RUN(test_many_concurrent);
   RUN(test_close_in_flight);
   RUN(test_sync);
