@@ -123,14 +123,17 @@ static figures measure(int in_flight, int total, int *failed) {
   return f;
 }
 
-/* wrk --latency prints "    50%  318.00us"; returns milliseconds, or -1 when the line is absent. */
-static double wrk_percentile(const char *out, const char *label) {
-  const char *p = strstr(out, label);
-  if (!p) return -1;
-  double v;
-  char unit[4] = "";
-  if (sscanf(p + strlen(label), "%lf%3s", &v, unit) != 2) return -1;
-  return strcmp(unit, "us") == 0 ? v / 1000 : strcmp(unit, "s") == 0 ? v * 1000 : v;
+/* The pct line of wrk's "Latency Distribution" ("     50%  318.00us") in milliseconds; -1 when absent.
+ * Only that section: other lines carry percentages too ("+/- Stdev 85.50%"). */
+static double wrk_percentile(const char *out, double pct) {
+  const char *p = strstr(out, "Latency Distribution");
+  while (p && (p = strchr(p, '\n'))) {
+    double at, v;
+    char unit[4] = "";
+    if (sscanf(++p, " %lf%% %lf%3s", &at, &v, unit) != 3) break; /* past the section */
+    if (at == pct) return strcmp(unit, "us") == 0 ? v / 1000 : strcmp(unit, "s") == 0 ? v * 1000 : v;
+  }
+  return -1;
 }
 
 /* Runs wrk with one thread and `connections` connections against url and reads its figures.
@@ -176,8 +179,8 @@ static int run_wrk(int connections, figures *f, char *note, size_t note_size) {
     return -1;
   }
   f->rate = strtod(rate + strlen("Requests/sec:"), NULL);
-  f->p50_ms = wrk_percentile(out, "50%");
-  f->p99_ms = wrk_percentile(out, "99%");
+  f->p50_ms = wrk_percentile(out, 50);
+  f->p99_ms = wrk_percentile(out, 99);
   const char *errors = strstr(out, "Non-2xx");
   if (!errors) errors = strstr(out, "Socket errors");
   if (errors) snprintf(note, note_size, "wrk reported %.*s", (int)strcspn(errors, "\n"), errors);
