@@ -9,7 +9,7 @@ FUZZ_TARGETS ?= $(basename $(notdir $(wildcard spec/fuzz/fuzz_*.c)))
 JOBS       ?= $(shell nproc)
 CMAKE_FLAGS ?= -DCMAKE_BUILD_TYPE=RelWithDebInfo
 
-.PHONY: all build run test test-asan bench fuzz clean
+.PHONY: all build run test test-asan bench bench-scale fuzz clean
 
 all: build
 
@@ -56,6 +56,17 @@ bench:
 	@cmake --build $(BENCH_BUILD) -j $(JOBS)
 	@npm ci --prefix spec/grpc --no-audit --no-fund >/dev/null
 	@spec/bench/run.sh $(BENCH_BUILD)
+
+# Karpenter's performance scenarios against the e2e suite's real control plane, each run by luaprov
+# (Release, against `luaprov sim`) and by Karpenter's kwok provider, with the ratios (spec/bench-scale/).
+# SCENARIOS="basic drift" picks some, CONTROLLERS=luaprov one controller. Prints figures; never fails on time.
+bench-scale:
+	@tools/install-deps.sh bench
+	@cmake -S . -B $(BENCH_BUILD) -DCMAKE_BUILD_TYPE=Release -DLUAPROV_WERROR=ON >/dev/null
+	@cmake --build $(BENCH_BUILD) -j $(JOBS) --target luaprov
+	@tools/install-e2e.sh
+	@tools/install-bench-scale.sh
+	@spec/bench-scale/run.sh $(BENCH_BUILD)/luaprov
 
 # The libFuzzer targets of spec/fuzz, built with clang in $(FUZZ_BUILD), each run FUZZ_SECONDS over its
 # seeds (FUZZ_TARGETS=fuzz_json picks some). A crash leaves a minimised reproducer under

@@ -5,8 +5,8 @@
 # Nodes Karpenter's kwok provider creates Ready and their pods Running. Karpenter's CRDs (NodePool,
 # NodeClaim, KWOKNodeClass, and the NodeOverlay and CapacityBuffer it watches too) are copied out of
 # that module's files, and kwok's stages (what it does to a Node and a pod, and when) out of kwok's:
-# the ones Karpenter's own kwok setup uses (the fast node and pod stages, the heartbeat with a Lease). The control plane itself comes from
-# tools/install-e2e.sh.
+# the ones Karpenter's own kwok setup uses (the fast node and pod stages, the heartbeat with a Lease).
+# The control plane itself comes from tools/install-e2e.sh.
 #
 # usage: tools/install-bench-scale.sh [CACHE_DIR]
 #        (default: $LUAPROV_BENCH_SCALE_CACHE, else <the e2e cache>/bench-scale, the e2e cache being
