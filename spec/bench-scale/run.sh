@@ -43,8 +43,9 @@ for s in "${scenarios[@]}"; do
 done
 
 echo
-echo "== figures (time: s from applying the change to the end state; RSS: the controller's peak, MiB;"
-echo "   CPU: the controller's user+system seconds over that time; ratio: luaprov / karpenter)"
+echo "== figures (lp: luaprov, kp: Karpenter; s: seconds from applying the change to the end state;"
+echo "   MiB: the controller's peak RSS; CPU: its user+system seconds over that time; NC: NodeClaims at the end;"
+echo "   ratio: luaprov / Karpenter)"
 awk '
   { key = $1 " " $2; if (!(key in seen)) { seen[key] = 1; order[++n] = key }
     t[key, $3] = $4; rss[key, $3] = $5; cpu[key, $3] = $6; claims[key, $3] = $7 }
@@ -57,7 +58,7 @@ awk '
   }
   END {
     printf "%-16s %-13s | %9s %9s %6s | %8s %8s %6s | %7s %7s %6s | %6s %6s\n", "scenario", "phase",
-      "luaprov s", "karp. s", "ratio", "lp MiB", "karp MiB", "ratio", "lp CPU", "kp CPU", "ratio", "lp NC", "kp NC"
+      "lp s", "kp s", "ratio", "lp MiB", "kp MiB", "ratio", "lp CPU", "kp CPU", "ratio", "lp NC", "kp NC"
     for (i = 1; i <= n; i++) {
       k = order[i]; split(k, p, " ")
       printf "%-16s %-13s | %9s %9s %6s | %8s %8s %6s | %7s %7s %6s | %6s %6s\n", p[1], p[2],
