@@ -7,7 +7,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/../e2e/lib.sh"
 
 CONTROLLER="${BENCH_CONTROLLER:?set BENCH_CONTROLLER to luaprov or karpenter}"
-SCALE_CACHE="${LUAPROV_BENCH_SCALE_CACHE:?set LUAPROV_BENCH_SCALE_CACHE to tools/install-bench-scale.sh\'s cache}"
+SCALE_CACHE="${LUAPROV_BENCH_SCALE_CACHE:?set LUAPROV_BENCH_SCALE_CACHE to the cache of tools/install-bench-scale.sh}"
 RESULTS="${BENCH_RESULTS:-/dev/stderr}"
 SCENARIO="$TEST_NAME"
 # how long a consolidation or drift must show no NodeClaim created or deleted to count as finished
