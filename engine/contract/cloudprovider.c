@@ -389,17 +389,73 @@ static void call_instance_types(lp_cloudprovider *cp, const json_t *nodeclass, i
   cp_call(o, cp->mapping, "instance_types", cp_ctx_args1(cp, json_incref(o->nodeclass)), types_done);
 }
 
+/* A miss being answered by the mapping. Callers that miss the same class under the same inputs
+ * meanwhile join it instead of running the mapping again, so a burst of Creates after a class change
+ * costs one call. */
+struct types_flight {
+  struct types_flight *next;
+  lp_cloudprovider *cp;
+  char *key;
+  uint64_t fingerprint, generation;
+  size_t n, cap;
+  struct types_waiter {
+    lp_cp_done_fn done;
+    void *ud;
+  } * waiters;
+};
+
+static void flight_join(struct types_flight *f, lp_cp_done_fn done, void *ud) {
+  if (f->n == f->cap) {
+    f->cap = f->cap ? 2 * f->cap : 4;
+    f->waiters = lp_xrealloc(f->waiters, f->cap * sizeof *f->waiters);
+  }
+  f->waiters[f->n++] = (struct types_waiter){done, ud};
+}
+
+/* Every waiter gets the answer (the shared list, or its own copy of the error). The flight leaves the
+ * list before any waiter runs, so a waiter that asks again starts a call of its own. */
+static void flight_done(json_t *value, lp_error *err, void *ud) {
+  struct types_flight *f = ud, **link = &f->cp->types_flights;
+  while (*link != f) link = &(*link)->next;
+  *link = f->next;
+  for (size_t i = 0; i < f->n; i++) {
+    int last = i + 1 == f->n;
+    f->waiters[i].done(last ? value : json_incref(value), last || !err ? err : lp_error_copy(err),
+                       f->waiters[i].ud);
+  }
+  free(f->waiters);
+  free(f->key);
+  free(f);
+}
+
+static void answer_miss(lp_cloudprovider *cp, const json_t *nodeclass, char *key, uint64_t fingerprint,
+                        uint64_t generation, lp_cp_done_fn done, void *ud) {
+  for (struct types_flight *f = cp->types_flights; f; f = f->next)
+    if (f->fingerprint == fingerprint && f->generation == generation && strcmp(f->key, key) == 0) {
+      flight_join(f, done, ud);
+      free(key);
+      return;
+    }
+  struct types_flight *f = lp_xmalloc(sizeof *f);
+  *f = (struct types_flight){
+      .next = cp->types_flights, .cp = cp, .key = key, .fingerprint = fingerprint, .generation = generation};
+  cp->types_flights = f;
+  flight_join(f, done, ud);
+  call_instance_types(cp, nodeclass, 0, flight_done, f);
+}
+
 void lp_cp_get_instance_types(lp_cloudprovider *cp, const json_t *nodeclass, lp_cp_done_fn done, void *ud) {
   char *key = class_key_of(nodeclass);
   remember_class(cp, key, nodeclass);
   json_t *types;
-  lp_types_state state = lp_types_cache_get(cp->types, key, lp_types_fingerprint(nodeclass),
-                                            lp_script_host_generation_id(cp->scripts), &types);
-  free(key);
+  uint64_t fingerprint = lp_types_fingerprint(nodeclass);
+  uint64_t generation = lp_script_host_generation_id(cp->scripts);
+  lp_types_state state = lp_types_cache_get(cp->types, key, fingerprint, generation, &types);
   if (state == LP_TYPES_MISS) {
-    call_instance_types(cp, nodeclass, 0, done, ud);
+    answer_miss(cp, nodeclass, key, fingerprint, generation, done, ud);
     return;
   }
+  free(key);
   if (state == LP_TYPES_STALE) refresh_in_background(cp, nodeclass); /* this caller is answered now */
   cp_finish_soon(cp_op_new(cp, done, ud), types, NULL);
 }

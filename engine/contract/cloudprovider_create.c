@@ -258,10 +258,10 @@ static void out_of_stock(op *o, lp_error *err) {
   launch_next(o);
 }
 
-/* What an adopted instance is checked against, kept for the create's life instead of the whole answer of
- * instance_types (hundreds of KB per create, held by every create in flight): for each offering of a
- * type the NodeClaim allows, compatible with it, available or not, its key (cp_offering_key) -> the
- * type's name, requirements, capacity and overhead (shared by the type's offerings). */
+/* What an adopted instance is checked against, indexed so the check is one lookup rather than a scan of
+ * the whole instance-type answer: for each offering of a type the NodeClaim allows, compatible with it,
+ * available or not, its key (cp_offering_key) -> the type's name, requirements, capacity and overhead
+ * (shared by the type's offerings). */
 static json_t *allowed_offerings(const json_t *nodeclaim, const json_t *types) {
   static const char *const kept[] = {"name", "requirements", "capacity", "overhead", NULL};
   json_t *out = json_object();

@@ -27,6 +27,7 @@ struct lp_cloudprovider {
   json_t *drift_reasons; /* the mapping's `drift_reasons`: an array of strings */
   lp_cache *unavailable;
   lp_types_cache *types; /* the checked instance types of every node class seen (types_cache.h) */
+  struct types_flight *types_flights; /* GetInstanceTypes misses the mapping is answering */
   unsigned max_launch_attempts;
   lp_metric *launches;
   lp_metric *drift_evaluations;      /* luaprov_drift_policy_evaluations_total{generation, result} */

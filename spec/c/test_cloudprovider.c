@@ -128,6 +128,50 @@ static void test_instance_types_held(void) {
   lp_cloudprovider_free(cp);
 }
 
+/* Callers that miss the same class while the mapping answers it share that one call: its list, or
+ * each its own copy of its error. */
+static void test_instance_types_one_call_per_miss(void) {
+  lp_cloudprovider *cp =
+      lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &fx.loop,
+                                                      .scripts = fx.scripts,
+                                                      .cluster_id = "luaprov-sim",
+                                                      .endpoint = lp_sim_url(fx.sim, "alibaba"),
+                                                      .refresh_interval_s = -1});
+  lp_metric *calls = lp_metrics_counter(lp_metrics_default(), "luaprov_script_calls_total", "",
+                                        LP_LABELS("module", "function", "result"));
+  const char *const *ok = LP_LABELS("providers.alibaba", "instance_types", "ok");
+  double before = lp_metric_value(calls, ok);
+  lp_cp_outcome o[3] = {{0}};
+  const char *code;
+  for (int i = 0; i < 3; i++) lp_cp_get_instance_types(cp, fx.nodeclass, lp_cp_outcome_store, &o[i]);
+  json_t *types[3];
+  for (int i = 0; i < 3; i++) {
+    types[i] = cpf_wait(&fx, &o[i], &code);
+    CHECK(code == NULL);
+  }
+  CHECK(lp_metric_value(calls, ok) - before == 1);
+  CHECK(types[0] && types[0] == types[1] && types[1] == types[2]);
+  for (int i = 0; i < 3; i++) json_decref(types[i]);
+
+  json_t *broken = json_deep_copy(fx.nodeclass);
+  json_object_set_new(json_object_get(broken, "spec"), "systemDisk",
+                      json_pack("{s:s}", "volumeSize", "lots"));
+  lp_cp_outcome e[2] = {{0}};
+  for (int i = 0; i < 2; i++) lp_cp_get_instance_types(cp, broken, lp_cp_outcome_store, &e[i]);
+  for (int i = 0; i < 2; i++) {
+    cpf_wait(&fx, &e[i], &code);
+    CHECK(e[i].error != NULL);
+  }
+  if (e[0].error && e[1].error) {
+    CHECK(e[0].error != e[1].error);
+    CHECK_STR(e[0].error->code, "InvalidNodeClass");
+    CHECK_STR(e[0].error->message, e[1].error->message);
+  }
+  for (int i = 0; i < 2; i++) lp_error_free(e[i].error);
+  json_decref(broken);
+  lp_cloudprovider_free(cp);
+}
+
 static void test_create_and_rules(void) {
   json_t *claim =
       cpf_nodeclaim("default-a1", "uid-a1", CPF_ON_DEMAND_REQ, "{\"cpu\":\"1\",\"memory\":\"2Gi\"}");
@@ -713,6 +757,7 @@ int main(void) {
 
   RUN(test_instance_types);
   RUN(test_instance_types_held);
+  RUN(test_instance_types_one_call_per_miss);
   RUN(test_create_and_rules);
   RUN(test_not_ready_and_no_capacity);
   RUN(test_nostock_fall_through);
