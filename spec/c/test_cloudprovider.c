@@ -63,6 +63,22 @@ static double held_clock(void *ud) {
   return held_now;
 }
 
+/* How many times the mapping's instance_types has answered, over every provider of the test. */
+static double instance_types_calls(void) {
+  lp_metric *calls = lp_metrics_counter(lp_metrics_default(), "luaprov_script_calls_total", "",
+                                        LP_LABELS("module", "function", "result"));
+  return lp_metric_value(calls, LP_LABELS("providers.alibaba", "instance_types", "ok"));
+}
+
+/* A provider of its own, so its held instance types start empty; no background refresh. */
+static lp_cloudprovider *unrefreshed_provider(void) {
+  return lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &fx.loop,
+                                                         .scripts = fx.scripts,
+                                                         .cluster_id = "luaprov-sim",
+                                                         .endpoint = lp_sim_url(fx.sim, "alibaba"),
+                                                         .refresh_interval_s = -1});
+}
+
 static json_t *held_types(lp_cloudprovider *cp, const json_t *nodeclass) {
   lp_cp_outcome o = {0};
   const char *code;
@@ -75,32 +91,24 @@ static json_t *held_types(lp_cloudprovider *cp, const json_t *nodeclass) {
 /* GetInstanceTypes answers from memory: the mapping runs again only for a changed class, and after a
  * minute in the background; a mark of an unavailable offering shows at once. */
 static void test_instance_types_held(void) {
-  lp_cloudprovider *cp =
-      lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &fx.loop,
-                                                      .scripts = fx.scripts,
-                                                      .cluster_id = "luaprov-sim",
-                                                      .endpoint = lp_sim_url(fx.sim, "alibaba"),
-                                                      .refresh_interval_s = -1});
+  lp_cloudprovider *cp = unrefreshed_provider();
   held_now = 5000;
   lp_cloudprovider_set_clock(cp, held_clock, NULL);
-  lp_metric *calls = lp_metrics_counter(lp_metrics_default(), "luaprov_script_calls_total", "",
-                                        LP_LABELS("module", "function", "result"));
-  const char *const *labels = LP_LABELS("providers.alibaba", "instance_types", "ok");
-  double before = lp_metric_value(calls, labels);
+  double before = instance_types_calls();
   json_t *first = held_types(cp, fx.nodeclass);
   json_t *second = held_types(cp, fx.nodeclass);
-  CHECK(lp_metric_value(calls, labels) - before == 1);
+  CHECK(instance_types_calls() - before == 1);
   CHECK(first && first == second); /* the same list, not a copy */
   json_decref(second);
 
   json_t *relabelled = json_deep_copy(fx.nodeclass);
   json_object_set_new(json_object_get(relabelled, "metadata"), "labels", json_pack("{s:s}", "team", "b"));
   json_decref(held_types(cp, relabelled));
-  CHECK(lp_metric_value(calls, labels) - before == 2);
+  CHECK(instance_types_calls() - before == 2);
   json_t *changed_rv = json_deep_copy(relabelled);
   json_object_set_new(json_object_get(changed_rv, "metadata"), "resourceVersion", json_string("999"));
   json_decref(held_types(cp, changed_rv));
-  CHECK(lp_metric_value(calls, labels) - before == 2); /* a new resourceVersion alone changes nothing */
+  CHECK(instance_types_calls() - before == 2); /* a new resourceVersion alone changes nothing */
 
   json_t *type = json_array_get(first, 0);
   json_t *offering = json_array_get(json_object_get(type, "offerings"), 0);
@@ -111,17 +119,17 @@ static void test_instance_types_held(void) {
   json_t *marked = held_types(cp, changed_rv);
   json_t *marked_offering = json_array_get(json_object_get(json_array_get(marked, 0), "offerings"), 0);
   CHECK(json_is_false(json_object_get(marked_offering, "available")));
-  CHECK(lp_metric_value(calls, labels) - before == 2);
+  CHECK(instance_types_calls() - before == 2);
   json_decref(marked);
 
   held_now += 61; /* the held answer is stale: answered, and refreshed behind the caller */
   json_t *stale = held_types(cp, changed_rv);
   CHECK(stale != NULL);
   json_decref(stale);
-  for (int i = 0; i < 2000 && lp_metric_value(calls, labels) - before < 3; i++) uv_run(&fx.loop, UV_RUN_ONCE);
-  CHECK(lp_metric_value(calls, labels) - before == 3);
+  for (int i = 0; i < 2000 && instance_types_calls() - before < 3; i++) uv_run(&fx.loop, UV_RUN_ONCE);
+  CHECK(instance_types_calls() - before == 3);
   json_decref(held_types(cp, changed_rv));
-  CHECK(lp_metric_value(calls, labels) - before == 3);
+  CHECK(instance_types_calls() - before == 3);
   json_decref(first);
   json_decref(relabelled);
   json_decref(changed_rv);
@@ -131,16 +139,8 @@ static void test_instance_types_held(void) {
 /* Callers that miss the same class while the mapping answers it share that one call: its list, or
  * each its own copy of its error. */
 static void test_instance_types_one_call_per_miss(void) {
-  lp_cloudprovider *cp =
-      lp_cloudprovider_new(&(lp_cloudprovider_config){.loop = &fx.loop,
-                                                      .scripts = fx.scripts,
-                                                      .cluster_id = "luaprov-sim",
-                                                      .endpoint = lp_sim_url(fx.sim, "alibaba"),
-                                                      .refresh_interval_s = -1});
-  lp_metric *calls = lp_metrics_counter(lp_metrics_default(), "luaprov_script_calls_total", "",
-                                        LP_LABELS("module", "function", "result"));
-  const char *const *ok = LP_LABELS("providers.alibaba", "instance_types", "ok");
-  double before = lp_metric_value(calls, ok);
+  lp_cloudprovider *cp = unrefreshed_provider();
+  double before = instance_types_calls();
   lp_cp_outcome o[3] = {{0}};
   const char *code;
   for (int i = 0; i < 3; i++) lp_cp_get_instance_types(cp, fx.nodeclass, lp_cp_outcome_store, &o[i]);
@@ -149,7 +149,7 @@ static void test_instance_types_one_call_per_miss(void) {
     types[i] = cpf_wait(&fx, &o[i], &code);
     CHECK(code == NULL);
   }
-  CHECK(lp_metric_value(calls, ok) - before == 1);
+  CHECK(instance_types_calls() - before == 1);
   CHECK(types[0] && types[0] == types[1] && types[1] == types[2]);
   for (int i = 0; i < 3; i++) json_decref(types[i]);
 
@@ -737,18 +737,15 @@ static void test_background_refresh(void) {
                                                       .cluster_id = "luaprov-sim",
                                                       .endpoint = lp_sim_url(fx.sim, "alibaba"),
                                                       .refresh_interval_s = 0.1});
-  lp_metric *calls = lp_metrics_counter(lp_metrics_default(), "luaprov_script_calls_total", "",
-                                        LP_LABELS("module", "function", "result"));
-  const char *const *labels = LP_LABELS("providers.alibaba", "instance_types", "ok");
   lp_cp_outcome o = {0};
   const char *code;
   lp_cp_get_instance_types(quick, fx.nodeclass, lp_cp_outcome_store, &o);
   json_decref(cpf_wait(&fx, &o, &code));
-  double before = lp_metric_value(calls, labels);
+  double before = instance_types_calls();
   double until = lp_clock_monotonic() + 0.35;
   while (lp_clock_monotonic() < until) uv_run(&fx.loop, UV_RUN_NOWAIT);
-  CHECK(lp_metric_value(calls, labels) - before >= 2); /* refreshed at least twice by itself */
-  lp_cloudprovider_free(quick); /* with a refresh possibly in flight: it finishes on its own */
+  CHECK(instance_types_calls() - before >= 2); /* refreshed at least twice by itself */
+  lp_cloudprovider_free(quick);                /* with a refresh possibly in flight: it finishes on its own */
   uv_run(&fx.loop, UV_RUN_NOWAIT);
 }
 
