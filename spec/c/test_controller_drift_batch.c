@@ -250,8 +250,8 @@ static void check_refused(const json_t *failures, size_t min, size_t max, const 
   }
 }
 
-static void test_batched_as_per_instance(void) {
-  char tree[] = "/tmp/luaprov-drift-batch-XXXXXX";
+/* Makes tree (a mkdtemp template) a script tree whose Alibaba mapping is mapping. */
+static int mapping_tree(char *tree, const char *mapping) {
   sim_tree_make(tree);
   char dir[300];
   snprintf(dir, sizeof dir, "%s/providers", tree);
@@ -262,9 +262,15 @@ static void test_batched_as_per_instance(void) {
   snprintf(path, sizeof path, "%s/init.lua", dir);
   FILE *file = fopen(path, "w");
   CHECK(file != NULL);
-  if (!file) return;
-  fputs(mapping_without_get_many, file);
+  if (!file) return 0;
+  fputs(mapping, file);
   fclose(file);
+  return 1;
+}
+
+static void test_batched_as_per_instance(void) {
+  char tree[] = "/tmp/luaprov-drift-batch-XXXXXX";
+  if (!mapping_tree(tree, mapping_without_get_many)) return;
 
   outcome one = run(tree);
   outcome many = run(NULL);
@@ -304,7 +310,45 @@ static void test_batched_as_per_instance(void) {
   CHECK(sim_tree_remove(tree) == 0);
 }
 
+/* A get_many that answers something other than a list fails the evaluations of its call's NodeClaims
+ * with a Contract error naming it, and decides none of them. */
+static const char *const mapping_get_many_not_a_list =
+    "-- test mapping: the shipped Alibaba mapping whose get_many answers a string\n"
+    "local M = {}\n"
+    "for k, v in pairs(require \"defaults.providers.alibaba\") do M[k] = v end\n"
+    "function M.get_many() return \"not a list\" end\n"
+    "return M\n";
+
+static void test_get_many_not_a_list(void) {
+  char tree[] = "/tmp/luaprov-drift-batch-XXXXXX";
+  if (!mapping_tree(tree, mapping_get_many_not_a_list)) return;
+  start(tree);
+  seed();
+  lp_controllers_config cfg = ctrl_manager_config(&f, only_drift);
+  cfg.settings = (lp_ctrl_settings){.nodeclass_resync_s = 3600};
+  lp_error *err = NULL;
+  log_capture_start(LP_LOG_ERROR);
+  f.manager = lp_controllers_start(&cfg, &err);
+  if (!f.manager) abort();
+  settle(0, NCLAIMS + 1);
+  json_t *lines = log_capture_stop(NULL);
+  const json_t *line = log_capture_line(lines, "reconcile failed, will retry", 0);
+  CHECK(line != NULL);
+  CHECK_STR(json_string_value(json_object_get(line, "code")), "Contract");
+  CHECK_CONTAINS(json_string_value(json_object_get(line, "error")), "get_many: did not return a list");
+  CHECK_INT(ctrl_metric(&f, "luaprov_drift_evaluations_total", LP_LABELS("drifted")), 0);
+  json_t *decided = verdicts();
+  const char *name;
+  json_t *reason;
+  json_object_foreach(decided, name, reason) CHECK_STR(json_string_value(reason), "");
+  json_decref(decided);
+  json_decref(lines);
+  ctrl_fixture_stop(&f);
+  CHECK(sim_tree_remove(tree) == 0);
+}
+
 int main(void) {
   RUN(test_batched_as_per_instance);
+  RUN(test_get_many_not_a_list);
   return check_summary();
 }
