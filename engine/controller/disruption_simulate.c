@@ -22,7 +22,8 @@
  * records its placements into that copy alone. It packs the pending pods and the candidates' pods as a
  * provisioning pass does: onto bins first (pv_place_on_bins: any required term, host ports, hard
  * topology), then into new NodeClaims (pv_schedule, pv_finalize: preferences and soft topology tried
- * first, then relaxed). All candidates' pods on bins: delete only. A candidate pod left over: not
+ * first, then relaxed). A candidate's pod placed on a NodeClaim that has not initialized: not feasible
+ * (that room may never come). All candidates' pods on bins: delete only. A candidate pod left over: not
  * feasible, its why naming the constraint. Their pods over two new NodeClaims or more: not feasible.
  * One: the price rules below decide.
  *
@@ -355,6 +356,7 @@ static pv_pod pod_copy(const pv_pod *pod) {
   json_incref(out.reqs);
   out.why = NULL;
   out.placed = 0;
+  out.claim = NULL;
   return out;
 }
 
@@ -606,8 +608,17 @@ done:
 static char *pack(pv_pass *p, pv_claim **one) {
   *one = NULL;
   pv_sort_pods(p);
-  size_t left = pv_place_on_bins(p), mine = 0;
-  for (size_t i = 0; i < p->npods && left; i++) mine += !p->pods[i].placed && moved(&p->pods[i]);
+  pv_place_on_bins(p);
+  size_t mine = 0;
+  for (size_t i = 0; i < p->npods; i++) {
+    const pv_pod *pod = &p->pods[i];
+    /* a node that has not initialized may never take the pod: deleting the candidate now would leave
+     * it pending on room that exists only on paper */
+    if (pod->claim && moved(pod))
+      return lp_xasprintf("pod %s would move onto NodeClaim %s, which has not initialized", pod->key,
+                          pod->claim);
+    mine += !pod->placed && moved(pod);
+  }
   if (mine == 0) return NULL;
   pv_schedule(p);
   for (size_t i = 0; i < p->npods; i++)

@@ -234,6 +234,7 @@ size_t pv_place_on_bins(pv_pass *p) {
       pv_site site = bin_site(b);
       pv_topology_record(p, pod, &site);
       pod->placed = 1;
+      pod->claim = b->claim;
       if (b->claim) pv_nominate(p, pod, b->claim);
     }
     left += !pod->placed;

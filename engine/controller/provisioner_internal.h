@@ -174,10 +174,11 @@ typedef struct pv_pod {
   pv_ports ports; /* its host ports */
   pv_term *topo;  /* its pod (anti-)affinity terms and spread constraints (provisioner_topology.c) */
   size_t ntopo, nsoft;
-  size_t soft_kept; /* the current attempt keeps its first soft_kept soft terms (pv_topology_pod) */
-  double created;   /* creationTimestamp, epoch seconds */
-  char *why;        /* set when no NodePool can take it */
-  int placed;       /* on existing capacity, or on a new NodeClaim */
+  size_t soft_kept;  /* the current attempt keeps its first soft_kept soft terms (pv_topology_pod) */
+  double created;    /* creationTimestamp, epoch seconds */
+  char *why;         /* set when no NodePool can take it */
+  int placed;        /* on existing capacity, or on a new NodeClaim */
+  const char *claim; /* the in-flight NodeClaim it was placed on (its bin's name), or NULL */
 } pv_pod;
 
 /* One offering of an instance type, read once (pv_pool_set_types). */

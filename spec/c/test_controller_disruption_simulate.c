@@ -2,7 +2,8 @@
  * consolidation decides") against Nodes, NodeClaims and pods in the simulated API and the simulated
  * Alibaba catalogue's instance types: a half-empty node whose pods fit elsewhere is deleted outright; a
  * big node for small pods is replaced by one cheaper node, every option below its price; pods needing
- * two new nodes, or a pod that cannot schedule at all, are not feasible; a replacement that is not
+ * two new nodes, a pod that cannot schedule at all, or one that would move onto a NodeClaim still
+ * launching, are not feasible; a replacement that is not
  * cheaper says so; spot to spot only when allowed and with 15 cheaper types (cut to 15), on-demand to
  * spot pinned to spot; DaemonSet, mirror and finished pods stay behind. A controller of the test's own
  * lends dz_sim_new its environment. */
@@ -76,34 +77,43 @@ static double price_of(const char *name, const char *zone, const char *ct) {
 
 /* ---- the cluster ------------------------------------------------------------------------------ */
 
-/* NodeClaim name of nodepool, Initialized, on Node name (Ready, allocatable cpu/memory) of instance
- * type type, capacity type ct, in zone (NULL: the first that sells it), with extra labels (stolen; may
- * be NULL); tainted: dedicated=x:NoSchedule, which no pod of the test tolerates (its pods can go only
+/* The labels of a node of nodepool, instance type type, capacity type ct, in zone (own). */
+static json_t *node_labels(const char *name, const char *pool, const char *type, const char *ct,
+                           const char *zone) {
+  return json_pack("{s:s, s:s, s:s, s:s, s:s}", "karpenter.sh/nodepool", pool, LP_LABEL_INSTANCE_TYPE, type,
+                   LP_LABEL_ZONE, zone, LP_LABEL_CAPACITY_TYPE, ct, "kubernetes.io/hostname", name);
+}
+
+/* NodeClaim name with labels (borrowed), asking for cpu and memory: launched (its allocatable known,
+ * for 110 pods), not initialized. */
+static void claim_launching(const char *name, json_t *labels, const char *cpu, const char *memory) {
+  char path[256];
+  CHECK_INT(pt_post(&f, PT_CLAIMS,
+                    json_pack("{s:s, s:s, s:{s:s, s:O}, s:{s:{s:s, s:s, s:s}, s:[], s:{s:{s:s, s:s}}}}",
+                              "apiVersion", "karpenter.sh/v1", "kind", "NodeClaim", "metadata", "name", name,
+                              "labels", labels, "spec", "nodeClassRef", "group", "karpenter.alibabacloud.com",
+                              "kind", "ECSNodeClass", "name", "default", "requirements", "resources",
+                              "requests", "cpu", cpu, "memory", memory)),
+            201);
+  snprintf(path, sizeof path, PT_CLAIMS "/%s/status", name);
+  CHECK_INT(ctrl_kube_pack(&f, "PATCH", path, "{s:{s:{s:s, s:s, s:s}}}", "status", "allocatable", "cpu", cpu,
+                           "memory", memory, "pods", "110"),
+            200);
+}
+
+/* NodeClaim name becomes Initialized on a Node of its own name (Ready, allocatable cpu/memory, labels
+ * borrowed); tainted: dedicated=x:NoSchedule, which no pod of the test tolerates (its pods can go only
  * to a new node). */
-static void node_full(const char *name, const char *pool, const char *type, const char *ct, const char *zone,
-                      json_t *extra, const char *cpu, const char *memory, int tainted) {
-  if (!zone) zone = zone_of(type, ct);
-  CHECK(zone != NULL);
+static void claim_joined(const char *name, json_t *labels, const char *cpu, const char *memory, int tainted) {
   char pid[128], path[256];
   snprintf(pid, sizeof pid, "ecs://luaprov-sim/%s", name);
-  json_t *labels =
-      json_pack("{s:s, s:s, s:s, s:s, s:s}", "karpenter.sh/nodepool", pool, LP_LABEL_INSTANCE_TYPE, type,
-                LP_LABEL_ZONE, zone ? zone : "?", LP_LABEL_CAPACITY_TYPE, ct, "kubernetes.io/hostname", name);
-  if (extra) json_object_update(labels, extra);
-  json_decref(extra);
-  CHECK_INT(pt_post(&f, PT_CLAIMS,
-                    json_pack("{s:s, s:s, s:{s:s, s:O}, s:{s:{s:s, s:s, s:s}, s:[]}}", "apiVersion",
-                              "karpenter.sh/v1", "kind", "NodeClaim", "metadata", "name", name, "labels",
-                              labels, "spec", "nodeClassRef", "group", "karpenter.alibabacloud.com", "kind",
-                              "ECSNodeClass", "name", "default", "requirements")),
-            201);
   snprintf(path, sizeof path, PT_CLAIMS "/%s/status", name);
   CHECK_INT(ctrl_kube_pack(&f, "PATCH", path, "{s:{s:s, s:s, s:{s:s, s:s}, s:[{s:s, s:s}]}}", "status",
                            "providerID", pid, "nodeName", name, "allocatable", "cpu", cpu, "memory", memory,
                            "conditions", "type", "Initialized", "status", "True"),
             200);
   CHECK_INT(pt_post(&f, "/api/v1/nodes",
-                    json_pack("{s:s, s:s, s:{s:s, s:o}, s:{s:s}, s:{s:{s:s, s:s, s:s}, s:[{s:s, s:s}]}}",
+                    json_pack("{s:s, s:s, s:{s:s, s:O}, s:{s:s}, s:{s:{s:s, s:s, s:s}, s:[{s:s, s:s}]}}",
                               "apiVersion", "v1", "kind", "Node", "metadata", "name", name, "labels", labels,
                               "spec", "providerID", pid, "status", "allocatable", "cpu", cpu, "memory",
                               memory, "pods", "110", "conditions", "type", "Ready", "status", "True")),
@@ -113,6 +123,20 @@ static void node_full(const char *name, const char *pool, const char *type, cons
   CHECK_INT(ctrl_kube_pack(&f, "PATCH", path, "{s:{s:[{s:s, s:s, s:s}]}}", "spec", "taints", "key",
                            "dedicated", "value", "x", "effect", "NoSchedule"),
             200);
+}
+
+/* NodeClaim name of nodepool, Initialized, on Node name of instance type type, capacity type ct, in
+ * zone (NULL: the first that sells it), with extra labels (stolen; may be NULL); see claim_joined. */
+static void node_full(const char *name, const char *pool, const char *type, const char *ct, const char *zone,
+                      json_t *extra, const char *cpu, const char *memory, int tainted) {
+  if (!zone) zone = zone_of(type, ct);
+  CHECK(zone != NULL);
+  json_t *labels = node_labels(name, pool, type, ct, zone ? zone : "?");
+  if (extra) json_object_update(labels, extra);
+  json_decref(extra);
+  claim_launching(name, labels, cpu, memory);
+  claim_joined(name, labels, cpu, memory, tainted);
+  json_decref(labels);
 }
 
 static void node_tainted(const char *name, const char *pool, const char *type, const char *ct,
@@ -258,6 +282,35 @@ static void test_half_empty_nodes(void) {
   CHECK_STR(json_string_value(json_object_get(
                 json_object_get(json_object_get(r.replacement, "resources"), "requests"), "cpu")),
             "3");
+  dz_sim_result_free(&r);
+  dz_sim_free(sim);
+  pt_cleanup(&f);
+}
+
+/* A half-empty node beside a NodeClaim still launching with room for its pod: the pod is not moved
+ * onto a node that may never come, so the node stays, the reason naming that NodeClaim; once the
+ * NodeClaim has initialized, a new snapshot deletes the node outright. */
+static void test_not_onto_launching(void) {
+  node("n1", "default", "ecs.g7.xlarge", "on-demand", "4", "15Gi");
+  pod_on("web-1", "n1", "1500m", NULL, NULL);
+  json_t *labels =
+      node_labels("booting", "default", "ecs.g7.xlarge", "on-demand", zone_of("ecs.g7.xlarge", "on-demand"));
+  claim_launching("booting", labels, "4", "15Gi");
+  dz_sim *sim = snapshot();
+  dz_sim_result r;
+  simulate(sim, "n1", NULL, 0, &r);
+  CHECK(!r.feasible);
+  CHECK(r.replacement == NULL);
+  CHECK_STR(r.why, "pod default/web-1 would move onto NodeClaim booting, which has not initialized");
+  dz_sim_result_free(&r);
+  dz_sim_free(sim);
+  claim_joined("booting", labels, "4", "15Gi", 0);
+  json_decref(labels);
+  sim = snapshot();
+  simulate(sim, "n1", NULL, 0, &r);
+  CHECK(r.feasible);
+  CHECK(r.replacement == NULL);
+  CHECK(r.why == NULL);
   dz_sim_result_free(&r);
   dz_sim_free(sim);
   pt_cleanup(&f);
@@ -646,6 +699,7 @@ int main(void) {
   types = pt_instance_types(&f);
   CHECK(json_array_size(types) > 0);
   RUN(test_half_empty_nodes);
+  RUN(test_not_onto_launching);
   RUN(test_replace_with_smaller);
   RUN(test_not_feasible);
   RUN(test_not_cheaper);
